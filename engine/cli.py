@@ -1,0 +1,84 @@
+"""Command line: generate step by step and print what happened at each step.
+
+    python -m engine --prompt "The capital of France is" --temperature 0 --max-new-tokens 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError
+from engine.generation import Generation, StepRecord
+from engine.loading import load_model
+from engine.settings import CHAINS, SamplerSettings, StopSettings
+from engine.trace import save_trace
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
+    parser.add_argument("--prompt", required=True, help="text to continue (the user message with --chat)")
+    parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    parser.add_argument("--model", default=None, help="Hub id, model folder or .gguf file (default: bundled)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
+    parser.add_argument("--top-k", type=int, default=0, help="0 = off")
+    parser.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    parser.add_argument("--min-p", type=float, default=0.0, help="0 = off")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0, help="1 = off")
+    parser.add_argument("--chain", default="transformers", choices=sorted(CHAINS), help="sampler stage order")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--stop", action="append", default=[], help="stop sequence (repeatable, up to 4)")
+    parser.add_argument("--ignore-eos", action="store_true", help="keep going after the end token")
+    parser.add_argument("--json", metavar="PATH", help="write the full trace as JSON")
+    return parser.parse_args(argv)
+
+
+def _show(text: str, width: int = 14) -> str:
+    return repr(text)[1:-1][:width]  # newlines and tabs as \n, \t
+
+
+def unescape(text: str) -> str:
+    """Let `--stop "\n"` mean a newline, as a shell user expects."""
+    return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+
+
+def format_row(step: StepRecord) -> str:
+    """One table row: step, token, probabilities, top-3, KV positions, stop status."""
+    alternatives = ", ".join(f"{_show(c.text, 10)} {c.prob:.3f}" for c in step.distribution.top[:3])
+    status = step.termination.finish_reason or ("partial stop" if any(s.partial for s in step.termination.stops)
+                                                else "")
+    marker = "*" if step.decision.forced else " "
+    return (f"{step.index:>4} {marker}{_show(step.token.text):<15} {step.prob:>7.4f} {step.final_prob:>7.4f}  "
+            f"{alternatives:<48} {step.kv.positions:>6}  {status}")
+
+
+HEADER = f"{'step':>4}  {'token':<15} {'prob':>7} {'final':>7}  {'top-3 (raw prob)':<48} {'KV pos':>6}  stop"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        sampler = SamplerSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                  min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+                                  chain=args.chain)
+        stop = StopSettings(max_new_tokens=args.max_new_tokens, stop_sequences=tuple(unescape(s) for s in args.stop),
+                            ignore_eos=args.ignore_eos)
+        lm = load_model(args.model)
+        generation = Generation(lm, args.prompt, chat=args.chat, sampler=sampler, stop=stop, seed=args.seed)
+    except (SettingsError, PromptError, ModelLoadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"model: {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}), "
+          f"loaded in {lm.load_seconds:.1f} s{' from cache' if lm.from_cache else ''}")
+    print(f"prompt: {len(generation.prompt_ids)} tokens\n{HEADER}")
+    try:
+        for step in generation.run():
+            print(format_row(step), flush=True)
+    except GenerationFinished:  # pragma: no cover - run() stops before this
+        pass
+    print(f"finish_reason: {generation.finish_reason}\ntext: {generation.text!r}")
+    if args.json:
+        print(f"trace: {save_trace(generation, args.json)}")
+    return 0

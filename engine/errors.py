@@ -1,0 +1,35 @@
+"""Errors the engine raises for bad input, each naming what is wrong and what is allowed."""
+
+from __future__ import annotations
+
+
+class SettingsError(ValueError):
+    """A setting is outside its allowed range.
+
+    Args:
+        parameter: the setting's name as the user sees it (e.g. ``top_p``).
+        value: the rejected value.
+        allowed: the allowed range or values, in words (e.g. ``0 < top_p <= 1``).
+    """
+
+    def __init__(self, parameter: str, value: object, allowed: str) -> None:
+        self.parameter = parameter
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{parameter} = {value!r} is not allowed: {allowed}.")
+
+
+class PromptError(ValueError):
+    """The prompt cannot be used (empty, or longer than the context window)."""
+
+
+class ModelLoadError(RuntimeError):
+    """A model source could not be loaded; the message names the source and why."""
+
+
+class GenerationFinished(RuntimeError):
+    """A step was asked for after a termination condition fired."""
+
+
+class TraceError(ValueError):
+    """A trace file is malformed or of an unknown version."""

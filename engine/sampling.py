@@ -1,0 +1,251 @@
+"""The sampler: reshape the logits stage by stage, then pick one token.
+
+Pipeline, in transformers' order (other chains reorder the same stages, see
+`engine.settings.CHAINS`):
+  1. repetition penalty over every token already in the context (prompt and output)
+  2. temperature
+  3. top-k (tokens tied with the k-th are kept)
+  4. top-p (the token that crosses p is kept)
+  5. min-p (relative to the most probable token, after temperature)
+  6. softmax, then one draw: the uniform u falls in one token's band of the cumulative
+     distribution (tokens ordered by final probability). Temperature 0 is the argmax instead.
+
+Every stage takes 1-D logits `[vocab]` and returns a new tensor; none changes its input.
+Filtered tokens get -inf, exactly as transformers' warpers do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from engine.settings import CHAINS, SamplerSettings
+
+NEG_INF = float("-inf")
+
+
+def penalize_repetition(logits: torch.Tensor, context_ids: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Make every token already in the context less likely: positive logits are divided by
+    `penalty`, negative ones multiplied, so both move towards 'less likely'."""
+    seen = torch.unique(context_ids)  # [n_seen]
+    seen_logits = logits[seen]
+    penalised = torch.where(seen_logits < 0, seen_logits * penalty, seen_logits / penalty)
+    out = logits.clone()
+    out[seen] = penalised
+    return out
+
+
+def scale_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Divide the logits by T: below 1 sharpens the distribution, above 1 flattens it."""
+    return logits / temperature
+
+
+def keep_top_k(logits: torch.Tensor, top_k: int, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """Keep the k highest logits; tokens tied with the k-th are kept too."""
+    k = min(max(top_k, min_tokens_to_keep), logits.numel())
+    kth_value = torch.topk(logits, k).values[-1]
+    return logits.masked_fill(logits < kth_value, NEG_INF)
+
+
+def keep_top_p(logits: torch.Tensor, top_p: float, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """Keep the smallest set of most probable tokens whose mass reaches p.
+
+    Accumulates from the least probable end and drops tokens while the dropped mass stays
+    <= 1 - p, so the token that crosses p survives (the same float32 arithmetic as transformers).
+    """
+    ascending_logits, ascending_ids = torch.sort(logits, descending=False)
+    dropped_mass = ascending_logits.softmax(dim=-1).cumsum(dim=-1)  # [vocab]
+    drop_sorted = dropped_mass <= (1 - top_p)
+    drop_sorted[-min_tokens_to_keep:] = False
+    drop = torch.zeros_like(drop_sorted).scatter(0, ascending_ids, drop_sorted)
+    return logits.masked_fill(drop, NEG_INF)
+
+
+def keep_min_p(logits: torch.Tensor, min_p: float, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """Drop tokens whose probability is below min_p times the top token's probability."""
+    probs = logits.softmax(dim=-1)
+    drop = probs < min_p * probs.amax()
+    keep_ids = torch.topk(probs, min(min_tokens_to_keep, probs.numel())).indices
+    drop[keep_ids] = False
+    return logits.masked_fill(drop, NEG_INF)
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """What one sampler stage did to the distribution."""
+
+    name: str  # key in CHAINS, e.g. "top_p"
+    label: str  # for people, e.g. "top-p 0.9"
+    active: bool  # False when the setting is neutral or greedy makes it moot
+    kept: int  # tokens still possible after the stage
+    removed: int  # tokens this stage removed
+    removed_mass: float  # probability those tokens had in the distribution entering the stage
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One uniform random number and where it fell on the cumulative final distribution.
+
+    Tokens are laid end to end in order of final probability (highest first); the picked
+    token is the one whose band [cdf_low, cdf_high) contains u.
+    """
+
+    u: float
+    cdf_low: float
+    cdf_high: float
+    rank: int  # the pick's place in that order, 1 = most probable
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The sampler's decision for one step: its stages and the pick."""
+
+    settings: SamplerSettings
+    stages: tuple[StageRecord, ...]
+    token_id: int
+    greedy: bool  # argmax, no draw
+    forced: bool  # the visitor chose the token; the sampler's own pick is `sampler_token_id`
+    sampler_token_id: int  # what the sampler picked (or would have picked, when forced)
+    draw: Draw | None  # None for greedy
+    final_prob: float  # the pick's probability in the distribution it was drawn from
+    final_entropy_bits: float
+    final_kept: int  # tokens with non-zero final probability
+
+
+@dataclass(frozen=True)
+class ChainOutput:
+    """The final logits and distribution after every stage, plus each stage's record."""
+
+    final_logits: torch.Tensor  # [vocab]
+    final_probs: torch.Tensor  # [vocab]
+    final_entropy_bits: float
+    stages: tuple[StageRecord, ...]
+
+
+def entropy_bits(probs: torch.Tensor) -> float:
+    """Shannon entropy of a distribution, in bits (0 = certain)."""
+    return float(torch.special.entr(probs.double()).sum()) / math.log(2)  # entr(0) = 0
+
+
+def _stage_label(name: str, settings: SamplerSettings) -> str:
+    labels = {
+        "repetition_penalty": f"repetition penalty {settings.repetition_penalty:g}",
+        "temperature": f"temperature {settings.temperature:g}",
+        "top_k": f"top-k {settings.top_k}",
+        "top_p": f"top-p {settings.top_p:g}",
+        "min_p": f"min-p {settings.min_p:g}",
+    }
+    return labels[name]
+
+
+def _is_neutral(name: str, settings: SamplerSettings) -> bool:
+    neutral = {
+        "repetition_penalty": settings.repetition_penalty == 1.0,
+        "temperature": settings.temperature == 1.0,
+        "top_k": settings.top_k == 0,
+        "top_p": settings.top_p >= 1.0,
+        "min_p": settings.min_p == 0.0,
+    }
+    return neutral[name]
+
+
+def _apply_stage(name: str, logits: torch.Tensor, context_ids: torch.Tensor,
+                 settings: SamplerSettings) -> torch.Tensor:
+    keep = settings.min_tokens_to_keep
+    if name == "repetition_penalty":
+        return penalize_repetition(logits, context_ids, settings.repetition_penalty)
+    if name == "temperature":
+        return scale_temperature(logits, settings.temperature)
+    if name == "top_k":
+        return keep_top_k(logits, settings.top_k, keep)
+    if name == "top_p":
+        return keep_top_p(logits, settings.top_p, keep)
+    return keep_min_p(logits, settings.min_p, keep)
+
+
+def _stage_record(name: str, settings: SamplerSettings, before: torch.Tensor,
+                  after: torch.Tensor) -> StageRecord:
+    """Measure what an applied stage removed (tokens newly at -inf) and the mass they held."""
+    alive_after = torch.isfinite(after)
+    removed = torch.isfinite(before) & ~alive_after
+    removed_count = int(removed.sum())
+    removed_mass = float(before.softmax(dim=-1).double()[removed].sum()) if removed_count else 0.0
+    return StageRecord(name=name, label=_stage_label(name, settings), active=True,
+                       kept=int(alive_after.sum()), removed=removed_count, removed_mass=removed_mass)
+
+
+def _skipped_record(name: str, settings: SamplerSettings, kept: int, note: str) -> StageRecord:
+    return StageRecord(name=name, label=_stage_label(name, settings), active=False, kept=kept,
+                       removed=0, removed_mass=0.0, note=note)
+
+
+def run_chain(logits: torch.Tensor, context_ids: torch.Tensor, settings: SamplerSettings) -> ChainOutput:
+    """Apply the sampler stages in the chain's order and record what each one did.
+
+    With temperature 0 only the repetition penalty applies; the argmax of the penalised
+    logits gets probability 1 (the other filters cannot remove the top token anyway).
+    """
+    stages: list[StageRecord] = []
+    current = logits
+    kept = int(torch.isfinite(logits).sum())
+    for name in CHAINS[settings.chain]:
+        if settings.greedy and name != "repetition_penalty":
+            note = "greedy: the argmax is taken" if name == "temperature" else "not used by greedy"
+            stages.append(_skipped_record(name, settings, kept, note))
+        elif _is_neutral(name, settings):
+            stages.append(_skipped_record(name, settings, kept, "off"))
+        else:
+            after = _apply_stage(name, current, context_ids, settings)
+            stages.append(_stage_record(name, settings, current, after))
+            current, kept = after, stages[-1].kept
+    if settings.greedy:
+        final_probs = torch.zeros_like(current)
+        final_probs[torch.argmax(current)] = 1.0
+    else:
+        final_probs = current.softmax(dim=-1)
+    return ChainOutput(final_logits=current, final_probs=final_probs,
+                       final_entropy_bits=entropy_bits(final_probs), stages=tuple(stages))
+
+
+def draw_uniform(generator: torch.Generator) -> float:
+    """One uniform number in [0, 1) from the generation's own generator."""
+    return float(torch.rand((), generator=generator, dtype=torch.float64))
+
+
+def pick_by_cdf(final_probs: torch.Tensor, u: float) -> tuple[int, Draw]:
+    """Inverse-CDF sampling: order tokens by probability, lay their masses end to end on
+    [0, 1), and pick the token whose band contains u."""
+    order = torch.sort(final_probs, descending=True, stable=True).indices  # [vocab]
+    cdf = final_probs[order].double().cumsum(dim=0)
+    cdf = cdf / cdf[-1]
+    rank0 = int(torch.searchsorted(cdf, torch.tensor([u], dtype=torch.float64), right=True))
+    # float rounding must never land u beyond the last token that has any probability
+    rank0 = min(rank0, int((final_probs > 0).sum()) - 1)
+    low = float(cdf[rank0 - 1]) if rank0 > 0 else 0.0
+    return int(order[rank0]), Draw(u=u, cdf_low=low, cdf_high=float(cdf[rank0]), rank=rank0 + 1)
+
+
+def decide(logits: torch.Tensor, context_ids: torch.Tensor, settings: SamplerSettings,
+           u: float | None, force_token_id: int | None = None) -> tuple[Decision, ChainOutput]:
+    """Run the chain and pick: argmax for greedy, else the token at u on the CDF.
+
+    `u` is the step's uniform draw (ignored for greedy). A forced token replaces the pick
+    but the sampler's own choice is still reported.
+    """
+    chain = run_chain(logits, context_ids, settings)
+    if settings.greedy or u is None:
+        sampler_pick, draw = int(torch.argmax(chain.final_probs)), None
+    else:
+        sampler_pick, draw = pick_by_cdf(chain.final_probs, u)
+    token_id = sampler_pick if force_token_id is None else force_token_id
+    decision = Decision(
+        settings=settings, stages=chain.stages, token_id=token_id, greedy=settings.greedy,
+        forced=force_token_id is not None, sampler_token_id=sampler_pick, draw=draw,
+        final_prob=float(chain.final_probs[token_id]),
+        final_entropy_bits=chain.final_entropy_bits,
+        final_kept=int((chain.final_probs > 0).sum()),
+    )
+    return decision, chain

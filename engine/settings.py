@@ -1,0 +1,96 @@
+"""Sampler and stop settings: validated, immutable values.
+
+Validation lives here, at the edge, so every stage downstream can trust its inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from engine.errors import SettingsError
+
+# The sampler chains of three well-known engines, as stage names in the order applied.
+# transformers: `_get_logits_processor` (processors, then warpers in this order).
+# vLLM v1: penalties, temperature, then min-p before the joint top-k/top-p mask.
+# llama.cpp: the default `common` chain applies temperature last, after the filters.
+CHAINS: dict[str, tuple[str, ...]] = {
+    "transformers": ("repetition_penalty", "temperature", "top_k", "top_p", "min_p"),
+    "vllm": ("repetition_penalty", "temperature", "min_p", "top_k", "top_p"),
+    "llama.cpp": ("repetition_penalty", "top_k", "top_p", "min_p", "temperature"),
+}
+
+MAX_STOP_SEQUENCES = 4
+
+
+def _require(condition: bool, parameter: str, value: object, allowed: str) -> None:
+    if not condition:
+        raise SettingsError(parameter, value, allowed)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """How the next token is chosen from the logits.
+
+    The neutral value of every filter disables it, as in transformers: temperature 1,
+    top_k 0, top_p 1, min_p 0, repetition_penalty 1. Temperature 0 means greedy (argmax),
+    as in vLLM and the OpenAI API.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    min_p: float = 0.0  # 0.0 = off; relative to the top token's probability
+    repetition_penalty: float = 1.0  # 1.0 = off; over prompt and output tokens
+    chain: str = "transformers"  # stage order: a key of CHAINS
+    min_tokens_to_keep: int = 1  # floor for top-k, top-p and min-p, as in transformers
+
+    def __post_init__(self) -> None:
+        _require(_is_number(self.temperature) and 0 <= self.temperature <= 100,
+                 "temperature", self.temperature, "a number from 0 to 100 (0 means greedy)")
+        _require(_is_int(self.top_k) and self.top_k >= 0,
+                 "top_k", self.top_k, "a whole number >= 0 (0 turns top-k off)")
+        _require(_is_number(self.top_p) and 0 <= self.top_p <= 1,
+                 "top_p", self.top_p, "a number from 0 to 1 (1 turns top-p off)")
+        _require(_is_number(self.min_p) and 0 <= self.min_p <= 1,
+                 "min_p", self.min_p, "a number from 0 to 1 (0 turns min-p off)")
+        _require(_is_number(self.repetition_penalty) and 0 < self.repetition_penalty <= 100,
+                 "repetition_penalty", self.repetition_penalty,
+                 "a number above 0 and at most 100 (1 turns it off)")
+        _require(self.chain in CHAINS, "chain", self.chain, f"one of {', '.join(CHAINS)}")
+        _require(_is_int(self.min_tokens_to_keep) and self.min_tokens_to_keep >= 1,
+                 "min_tokens_to_keep", self.min_tokens_to_keep, "a whole number >= 1")
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0 picks the argmax; no random draw is made."""
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class StopSettings:
+    """When generation ends, besides the model's end-of-sequence token."""
+
+    max_new_tokens: int = 64
+    stop_sequences: tuple[str, ...] = field(default=())
+    ignore_eos: bool = False  # keep generating after the model emits an end token
+
+    def __post_init__(self) -> None:
+        _require(_is_int(self.max_new_tokens) and 1 <= self.max_new_tokens <= 1_000_000,
+                 "max_new_tokens", self.max_new_tokens, "a whole number >= 1")
+        sequences = tuple(self.stop_sequences)
+        object.__setattr__(self, "stop_sequences", sequences)
+        _require(len(sequences) <= MAX_STOP_SEQUENCES, "stop_sequences", list(sequences),
+                 f"at most {MAX_STOP_SEQUENCES} sequences")
+        for sequence in sequences:
+            _require(isinstance(sequence, str) and sequence != "", "stop_sequences", sequence,
+                     "non-empty strings")
+        _require(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos, "True or False")

@@ -1,0 +1,42 @@
+"""The shared model: one cached load per (source, device, dtype), chosen per visitor."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine import LoadedModel, ModelLoadError, load_model
+from engine.loading import BUNDLED
+
+SOURCE_KEY = "model_source"  # session key: what this visitor's pages run on
+ERROR_KEY = "model_error"
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _load_shared(source: str, device: str | None) -> LoadedModel:
+    """Read-only and shared by every visitor; per-visitor state lives in session_state."""
+    return load_model(None if source == BUNDLED else source, device=device)
+
+
+def current_source() -> str:
+    return st.session_state.get(SOURCE_KEY, BUNDLED)
+
+
+def current_model() -> LoadedModel:
+    """The visitor's model, loading it (with a spinner) the first time anyone asks."""
+    source = current_source()
+    with st.spinner(f"Loading {'the bundled model' if source == BUNDLED else source}…"):
+        return _load_shared(source, None)
+
+
+def switch_model(source: str) -> bool:
+    """Try another model; on failure keep the current one and remember the message."""
+    source = source.strip() or BUNDLED
+    try:
+        with st.spinner(f"Loading {source}… (a GGUF file is dequantised on first load)"):
+            _load_shared(source, None)
+    except ModelLoadError as exc:
+        st.session_state[ERROR_KEY] = str(exc)
+        return False
+    st.session_state[SOURCE_KEY] = source
+    st.session_state.pop(ERROR_KEY, None)
+    return True

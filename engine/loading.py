@@ -214,6 +214,19 @@ def _load_hub(repo_id: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTra
     return _load_pretrained(repo_id, dtype, **options)
 
 
+def _into_aligned_memory(model: PreTrainedModel) -> None:
+    """Copy weights out of the memory-mapped file into freshly allocated tensors.
+
+    safetensors maps the file, so tensors start at unaligned addresses, and the CPU matmul
+    kernels then sum in another order: the same weights gave 0.77253926 instead of
+    0.77253878 for ' Paris'. Owned, aligned copies make a warm start give exactly the
+    numbers of a cold one. Tied weights share one Parameter, so they stay tied.
+    """
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.data = parameter.data.clone()
+
+
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
     configured = model.generation_config.eos_token_id
     if configured is None:
@@ -254,6 +267,8 @@ def load_model(source: str | ModelSource | None = None, device: str | torch.devi
     except Exception as exc:
         raise ModelLoadError(f"Could not load {resolved.describe()}: {exc}") from exc
     model = model.to(target).eval()
+    if target.type == "cpu":
+        _into_aligned_memory(model)
     name = BUNDLED_NAME if resolved.kind == BUNDLED else Path(resolved.location).name or resolved.location
     return LoadedModel(
         model=model, tokenizer=tokenizer, source=resolved, name=name, device=target, dtype=dtype,

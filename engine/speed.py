@@ -1,0 +1,364 @@
+"""Measure what a decode step costs on the device the model runs on.
+
+Every function here runs the real model (or the device) and returns a small frozen record;
+nothing is estimated from a spec sheet. The KV sizes of other well-known models are the one
+exception: they come from those models' published configs and are labelled with the source.
+
+Timings are medians of a few repeats, taken after one untimed warm-up pass, with the device
+synchronised around each timed call so asynchronous GPUs report real durations.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from engine.errors import SettingsError
+from engine.kvcache import KVSnapshot, read_kv
+from engine.loading import LoadedModel
+
+# Ordinary English, in our own words: measurements run on real text, not random ids, so the
+# attention pattern is a realistic one. Longer contexts repeat it.
+SAMPLE_TEXT = (
+    "A language model writes one token at a time. At every step it reads the whole context, "
+    "scores every token in its vocabulary, turns the scores into probabilities and picks one. "
+    "The new token joins the context and the loop goes round again, until the model ends its "
+    "turn, a stop sequence appears, or the caller's limit on new tokens is reached. "
+)
+
+
+# ---- records ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CachePoint:
+    """One context length: a decode step with the KV cache against recomputing everything."""
+
+    context_tokens: int  # tokens in the context when the next token's logits are computed
+    cached_ms: float  # one forward pass of the newest token, reading the cache
+    recompute_ms: float  # one forward pass over the whole context, no cache
+
+    @property
+    def ratio(self) -> float:
+        """How many times slower recomputing is."""
+        return self.recompute_ms / self.cached_ms
+
+
+@dataclass(frozen=True)
+class PrefillDecode:
+    """The prompt in one pass against one token per pass."""
+
+    prompt_tokens: int
+    prefill_ms: float  # the whole prompt, one forward pass
+    decode_steps: int
+    decode_ms: float  # median time of one decode step (one new token)
+
+    @property
+    def prefill_ms_per_token(self) -> float:
+        return self.prefill_ms / self.prompt_tokens
+
+    @property
+    def ratio(self) -> float:
+        """How many times more a token costs in decode than in prefill."""
+        return self.decode_ms / self.prefill_ms_per_token
+
+
+@dataclass(frozen=True)
+class KVConfig:
+    """A model's KV-cache shape, from its published config."""
+
+    name: str
+    layers: int  # num_hidden_layers
+    kv_heads: int  # num_key_value_heads (equal to the attention heads without GQA)
+    head_dim: int  # hidden_size / num_attention_heads unless the config says otherwise
+    dtype: str  # the config's torch_dtype: what the weights and the cache are stored in
+    bytes_per_value: int
+    source: str  # where the figures come from
+
+    @property
+    def bytes_per_position(self) -> int:
+        """K and V, every layer, every KV head, for one token."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_value
+
+    def bytes_for(self, positions: int) -> int:
+        return self.bytes_per_position * positions
+
+
+# Checked against each model's config.json on the Hugging Face Hub.
+KNOWN_CONFIGS: tuple[KVConfig, ...] = (
+    KVConfig("GPT-2 small", 12, 12, 64, "float32", 4,
+             "openai-community/gpt2 config.json: n_layer 12, n_head 12, n_embd 768 (float32 weights)"),
+    KVConfig("Llama-2-7B", 32, 32, 128, "float16", 2,
+             "meta-llama/Llama-2-7b-hf config.json: 32 layers, 32 heads, 32 KV heads, hidden 4096, float16"),
+    KVConfig("Llama-3-8B", 32, 8, 128, "bfloat16", 2,
+             "meta-llama/Meta-Llama-3-8B config.json: 32 layers, 32 heads, 8 KV heads, hidden 4096, bfloat16"),
+    KVConfig("Mistral-7B", 32, 8, 128, "bfloat16", 2,
+             "mistralai/Mistral-7B-v0.1 config.json: 32 layers, 32 heads, 8 KV heads, hidden 4096, bfloat16"),
+    KVConfig("Qwen2.5-7B", 28, 4, 128, "bfloat16", 2,
+             "Qwen/Qwen2.5-7B config.json: 28 layers, 28 heads, 4 KV heads, hidden 3584, bfloat16"),
+)
+
+
+@dataclass(frozen=True)
+class DeviceSpeed:
+    """What the device sustains, measured: a square matmul and a large copy."""
+
+    device: str
+    matmul_size: int  # n for an n x n by n x n product
+    flops_per_s: float
+    copy_bytes: int  # bytes read plus bytes written by one copy
+    bytes_per_s: float
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Compute-to-bandwidth ratio: work below this many FLOPs per byte waits on memory."""
+        return self.flops_per_s / self.bytes_per_s
+
+
+@dataclass(frozen=True)
+class DecodeIntensity:
+    """One decode step's work against the bytes it must read, and how fast it really ran."""
+
+    context_tokens: int
+    flops: float  # 2 per parameter (multiply + add) plus attention over the context
+    weight_bytes: int  # every weight tensor, read once per step
+    kv_bytes: int  # the cache read by attention, measured from its tensors
+    step_ms: float  # measured
+
+    @property
+    def bytes(self) -> int:
+        return self.weight_bytes + self.kv_bytes
+
+    @property
+    def flops_per_byte(self) -> float:
+        return self.flops / self.bytes
+
+    @property
+    def achieved_bytes_per_s(self) -> float:
+        return self.bytes / (self.step_ms / 1e3)
+
+    @property
+    def achieved_flops_per_s(self) -> float:
+        return self.flops / (self.step_ms / 1e3)
+
+
+@dataclass(frozen=True)
+class BatchPoint:
+    """Several sequences decoded together, one new token each, in one forward pass."""
+
+    batch: int
+    context_tokens: int  # per sequence
+    step_ms: float  # median time of one batched decode step
+
+    @property
+    def per_token_ms(self) -> float:
+        return self.step_ms / self.batch
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.batch / (self.step_ms / 1e3)
+
+
+# ---- the forward passes measured ----------------------------------------------------------
+
+def sample_context(lm: LoadedModel, length: int, offset: int = 0) -> list[int]:
+    """`length` token ids of ordinary text (starting `offset` tokens in), repeated as needed."""
+    if not 1 <= length < lm.context_window:
+        raise SettingsError("context length", length, f"a whole number from 1 to {lm.context_window - 1}")
+    base = lm.tokenizer(SAMPLE_TEXT, add_special_tokens=False)["input_ids"]
+    return [base[(offset + i) % len(base)] for i in range(length)]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def _forward(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache | None) -> torch.Tensor:
+    """Logits at the last position, `[batch, vocab]`; with a cache, it grows by the input."""
+    past = cache.get_seq_length() if cache is not None else 0
+    mask = torch.ones((input_ids.shape[0], past + input_ids.shape[1]), dtype=torch.long, device=lm.device)
+    out = lm.model(input_ids=input_ids.to(lm.device), attention_mask=mask, past_key_values=cache,
+                   use_cache=cache is not None, logits_to_keep=1)
+    return out.logits[:, -1].float()
+
+
+def prefill(lm: LoadedModel, sequences: Sequence[Sequence[int]]) -> tuple[DynamicCache, torch.Tensor]:
+    """Read equal-length sequences in one pass into a fresh cache; logits `[batch, vocab]`."""
+    cache = DynamicCache(config=lm.model.config)
+    return cache, _forward(lm, torch.tensor([list(s) for s in sequences]), cache)
+
+
+def decode(lm: LoadedModel, cache: DynamicCache, next_ids: Sequence[int]) -> torch.Tensor:
+    """One decode step: one new token per sequence, reading the cache; logits `[batch, vocab]`."""
+    return _forward(lm, torch.tensor([[i] for i in next_ids]), cache)
+
+
+def next_logits_cached(lm: LoadedModel, context: Sequence[int]) -> torch.Tensor:
+    """The next token's logits `[vocab]` as generation computes them: the context minus its
+    last token is in the cache, and the last token is one decode step."""
+    return batch_step_logits(lm, [context])[0]
+
+
+def next_logits_recomputed(lm: LoadedModel, context: Sequence[int]) -> torch.Tensor:
+    """The same logits `[vocab]` without a cache: the whole context in one pass."""
+    return _forward(lm, torch.tensor([list(context)]), None)[0]
+
+
+def batch_step_logits(lm: LoadedModel, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Prefill every sequence but its last token, then decode the last tokens together;
+    logits `[batch, vocab]`. Sequences must be of equal length (no padding here)."""
+    if len({len(s) for s in sequences}) != 1 or len(sequences[0]) < 2:
+        raise SettingsError("sequences", [len(s) for s in sequences], "equal lengths of at least 2 tokens")
+    cache, _ = prefill(lm, [s[:-1] for s in sequences])
+    return decode(lm, cache, [s[-1] for s in sequences])
+
+
+# ---- timing -------------------------------------------------------------------------------
+
+def _median_ms(run: Callable[[], object], device: torch.device, repeats: int,
+               reset: Callable[[], object] | None = None) -> float:
+    """Median wall time of `run` over `repeats` timed calls, after one untimed warm-up.
+    `reset` (untimed) runs after every call, e.g. to crop a cache back."""
+    times = []
+    for attempt in range(repeats + 1):
+        _sync(device)
+        started = time.perf_counter()
+        run()
+        _sync(device)
+        if attempt:  # the first call warms caches and allocators
+            times.append((time.perf_counter() - started) * 1e3)
+        if reset is not None:
+            reset()
+    return statistics.median(times)
+
+
+def _crop_to(cache: DynamicCache, length: int) -> None:
+    """Drop the positions a timed step added, so every repeat sees the same context."""
+    excess = cache.get_seq_length() - length
+    if excess > 0:
+        cache.crop(-excess)  # transformers' crop takes a negative count to remove
+
+
+def _require_repeats(repeats: int) -> None:
+    if not isinstance(repeats, int) or repeats < 1:
+        raise SettingsError("repeats", repeats, "a whole number >= 1")
+
+
+def measure_cache_vs_recompute(lm: LoadedModel, context_lengths: Sequence[int], repeats: int = 3
+                               ) -> tuple[CachePoint, ...]:
+    """At each context length, time one decode step with the cache and the same logits
+    recomputed from the whole context without it."""
+    _require_repeats(repeats)
+    return tuple(_cache_point(lm, length, repeats) for length in context_lengths)
+
+
+def _cache_point(lm: LoadedModel, length: int, repeats: int) -> CachePoint:
+    if not isinstance(length, int) or length < 2:
+        raise SettingsError("context length", length, "a whole number >= 2")
+    context = sample_context(lm, length)
+    cache, _ = prefill(lm, [context[:-1]])
+    cached = _median_ms(lambda: decode(lm, cache, [context[-1]]), lm.device, repeats,
+                        reset=lambda: _crop_to(cache, length - 1))
+    recompute = _median_ms(lambda: next_logits_recomputed(lm, context), lm.device, repeats)
+    return CachePoint(length, cached, recompute)
+
+
+def measure_prefill_decode(lm: LoadedModel, prompt_tokens: int = 64, decode_steps: int = 8,
+                           repeats: int = 3) -> PrefillDecode:
+    """Time the prompt read in one pass, then greedy decode steps one token at a time."""
+    _require_repeats(repeats)
+    if not isinstance(decode_steps, int) or decode_steps < 1:
+        raise SettingsError("decode_steps", decode_steps, "a whole number >= 1")
+    prompt = sample_context(lm, prompt_tokens)
+    prefill_ms = _median_ms(lambda: prefill(lm, [prompt]), lm.device, repeats)
+    cache, logits = prefill(lm, [prompt])
+    step_times = []
+    for _ in range(decode_steps):
+        next_id = int(logits[0].argmax())
+        _sync(lm.device)
+        started = time.perf_counter()
+        logits = decode(lm, cache, [next_id])
+        _sync(lm.device)
+        step_times.append((time.perf_counter() - started) * 1e3)
+    return PrefillDecode(prompt_tokens, prefill_ms, decode_steps, statistics.median(step_times))
+
+
+def measure_kv(lm: LoadedModel, positions: int) -> KVSnapshot:
+    """Fill a real cache with `positions` tokens and read its tensors."""
+    cache, _ = prefill(lm, [sample_context(lm, positions)])
+    return read_kv(cache, lm.geometry, lm.dtype)
+
+
+def loaded_kv_config(lm: LoadedModel) -> KVConfig:
+    """The loaded model's KV shape, in the same form as the published ones."""
+    per_value = torch.empty((), dtype=lm.dtype).element_size()
+    geometry = lm.geometry
+    return KVConfig(lm.name, geometry.layers, geometry.kv_heads, geometry.head_dim,
+                    str(lm.dtype).removeprefix("torch."), per_value, "the loaded model's own config")
+
+
+def measure_device(device: torch.device, matmul_size: int = 1024, copy_mib: int = 256,
+                   repeats: int = 3) -> DeviceSpeed:
+    """Sustained compute (an n x n matmul in float32) and memory bandwidth (a copy of
+    `copy_mib` MiB, counted as the bytes read plus the bytes written)."""
+    _require_repeats(repeats)
+    a = torch.full((matmul_size, matmul_size), 0.5, device=device)
+    b = torch.full((matmul_size, matmul_size), 0.25, device=device)
+    matmul_ms = _median_ms(lambda: a @ b, device, repeats)
+    source = torch.zeros(copy_mib * 2**20 // 4, device=device)  # float32 values
+    target = torch.empty_like(source)
+    copy_ms = _median_ms(lambda: target.copy_(source), device, repeats)
+    moved = 2 * source.numel() * source.element_size()
+    return DeviceSpeed(device=str(device), matmul_size=matmul_size,
+                       flops_per_s=2 * matmul_size**3 / (matmul_ms / 1e3), copy_bytes=moved,
+                       bytes_per_s=moved / (copy_ms / 1e3))
+
+
+def weight_bytes(lm: LoadedModel) -> int:
+    """Bytes of every weight tensor (shared tensors, like tied embeddings, counted once)."""
+    return sum(p.numel() * p.element_size() for p in lm.model.parameters())
+
+
+def decode_flops(lm: LoadedModel, context_tokens: int) -> float:
+    """FLOPs of one decode step: a multiply and an add per parameter, plus attention's two
+    products (scores and weighted values) over the context in every layer."""
+    config = lm.model.config.get_text_config()
+    attention = 2 * 2 * lm.geometry.layers * config.num_attention_heads * lm.geometry.head_dim * context_tokens
+    return 2.0 * lm.parameters + attention
+
+
+def measure_decode_intensity(lm: LoadedModel, context_tokens: int = 64, repeats: int = 5) -> DecodeIntensity:
+    """Time one decode step at `context_tokens` and set its FLOPs against its bytes."""
+    _require_repeats(repeats)
+    context = sample_context(lm, context_tokens)
+    cache, _ = prefill(lm, [context[:-1]])
+    step_ms = _median_ms(lambda: decode(lm, cache, [context[-1]]), lm.device, repeats,
+                         reset=lambda: _crop_to(cache, context_tokens - 1))
+    decode(lm, cache, [context[-1]])  # once more, untimed, to measure the cache the step reads
+    kv = read_kv(cache, lm.geometry, lm.dtype)  # context_tokens positions
+    return DecodeIntensity(context_tokens, decode_flops(lm, context_tokens), weight_bytes(lm), kv.bytes, step_ms)
+
+
+def measure_batching(lm: LoadedModel, batch_sizes: Sequence[int] = (1, 4, 16), context_tokens: int = 32,
+                     repeats: int = 3) -> tuple[BatchPoint, ...]:
+    """Time one decode step for several sequences at once (each a different stretch of
+    text, all the same length), for each batch size."""
+    _require_repeats(repeats)
+    return tuple(_batch_point(lm, batch, context_tokens, repeats) for batch in batch_sizes)
+
+
+def _batch_point(lm: LoadedModel, batch: int, context_tokens: int, repeats: int) -> BatchPoint:
+    if not isinstance(batch, int) or batch < 1:
+        raise SettingsError("batch size", batch, "a whole number >= 1")
+    sequences = [sample_context(lm, context_tokens, offset=7 * row) for row in range(batch)]
+    cache, _ = prefill(lm, [s[:-1] for s in sequences])
+    last = [s[-1] for s in sequences]
+    step_ms = _median_ms(lambda: decode(lm, cache, last), lm.device, repeats,
+                         reset=lambda: _crop_to(cache, context_tokens - 1))
+    return BatchPoint(batch, context_tokens, step_ms)

@@ -14,6 +14,7 @@ Writes bench/results/engine.json.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -62,7 +63,7 @@ def time_generate(lm, prompt_ids: list[int], tokens: int) -> tuple[float, list[f
     total = time.perf_counter() - started
     assert out.shape[1] - len(prompt_ids) == tokens
     # the first put() is the prompt, the second the first new token; intervals after it are decode steps
-    decode = [b - a for a, b in zip(clock.stamps[1:], clock.stamps[2:])]
+    decode = [b - a for a, b in itertools.pairwise(clock.stamps[1:])]
     return total, decode
 
 
@@ -74,7 +75,7 @@ def time_engine(lm, tokens: int) -> tuple[float, list[float], Generation]:
     for _ in generation.run():
         stamps.append(time.perf_counter())
     total = time.perf_counter() - started
-    decode = [b - a for a, b in zip(stamps[1:], stamps[2:])]
+    decode = [b - a for a, b in itertools.pairwise(stamps[1:])]
     return total, decode, generation
 
 

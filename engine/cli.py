@@ -28,6 +28,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repetition-penalty", type=float, default=1.0, help="1 = off")
     parser.add_argument("--chain", default="transformers", choices=sorted(CHAINS), help="sampler stage order")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--draw", default="cdf", choices=["cdf", "multinomial"],
+                        help="cdf: one uniform u per step; multinomial: as torch.multinomial / generate()")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--stop", action="append", default=[], help="stop sequence (repeatable, up to 4)")
     parser.add_argument("--ignore-eos", action="store_true", help="keep going after the end token")
@@ -66,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop = StopSettings(max_new_tokens=args.max_new_tokens, stop_sequences=tuple(unescape(s) for s in args.stop),
                             ignore_eos=args.ignore_eos)
         lm = load_model(args.model)
-        generation = Generation(lm, args.prompt, chat=args.chat, sampler=sampler, stop=stop, seed=args.seed)
+        generation = Generation(lm, args.prompt, chat=args.chat, sampler=sampler, stop=stop, seed=args.seed,
+                                draw=args.draw)
     except (SettingsError, PromptError, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

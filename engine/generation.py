@@ -21,7 +21,7 @@ from transformers import DynamicCache
 from engine.errors import GenerationFinished, PromptError, SettingsError
 from engine.kvcache import KVSnapshot, read_kv
 from engine.loading import LoadedModel
-from engine.sampling import ChainOutput, Decision, decide, draw_uniform, entropy_bits
+from engine.sampling import DRAW_METHODS, ChainOutput, Decision, decide, draw_uniform, entropy_bits
 from engine.settings import SamplerSettings, StopSettings
 from engine.stopping import Termination, finish_reason, returned_text, stop_sequence_states
 from engine.tokens import TokenPiece
@@ -164,13 +164,20 @@ class Generation:
         sampler: how each token is picked; may be changed between steps.
         stop: termination settings; may be changed between steps.
         seed: seeds this generation's own torch.Generator.
+        draw: "cdf" (default) draws one uniform u per step and picks the token whose band
+            of the cumulative distribution holds it; "multinomial" draws as
+            torch.multinomial does, so a seed reproduces `torch.manual_seed(seed)` followed
+            by `generate(do_sample=True)` token for token.
     """
 
     def __init__(self, lm: LoadedModel, prompt: str, *, chat: bool = False,
                  system_prompt: str | None = None, sampler: SamplerSettings | None = None,
-                 stop: StopSettings | None = None, seed: int = 0) -> None:
+                 stop: StopSettings | None = None, seed: int = 0, draw: str = "cdf") -> None:
         if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
             raise SettingsError("seed", seed, "a whole number from 0 to 2^63 - 1")
+        if draw not in DRAW_METHODS:
+            raise SettingsError("draw", draw, f"one of {', '.join(DRAW_METHODS)}")
+        self.draw = draw
         self.lm = lm
         self.prompt = prompt
         self.chat = chat
@@ -257,8 +264,7 @@ class Generation:
 
         sampling_started = time.perf_counter()
         context = torch.tensor(self.context_ids)
-        u = None if self.sampler.greedy else draw_uniform(self._generator)
-        decision, chain = decide(raw_logits, context, self.sampler, u, force_token_id)
+        decision, chain = self._decide(raw_logits, context, self.sampler, self._generator, force_token_id)
         raw_probs = raw_logits.softmax(dim=-1)
         pick = decision.token_id
         distribution = describe_distribution(self.lm, raw_logits, raw_probs, chain)
@@ -299,12 +305,9 @@ class Generation:
         position = self._step_position(index)
         kept = self._kept[position]
         context = torch.tensor(self.prompt_ids + self.generated_ids[:position])
-        u = None
-        if not sampler.greedy:
-            generator = torch.Generator(device="cpu")
-            generator.set_state(kept.rng_state)
-            u = draw_uniform(generator)
-        decision, chain = decide(kept.raw_logits, context, sampler, u)
+        generator = torch.Generator(device="cpu")
+        generator.set_state(kept.rng_state)
+        decision, chain = self._decide(kept.raw_logits, context, sampler, generator)
         raw_probs = kept.raw_logits.softmax(dim=-1)
         return Resampled(decision, describe_distribution(self.lm, kept.raw_logits, raw_probs, chain))
 
@@ -332,6 +335,16 @@ class Generation:
         del self._kept[steps_to_keep:]
 
     # ---- inside a step ---------------------------------------------------------------------
+
+    def _decide(self, logits: torch.Tensor, context: torch.Tensor, sampler: SamplerSettings,
+                generator: torch.Generator, force_token_id: int | None = None) -> tuple[Decision, ChainOutput]:
+        """The sampler's decision; a sampling step always consumes its draw, forced or not,
+        so the random stream stays the same whatever the visitor forces."""
+        if sampler.greedy:
+            return decide(logits, context, sampler, None, force_token_id)
+        if self.draw == "multinomial":
+            return decide(logits, context, sampler, None, force_token_id, generator=generator)
+        return decide(logits, context, sampler, draw_uniform(generator), force_token_id)
 
     def _step_position(self, index: int | None) -> int:
         if not self._steps:

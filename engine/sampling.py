@@ -87,16 +87,20 @@ class StageRecord:
 
 @dataclass(frozen=True)
 class Draw:
-    """One uniform random number and where it fell on the cumulative final distribution.
+    """The random draw of one step and where the pick sits on the cumulative distribution.
 
     Tokens are laid end to end in order of final probability (highest first); the picked
-    token is the one whose band [cdf_low, cdf_high) contains u.
+    token owns the band [cdf_low, cdf_high). With the "cdf" method one uniform u was drawn
+    and fell in that band. With "multinomial" (torch.multinomial's own method, which
+    generate() uses) every token drew an exponential waiting time and the pick is the token
+    whose time divided by its probability came first; there is no single u.
     """
 
-    u: float
+    u: float | None
     cdf_low: float
     cdf_high: float
     rank: int  # the pick's place in that order, 1 = most probable
+    method: str = "cdf"
 
 
 @dataclass(frozen=True)
@@ -215,29 +219,56 @@ def draw_uniform(generator: torch.Generator) -> float:
     return float(torch.rand((), generator=generator, dtype=torch.float64))
 
 
+def _cdf(final_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids by final probability (highest first, ties by id) and their running total."""
+    order = torch.sort(final_probs, descending=True, stable=True).indices  # [vocab]
+    cdf = final_probs[order].double().cumsum(dim=0)
+    return order, cdf / cdf[-1]
+
+
+def _draw_record(order: torch.Tensor, cdf: torch.Tensor, rank0: int, u: float | None, method: str) -> Draw:
+    low = float(cdf[rank0 - 1]) if rank0 > 0 else 0.0
+    return Draw(u=u, cdf_low=low, cdf_high=float(cdf[rank0]), rank=rank0 + 1, method=method)
+
+
 def pick_by_cdf(final_probs: torch.Tensor, u: float) -> tuple[int, Draw]:
     """Inverse-CDF sampling: order tokens by probability, lay their masses end to end on
     [0, 1), and pick the token whose band contains u."""
-    order = torch.sort(final_probs, descending=True, stable=True).indices  # [vocab]
-    cdf = final_probs[order].double().cumsum(dim=0)
-    cdf = cdf / cdf[-1]
+    order, cdf = _cdf(final_probs)
     rank0 = int(torch.searchsorted(cdf, torch.tensor([u], dtype=torch.float64), right=True))
     # float rounding must never land u beyond the last token that has any probability
     rank0 = min(rank0, int((final_probs > 0).sum()) - 1)
-    low = float(cdf[rank0 - 1]) if rank0 > 0 else 0.0
-    return int(order[rank0]), Draw(u=u, cdf_low=low, cdf_high=float(cdf[rank0]), rank=rank0 + 1)
+    return int(order[rank0]), _draw_record(order, cdf, rank0, u, "cdf")
+
+
+def pick_like_multinomial(final_probs: torch.Tensor, generator: torch.Generator) -> tuple[int, Draw]:
+    """Sample exactly as `torch.multinomial(probs, 1)` does on the CPU: one Exp(1) waiting
+    time per token, pick the largest probability / time. With the same generator state this
+    reproduces `generate(do_sample=True)` after `torch.manual_seed`, token for token."""
+    waits = torch.empty_like(final_probs).exponential_(1, generator=generator)  # [vocab]
+    token = int(torch.argmax(final_probs / waits))
+    order, cdf = _cdf(final_probs)
+    rank0 = int((order == token).nonzero()[0, 0])
+    return token, _draw_record(order, cdf, rank0, None, "multinomial")
+
+
+DRAW_METHODS = ("cdf", "multinomial")
 
 
 def decide(logits: torch.Tensor, context_ids: torch.Tensor, settings: SamplerSettings,
-           u: float | None, force_token_id: int | None = None) -> tuple[Decision, ChainOutput]:
-    """Run the chain and pick: argmax for greedy, else the token at u on the CDF.
+           u: float | None, force_token_id: int | None = None, *,
+           generator: torch.Generator | None = None) -> tuple[Decision, ChainOutput]:
+    """Run the chain and pick: argmax for greedy, else a random draw.
 
-    `u` is the step's uniform draw (ignored for greedy). A forced token replaces the pick
-    but the sampler's own choice is still reported.
+    Pass either `u`, the step's uniform number (inverse-CDF draw), or `generator` to draw
+    the way torch.multinomial does. A forced token replaces the pick but the sampler's own
+    choice is still reported.
     """
     chain = run_chain(logits, context_ids, settings)
-    if settings.greedy or u is None:
+    if settings.greedy or (u is None and generator is None):
         sampler_pick, draw = int(torch.argmax(chain.final_probs)), None
+    elif generator is not None:
+        sampler_pick, draw = pick_like_multinomial(chain.final_probs, generator)
     else:
         sampler_pick, draw = pick_by_cdf(chain.final_probs, u)
     token_id = sampler_pick if force_token_id is None else force_token_id

@@ -108,6 +108,7 @@ class DeviceSpeed:
     """What the device sustains, measured: a square matmul and a large copy."""
 
     device: str
+    dtype: str  # the matmul's number format
     matmul_size: int  # n for an n x n by n x n product
     flops_per_s: float
     copy_bytes: int  # bytes read plus bytes written by one copy
@@ -303,20 +304,25 @@ def loaded_kv_config(lm: LoadedModel) -> KVConfig:
                     str(lm.dtype).removeprefix("torch."), per_value, "the loaded model's own config")
 
 
-def measure_device(device: torch.device, matmul_size: int = 1024, copy_mib: int = 256,
-                   repeats: int = 3) -> DeviceSpeed:
-    """Sustained compute (an n x n matmul in float32) and memory bandwidth (a copy of
-    `copy_mib` MiB, counted as the bytes read plus the bytes written)."""
+def measure_device(device: torch.device, dtype: torch.dtype = torch.float32, matmul_size: int | None = None,
+                   copy_mib: int | None = None, repeats: int = 3) -> DeviceSpeed:
+    """Sustained compute (an n x n matmul in `dtype`, the model's own) and memory bandwidth
+    (a copy of `copy_mib` MiB, counted as the bytes read plus the bytes written).
+
+    The default sizes are big enough to keep the device busy: larger on a GPU."""
     _require_repeats(repeats)
-    a = torch.full((matmul_size, matmul_size), 0.5, device=device)
-    b = torch.full((matmul_size, matmul_size), 0.25, device=device)
+    gpu = device.type == "cuda"
+    n = matmul_size or (8192 if gpu else 1024)
+    mib = copy_mib or (2048 if gpu else 256)
+    a = torch.full((n, n), 0.5, device=device, dtype=dtype)
+    b = torch.full((n, n), 0.25, device=device, dtype=dtype)
     matmul_ms = _median_ms(lambda: a @ b, device, repeats)
-    source = torch.zeros(copy_mib * 2**20 // 4, device=device)  # float32 values
+    source = torch.zeros(mib * 2**20 // a.element_size(), device=device, dtype=dtype)
     target = torch.empty_like(source)
     copy_ms = _median_ms(lambda: target.copy_(source), device, repeats)
     moved = 2 * source.numel() * source.element_size()
-    return DeviceSpeed(device=str(device), matmul_size=matmul_size,
-                       flops_per_s=2 * matmul_size**3 / (matmul_ms / 1e3), copy_bytes=moved,
+    return DeviceSpeed(device=str(device), dtype=str(dtype).removeprefix("torch."), matmul_size=n,
+                       flops_per_s=2 * n**3 / (matmul_ms / 1e3), copy_bytes=moved,
                        bytes_per_s=moved / (copy_ms / 1e3))
 
 

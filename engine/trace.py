@@ -73,6 +73,7 @@ def to_trace(generation: Generation) -> dict[str, Any]:
         "prompt_text": generation.prompt_text,
         "prompt_token_ids": list(generation.prompt_ids),
         "seed": generation.seed,
+        "draw": generation.draw,
         "sampler": asdict(generation.sampler),
         "stop": asdict(generation.stop) | {"stop_sequences": list(generation.stop.stop_sequences)},
         "steps": [_step_to_dict(step) for step in steps],
@@ -150,7 +151,7 @@ def replay(lm: LoadedModel, trace: dict[str, Any]) -> Replay:
                                 sampler=SamplerSettings(**trace.get("sampler", {})),
                                 stop=StopSettings(max_new_tokens=max(stop.max_new_tokens, len(trace["steps"]) or 1),
                                                   ignore_eos=True),
-                                seed=int(trace["seed"]))
+                                seed=int(trace["seed"]), draw=trace.get("draw", "cdf"))
         mismatched = []
         for step in trace["steps"]:
             generation.sampler = SamplerSettings(**step["sampler"])

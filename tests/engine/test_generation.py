@@ -175,3 +175,22 @@ def test_stepping_after_a_finish_is_refused_until_settings_allow_it(lm) -> None:
     assert generation.finish_reason is None
     generation.step()
     assert len(generation.steps) == 3 and generation.finish_reason == "max_tokens"
+
+
+@pytest.mark.parametrize("settings", [
+    SamplerSettings(temperature=0.8),
+    SamplerSettings(temperature=1.1, top_k=40, top_p=0.9, min_p=0.05, repetition_penalty=1.2),
+])
+def test_multinomial_draw_reproduces_seeded_sampled_generate(lm, settings: SamplerSettings) -> None:
+    generation = Generation(lm, "Once upon a time", sampler=settings, seed=1234, draw="multinomial",
+                            stop=StopSettings(max_new_tokens=24, ignore_eos=True))
+    list(generation.run())
+    ids = torch.tensor([generation.prompt_ids])
+    torch.manual_seed(1234)
+    with torch.inference_mode():
+        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=24,
+                                temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
+                                min_p=settings.min_p or None, repetition_penalty=settings.repetition_penalty)
+    expected = out[0, len(generation.prompt_ids):].tolist()
+    assert generation.generated_ids[:len(expected)] == expected
+    assert all(s.decision.draw.method == "multinomial" and s.decision.draw.u is None for s in generation.steps)

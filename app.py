@@ -1,4 +1,4 @@
-"""Token by Token: the frame. Page config, the shared sidebar (model), navigation."""
+"""Token by Token: the frame. Page config, the shared sidebar (model, presentation mode), navigation."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from ui.model import ERROR_KEY, current_model, switch_model
+from ui.state import PRESENTATION
 
 HERE = Path(__file__).parent
 
@@ -20,22 +21,27 @@ def model_sidebar() -> None:
         lm = current_model()
         st.markdown(f"**{lm.name}**  \n{lm.parameters / 1e6:.0f} M parameters · "
                     f"{lm.vocab_size:,} tokens · context {lm.context_window:,}  \n"
-                    f"device `{lm.device}` · dtype `{str(lm.dtype).removeprefix('torch.')}`")
+                    f"device **{lm.device}** · dtype **{str(lm.dtype).removeprefix('torch.')}**"
+                    + (f" · loaded in {lm.load_seconds:.1f} s" if lm.load_seconds else ""))
         with st.form("model_form", border=False):
-            source = st.text_input("Load another model", key="model_field",
+            source = st.text_input("Load another model", key="app_model_field",
                                    placeholder="Hub id, model folder, or .gguf path",
-                                   help="Empty = the bundled SmolLM2-135M-Instruct. A Hub id needs a network.")
+                                   help="Empty = the bundled SmolLM2-135M-Instruct. A Hub id needs a network; "
+                                        "a GGUF file is dequantised on its first load.")
             if st.form_submit_button("Load model"):
                 switch_model(source)
         if ERROR_KEY in st.session_state:
-            st.error(st.session_state[ERROR_KEY] + " The previous model stays loaded.")
+            st.error(st.session_state[ERROR_KEY] + " The previous model stays loaded.", icon="✋")
+        st.divider()
+        st.toggle("Presentation mode", key=PRESENTATION,
+                  help="Large type and fewer panels, for a projector.")
 
 
 pages = [
-    st.Page(HERE / "pages" / "step_through.py", title="Step through", icon="▶️", default=True),
-    st.Page(HERE / "pages" / "sampler_lab.py", title="Sampler lab", icon="🎛️"),
-    st.Page(HERE / "pages" / "kv_speed.py", title="KV cache & speed", icon="⚡"),
-    st.Page(HERE / "pages" / "lesson.py", title="Lesson", icon="🎓"),
+    st.Page(HERE / "pages" / "step_through.py", title="Step through", icon=":material/play_arrow:", default=True),
+    st.Page(HERE / "pages" / "sampler_lab.py", title="Sampler lab", icon=":material/tune:"),
+    st.Page(HERE / "pages" / "kv_speed.py", title="KV cache & speed", icon=":material/memory:"),
+    st.Page(HERE / "pages" / "lesson.py", title="Lesson", icon=":material/school:"),
 ]
 navigation = st.navigation(pages)
 model_sidebar()

@@ -1,3 +1,445 @@
+"""Step through: run the model one token at a time and look at every part of each step.
+
+The page is a view of the visitor's Generation (in session_state). Two fragments keep it
+fast: the workspace (buttons and every panel) reruns on Step / Back / Reset, and inside it
+the sampler view reruns alone when a slider moves, re-sampling the kept logits with no
+forward pass.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlencode
+
 import streamlit as st
 
-st.title('step_through')
+from engine import (
+    CHAINS,
+    Generation,
+    GenerationFinished,
+    LoadedModel,
+    PromptError,
+    SettingsError,
+    TraceError,
+    parse_trace,
+    replay,
+    to_trace,
+)
+from ui import panels
+from ui import state as keys
+from ui.chips import prompt_chips
+from ui.model import current_model, current_source, switch_model
+from ui.presets import apply_preset, load_presets, preset_named
+from ui.share import ShareError, from_generation, from_params, replay_trace, to_params
+from ui.views import PANEL_CSS
+
+S = st.session_state
+# Less empty space above the title; presentation mode scales every rem-sized thing up.
+PAGE_CSS = """<style>[data-testid="stMainBlockContainer"]{padding-top:2.2rem}</style>"""
+PRESENTATION_CSS = """<style>
+html{font-size:22px}
+.tbt-chips{font-size:1.3rem}
+</style>"""
+
+
+# ---- state changes (button callbacks run before the rerun that shows their result) ---------
+
+
+def _generation() -> Generation | None:
+    return S.get(keys.GENERATION)
+
+
+def _act(action) -> None:
+    """Run an engine action; an engine error becomes the message beside the buttons."""
+    try:
+        action()
+    except (GenerationFinished, SettingsError, PromptError) as exc:
+        keys.set_message(S, "buttons", str(exc))
+    else:
+        keys.set_message(S, "buttons", None)
+
+
+def on_step() -> None:
+    gen = _generation()
+    if gen is not None:
+        _act(gen.step)
+
+
+def on_back() -> None:
+    gen = _generation()
+    if gen is not None and gen.steps:
+        _act(lambda: gen.rewind(len(gen.steps) - 1))
+
+
+def on_reset() -> None:
+    """A fresh generation with the current prompt and settings (a new prefill on Step)."""
+    gen = _generation()
+    if gen is not None:
+        _act(lambda: S.update({keys.GENERATION: _new_generation(gen.lm)}))
+
+
+def on_run() -> None:
+    S[keys.RUNNING] = True
+
+
+def on_stop() -> None:
+    S[keys.RUNNING] = False
+
+
+def on_branch(token_id: int) -> None:
+    """Replace the latest step's pick with another candidate, then rerun the workspace."""
+    gen = _generation()
+    if gen is not None and gen.steps:
+        def branch() -> None:
+            gen.rewind(len(gen.steps) - 1)
+            gen.step(force_token_id=token_id)
+        _act(branch)
+    st.rerun(scope=WORKSPACE_KEY)
+
+
+def on_repick() -> None:
+    """Take the latest step again under the current sampler settings."""
+    gen = _generation()
+    if gen is not None and gen.steps:
+        def repick() -> None:
+            gen.rewind(len(gen.steps) - 1)
+            gen.step()
+        _act(repick)
+    st.rerun(scope=WORKSPACE_KEY)
+
+
+def on_preset() -> None:
+    name = S.get(keys.PRESET)
+    if name:
+        apply_preset(S, preset_named(name))
+
+
+def on_trace_upload() -> None:
+    """Replay an uploaded trace into a live generation; a bad file leaves everything as is."""
+    upload = S.get("st_trace_upload")
+    if upload is None:
+        return
+    try:
+        trace = parse_trace(upload.getvalue())
+        result = replay(current_model(), trace)
+    except TraceError as exc:
+        keys.set_message(S, "trace_error", f"{upload.name}: {exc}")
+        return
+    keys.set_message(S, "trace_error", None)
+    keys.write_generation(S, result.generation)
+    note = f"Loaded {upload.name}: {len(result.generation.steps)} steps replayed."
+    if result.mismatched_steps:
+        note += f" Steps {', '.join(map(str, result.mismatched_steps))} sampled differently here and were forced."
+    if trace.get("model", {}).get("name") not in (None, current_model().name):
+        note += f" The trace was recorded with {trace['model']['name']}; it is replayed on {current_model().name}."
+    keys.set_message(S, "trace", note)
+
+
+def _new_generation(lm: LoadedModel) -> Generation:
+    """A generation from the widgets' current values (raises the engine's errors)."""
+    setup = keys.setup_from(S, lm)
+    return Generation(lm, setup.prompt, chat=setup.chat, seed=setup.seed, sampler=keys.sampler_from(S),
+                      stop=keys.stop_from(S))
+
+
+# ---- the share link --------------------------------------------------------------------------
+
+
+def apply_link_once() -> None:
+    """On a visitor's first run, rebuild the state a share link describes."""
+    if S.get("st_link_read"):
+        return
+    S["st_link_read"] = True
+    params = {key: st.query_params.get_all(key) for key in st.query_params}
+    if "prompt" not in params:
+        return
+    try:
+        shared = from_params(params)
+        if shared.model and not switch_model(shared.model):
+            raise ShareError(f"The link's model '{shared.model}' could not be loaded.")
+        with st.spinner(f"Replaying {len(shared.steps)} steps from the link…"):
+            result = replay(current_model(), replay_trace(shared))
+    except (ShareError, SettingsError, TraceError, PromptError) as exc:
+        keys.set_message(S, "link", f"This link cannot be opened: {exc}")
+        return
+    keys.write_generation(S, result.generation)
+    if result.mismatched_steps:
+        keys.set_message(S, "link", "Steps " + ", ".join(map(str, result.mismatched_steps))
+                         + " sampled differently on this machine and were forced to the linked tokens.")
+
+
+def publish_link(gen: Generation) -> dict[str, str | list[str]]:
+    """Keep the address bar a share link for the current state; return its parameters."""
+    params = to_params(from_generation(gen, "" if current_source() == "bundled" else current_source()))
+    if S.get("st_published") != params:
+        st.query_params.from_dict(params)
+        S["st_published"] = params
+    return params
+
+
+# ---- setup: prompt, presets, stop settings (full reruns) -------------------------------------
+
+
+def setup_controls(lm: LoadedModel) -> None:
+    prompt_col, side_col = st.columns([3, 2], gap="medium")
+    with prompt_col:
+        st.text_area("Prompt", key=keys.PROMPT, height=76, persist_state="session",
+                     help="The text the model continues. Changing it (or chat, or the seed) starts over.")
+        if problem := keys.message(S, "prompt"):
+            st.error(problem, icon="✋")
+    with side_col:
+        names = [p.name for p in load_presets()]
+        st.selectbox("Presets", names, index=None, key=keys.PRESET, on_change=on_preset,
+                     placeholder="Pick an example…", persist_state="session")
+        if S.get(keys.PRESET):
+            st.caption(preset_named(S[keys.PRESET]).about)
+        chat_col, seed_col = st.columns(2)
+        chat_col.toggle("Chat template", key=keys.CHAT, persist_state="session",
+                        help="Wrap the prompt as a user message in the model's chat template.")
+        seed_col.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=keys.SEED,
+                              persist_state="session", help="Seeds this generation's own random generator.")
+    stop_controls()
+    gen = _generation()
+    if S[keys.CHAT] and gen is not None and gen.chat:
+        with st.expander("Templated text: what the model actually reads"):
+            st.code(gen.prompt_text, language=None, wrap_lines=True)
+
+
+def stop_controls() -> None:
+    with st.expander("Stop conditions: max new tokens, stop sequences, end of sequence"):
+        cols = st.columns([1, 2, 1])
+        cols[0].number_input("Max new tokens", min_value=1, max_value=4096, step=1, key=keys.MAX_NEW,
+                             persist_state="session")
+        cols[1].text_area("Stop sequences (one per line, up to 4; write a newline as \\n)", key=keys.STOPS,
+                          height=80, persist_state="session")
+        cols[2].toggle("Ignore EOS", key=keys.IGNORE_EOS, persist_state="session",
+                       help="Keep going after the model emits its end-of-sequence token.")
+        if problem := keys.message(S, "stop"):
+            st.error(problem, icon="✋")
+
+
+def sync_generation(lm: LoadedModel) -> None:
+    """Start over when the prompt, chat flag, seed or model changed; pass stop settings on.
+    On bad input the message is shown beside the control and the current generation stays."""
+    gen = _generation()
+    try:
+        stop = keys.stop_from(S)
+    except SettingsError as exc:
+        keys.set_message(S, "stop", str(exc))
+        stop = None
+    else:
+        keys.set_message(S, "stop", None)
+    if gen is None or keys.setup_of(gen) != keys.setup_from(S, lm):
+        try:
+            gen = _new_generation(lm) if stop is not None else gen
+        except (PromptError, SettingsError) as exc:
+            keys.set_message(S, "prompt", str(exc))
+            return
+        keys.set_message(S, "prompt", None)
+        S[keys.GENERATION] = gen
+        S[keys.RUNNING] = False
+    if gen is not None and stop is not None:
+        gen.stop = stop
+
+
+# ---- the workspace fragment ------------------------------------------------------------------
+
+WORKSPACE_KEY = "st_workspace"
+
+
+def button_row(gen: Generation) -> None:
+    running = bool(S.get(keys.RUNNING))
+    finished = gen.finished
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.button("Step", key="st_step", type="primary", on_click=on_step, disabled=running or finished,
+               help="One token: forward pass, sample, append, check.")
+    if running:
+        row.button("Stop", key="st_stop", on_click=on_stop, help="Stop running after the current token.")
+    else:
+        row.button("Run", key="st_run", on_click=on_run, disabled=finished,
+                   help="Step until a stop condition fires; tokens appear as they come.")
+    row.button("Back", key="st_back", on_click=on_back, disabled=running or not gen.steps,
+               help="Rewind one step (the KV cache is cropped, the random generator restored).")
+    row.button("Reset", key="st_reset", on_click=on_reset, disabled=running,
+               help="Start over from the prompt.")
+    row.markdown(status_text(gen))
+    if problem := keys.message(S, "buttons"):
+        st.warning(problem, icon="✋")
+
+
+def status_text(gen: Generation) -> str:
+    count = len(gen.steps)
+    text = f"**{count}** token{'s' if count != 1 else ''} generated · prompt {len(gen.prompt_ids)} tokens"
+    if gen.finished:
+        text += f" · :orange-background[finished: {gen.finish_reason.replace('_', ' ')}]"
+    return text
+
+
+def _prompt_chips(gen: Generation) -> str:
+    """Prompt chips never change for a generation: build them once."""
+    cached = S.get("st_prompt_chips")
+    if cached is None or cached[0] is not gen:
+        cached = (gen, prompt_chips(gen.prompt_pieces))
+        S["st_prompt_chips"] = cached
+    return cached[1]
+
+
+def run_loop(gen: Generation, target) -> None:
+    """Step until a stop condition fires, redrawing the context after every token. A click on
+    Stop (or any widget) interrupts the script between two steps, never inside one."""
+    try:
+        while not gen.finished and S.get(keys.RUNNING):
+            gen.step()
+            panels.context_panel(gen, target, _prompt_chips(gen), legend=not presentation())
+    except GenerationFinished:
+        pass
+    S[keys.RUNNING] = False
+
+
+@st.fragment(key=WORKSPACE_KEY)
+def workspace() -> None:
+    """Buttons and every panel: reruns alone on Step, Back, Reset, Run and branch clicks."""
+    gen = _generation()
+    if gen is None:
+        st.info("Type a prompt above to start.")
+        return
+    button_row(gen)
+    context = st.empty()
+    if S.get(keys.RUNNING):
+        run_loop(gen, context)
+    panels.context_panel(gen, context, _prompt_chips(gen), legend=not presentation())
+    sampler_view()
+    if presentation():
+        left, right = st.columns(2, gap="medium")
+        with left:
+            st.markdown("#### Termination")
+            panels.termination_panel(gen)
+        with right:
+            st.markdown("#### Sequence probability")
+            panels.sequence_panel(gen, basis_key=keys.SEQ_BASIS, table=False)
+    else:
+        detail_tabs(gen)
+    publish_link(gen)
+
+
+def presentation() -> bool:
+    return bool(S.get(keys.PRESENTATION))
+
+
+# ---- sampler controls, distribution, decision, candidates (nested fragment) ------------------
+
+
+def sampler_controls() -> None:
+    st.markdown("#### Sampler")
+    st.slider("Temperature", 0.0, 2.0, step=0.05, key=keys.TEMPERATURE, persist_state="session",
+              help="0 = greedy (argmax). Below 1 sharpens the distribution, above 1 flattens it.")
+    st.slider("Top-k", 0, 100, step=1, key=keys.TOP_K, persist_state="session",
+              help="Keep the k most probable tokens (0 = off).")
+    st.slider("Top-p", 0.0, 1.0, step=0.01, key=keys.TOP_P, persist_state="session",
+              help="Keep the most probable tokens until their mass reaches p (1 = off).")
+    if presentation():
+        return
+    st.slider("Min-p", 0.0, 1.0, step=0.01, key=keys.MIN_P, persist_state="session",
+              help="Drop tokens below min-p × the top token's probability (0 = off).")
+    st.slider("Repetition penalty", 0.5, 2.0, step=0.05, key=keys.REPETITION, persist_state="session",
+              help="Above 1 makes tokens already in the context less likely (1 = off).")
+    st.selectbox("Chain order", list(CHAINS), key=keys.CHAIN, persist_state="session",
+                 help="The order the stages run in, as in each engine: " + "; ".join(
+                     f"{name}: {' → '.join(stages)}" for name, stages in CHAINS.items()))
+
+
+@st.fragment(key="st_sampler")
+def sampler_view() -> None:
+    """Sliders, distribution, decision and candidates: reruns alone when a slider moves,
+    re-sampling the latest step's kept logits (no forward pass)."""
+    gen = _generation()
+    chart_col, control_col = st.columns([3, 1.3], gap="medium")
+    with control_col:
+        sampler_controls()
+        try:
+            sampler = keys.sampler_from(S)
+        except SettingsError as exc:
+            st.error(str(exc), icon="✋")
+            sampler = gen.sampler
+    gen.sampler = sampler  # the next Step uses it
+    publish_link(gen)
+    if not gen.steps:
+        chart_col.info("Press **Step**: the first forward pass reads the whole prompt at once (prefill) and "
+                       "gives the distribution for the first new token.")
+        return
+    record = gen.steps[-1]
+    changed = sampler != record.decision.settings
+    if changed:
+        resampled = gen.resample(sampler)  # the kept logits, the same u: no forward pass
+        decision, distribution = resampled.decision, resampled.distribution
+    else:
+        decision, distribution = record.decision, record.distribution
+    with chart_col:
+        panels.distribution_panel(record, decision, distribution, mode_key=keys.CHART_MODE,
+                                  chart_key="st_distribution_chart", font_size=17 if presentation() else 13)
+    if changed:
+        with control_col:
+            panels.resample_note(record, decision, distribution, on_repick, "st_repick")
+    decision_col, branch_col = st.columns([3, 1.3], gap="medium")
+    with decision_col:
+        panels.decision_panel(decision, distribution)
+    if not presentation():
+        with branch_col:
+            panels.candidates_panel(record, distribution, on_branch, key_prefix="st_force_")
+
+
+# ---- the detail tabs (only the open one is computed) -----------------------------------------
+
+TABS = ("Termination", "P(sequence)", "KV cache", "History", "Share")
+
+
+def detail_tabs(gen: Generation) -> None:
+    tabs = st.tabs(list(TABS), key="st_tabs", on_change="rerun")
+    views = (panels.termination_panel,
+             lambda g: panels.sequence_panel(g, basis_key=keys.SEQ_BASIS),
+             lambda g: panels.kv_panel(g, "st_kv_chart"),
+             lambda g: panels.history_panel(g, "st_history"),
+             share_panel)
+    for tab, view in zip(tabs, views, strict=True):
+        if tab.open:
+            with tab:
+                view(gen)
+
+
+def share_panel(gen: Generation) -> None:
+    params = publish_link(gen)
+    base = (st.context.url or "").split("?")[0]
+    st.markdown("**Share link**: opens this exact state (model, prompt, settings, seed, every step and "
+                "forced token); the address bar always holds it.")
+    st.code(f"{base}?{urlencode(params, doseq=True)}", language=None, wrap_lines=True)
+    st.download_button("Download trace (JSON)", data=lambda: json.dumps(to_trace(gen), indent=1,
+                                                                        ensure_ascii=False),
+                       file_name="token-by-token-trace.json", mime="application/json", key="st_trace_download",
+                       on_click="ignore")
+    st.file_uploader("Load a trace", type=["json"], key="st_trace_upload", on_change=on_trace_upload,
+                     help="A trace downloaded from this app; its steps are replayed on the current model.")
+    if problem := keys.message(S, "trace_error"):
+        st.error(problem, icon="✋")
+    elif note := keys.message(S, "trace"):
+        st.success(note)
+
+
+# ---- the page --------------------------------------------------------------------------------
+
+
+def main() -> None:
+    lm = current_model()
+    keys.init_defaults(S)
+    apply_link_once()
+    st.html(PAGE_CSS + PANEL_CSS + (PRESENTATION_CSS if presentation() else ""))
+    st.header("Step through", anchor=False)
+    st.caption("One click = one token. Each step runs the model on the context, turns its scores into a "
+               "distribution over the whole vocabulary, picks one token, appends it, and checks whether to stop.")
+    if problem := keys.message(S, "link"):
+        st.warning(problem, icon="🔗")
+    setup_controls(lm)
+    sync_generation(lm)
+    workspace()
+
+
+main()

@@ -1,0 +1,133 @@
+"""Plotly figures shared by the pages: the next-token distribution and the KV cache growth.
+
+Figures are kept lean (few traces, no toolbar) because they are redrawn on every step and
+every slider move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from engine import Candidate, Distribution, StepRecord
+from ui.format import pct, quoted
+
+RAW_COLOUR = "#6baed6"  # the model's own softmax, the same blue as the chips
+FINAL_COLOUR = "#e8590c"  # the distribution the sampler actually draws from
+RAW_NAME = "raw softmax (the model)"
+FINAL_NAME = "final (after the sampler, drawn from)"
+MODES = ("probability", "log probability", "logit")
+CHART_CONFIG = {"displayModeBar": False}
+
+
+@dataclass(frozen=True)
+class BarRows:
+    """The rows of a distribution chart: the shown candidates, then all other tokens."""
+
+    shown: tuple[Candidate, ...]
+    others_count: int
+    others_prob: float
+    others_final_prob: float
+
+
+def bar_rows(distribution: Distribution, top_n: int, pick_id: int | None = None) -> BarRows:
+    """The top_n candidates by raw probability (plus the pick, wherever it ranks); every
+    other token of the vocabulary is summed into one row."""
+    shown = list(distribution.top[:top_n])
+    if pick_id is not None and all(c.token_id != pick_id for c in shown):
+        shown += [c for c in distribution.top if c.token_id == pick_id]
+    hidden = [c for c in distribution.top if c not in shown]
+    return BarRows(
+        shown=tuple(shown),
+        others_count=distribution.others_count + len(hidden),
+        others_prob=distribution.others_prob + sum(c.prob for c in hidden),
+        others_final_prob=distribution.others_final_prob + sum(c.final_prob for c in hidden),
+    )
+
+
+def _row_label(candidate: Candidate, pick_id: int | None) -> str:
+    marker = "▶ " if candidate.token_id == pick_id else ""
+    return f"{marker}#{candidate.rank} {quoted(candidate.text)}"
+
+
+def distribution_figure(distribution: Distribution, pick_id: int | None = None, *,
+                        mode: str = "probability", top_n: int = 10, height: int | None = None,
+                        font_size: int = 13) -> go.Figure:
+    """Horizontal bars for the next-token distribution: raw softmax and final sampling
+    probability side by side (or raw logits), the pick's row highlighted, one row for all others.
+
+    Args:
+        distribution: a step's (or a resample's) distribution from the engine.
+        pick_id: the token to highlight as the pick, if any.
+        mode: one of MODES. "logit" shows the raw logits only (the rest has no single logit).
+        top_n: candidates shown, by raw probability.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode = {mode!r} is not allowed: one of {', '.join(MODES)}.")
+    rows = bar_rows(distribution, top_n, pick_id)
+    labels = [_row_label(c, pick_id) for c in rows.shown]
+    ids = [c.token_id for c in rows.shown]
+    if mode == "logit":
+        values = [c.logit for c in rows.shown]
+        traces = [_bar("raw logit", labels, values, RAW_COLOUR, ids, [f"{v:.2f}" for v in values], font_size)]
+        axis = dict(title=dict(text="raw logit (the model's score before the softmax)", standoff=4))
+    else:
+        labels.append(f"all other {rows.others_count:,} tokens")
+        ids.append(-1)
+        raw = [c.prob for c in rows.shown] + [rows.others_prob]
+        final = [c.final_prob for c in rows.shown] + [rows.others_final_prob]
+        traces = [_bar(RAW_NAME, labels, raw, RAW_COLOUR, ids, [pct(p) for p in raw], font_size),
+                  _bar(FINAL_NAME, labels, final, FINAL_COLOUR, ids,
+                       [pct(p) if p > 0 else "" for p in final], font_size)]  # no label on filtered tokens
+        log = mode == "log probability"
+        largest = max(raw + final)
+        axis = dict(title=dict(text="probability" + (" (log scale)" if log else ""), standoff=4),
+                    type="log" if log else "linear", tickformat=".0%" if not log else None,
+                    range=None if log else [0, largest * 1.18])  # room for the labels outside the bars
+    figure = go.Figure(traces)
+    figure.update_layout(
+        barmode="group", bargap=0.2, bargroupgap=0.0,
+        height=height or 70 + 30 * len(labels), margin=dict(l=4, r=4, t=28, b=36),
+        font=dict(size=font_size), legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"),
+        yaxis=dict(autorange="reversed", automargin=True, type="category"),
+        xaxis=dict(automargin=True, gridcolor="#eeeeee", zerolinecolor="#999999", **axis),
+        plot_bgcolor="white",
+        shapes=[_pick_band(ids.index(pick_id))] if pick_id in ids else [],
+    )
+    return figure
+
+
+def _pick_band(row: int) -> dict:
+    """A highlight behind the picked token's row (category rows sit at 0, 1, 2, ...)."""
+    return dict(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=row - 0.5, y1=row + 0.5,
+                fillcolor="#ffe066", opacity=0.45, line_width=0, layer="below")
+
+
+def _bar(name: str, labels: list[str], values: list[float], colour: str, ids: list[int],
+         texts: list[str], font_size: int) -> go.Bar:
+    return go.Bar(name=name, y=labels, x=values, orientation="h", marker_color=colour, text=texts,
+                  textposition="outside", cliponaxis=False, customdata=ids, textfont_size=font_size - 1,
+                  hovertemplate="%{y}<br>" + name + ": %{text}<br>id %{customdata}<extra></extra>")
+
+
+def kv_figure(steps: Sequence[StepRecord], height: int = 260) -> go.Figure:
+    """KV cache positions (bars) and bytes (line) after each step's forward pass: a jump at
+    step 1 (the whole prompt, prefill), then one position per step."""
+    x = [s.index for s in steps]
+    figure = go.Figure([
+        go.Bar(name="positions held", x=x, y=[s.kv.positions for s in steps], marker_color=RAW_COLOUR,
+               hovertemplate="step %{x}: %{y} positions<extra></extra>"),
+        go.Scatter(name="MiB", x=x, y=[s.kv.bytes / 1024 ** 2 for s in steps], yaxis="y2",
+                   mode="lines+markers", line=dict(color=FINAL_COLOUR),
+                   hovertemplate="step %{x}: %{y:.3f} MiB<extra></extra>"),
+    ])
+    figure.update_layout(
+        height=height, margin=dict(l=8, r=8, t=8, b=8), plot_bgcolor="white",
+        legend=dict(orientation="h", y=1.12, x=0),
+        xaxis=dict(title="step", dtick=max(1, len(x) // 10) if x else 1),
+        yaxis=dict(title="positions", rangemode="tozero", gridcolor="#eeeeee"),
+        yaxis2=dict(title="MiB", overlaying="y", side="right", rangemode="tozero", showgrid=False),
+    )
+    return figure

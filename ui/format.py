@@ -1,0 +1,55 @@
+"""Small formatting helpers shared by every page: numbers, token text, HTML escaping."""
+
+from __future__ import annotations
+
+import html
+import math
+
+# Whitespace drawn as visible glyphs so a student can see that " Paris" starts with a space.
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def visible(text: str) -> str:
+    """Token text with spaces, newlines and tabs drawn as ␣ ↵ ⇥ (plain text, not HTML)."""
+    return "".join(_VISIBLE.get(ch, ch) for ch in text) if text else "∅"
+
+
+def quoted(text: str) -> str:
+    """A token for a sentence or a chart label: its visible text in quotes."""
+    return f"'{visible(text)}'"
+
+
+def esc(text: str) -> str:
+    """Escape text for HTML."""
+    return html.escape(text, quote=True)
+
+
+def pct(p: float, digits: int = 1) -> str:
+    """A probability as a percentage; tiny values keep significant digits instead of 0.0 %."""
+    value = 100 * p
+    if value == 0:
+        return "0%"
+    if value < 10 ** -digits:
+        return f"{value:.{digits}g}%" if value >= 1e-4 else f"{value:.1e}%"
+    return f"{value:.{digits}f}%"
+
+
+def prob(p: float) -> str:
+    """A probability as a decimal with four significant digits (0.7725, 3.98e-05)."""
+    if p == 0:
+        return "0"
+    return f"{p:.4f}" if p >= 0.001 else f"{p:.3g}"
+
+
+def logp(value: float) -> str:
+    """A natural-log probability; -inf when the float32 softmax underflowed to 0."""
+    return "−∞" if math.isinf(value) else f"{value:.3f}".replace("-", "−")
+
+
+def nbytes(count: int) -> str:
+    """Bytes in KiB / MiB with the exact count kept for cross-checks elsewhere."""
+    if count >= 1024 ** 2:
+        return f"{count / 1024 ** 2:.2f} MiB"
+    if count >= 1024:
+        return f"{count / 1024:.1f} KiB"
+    return f"{count} B"

@@ -1,0 +1,170 @@
+"""Streamlit panels that show one Generation: each is a view of the engine's step records.
+
+Pages decide the layout and own the callbacks; these functions only draw. Widget keys are
+namespaced with the `prefix` a page passes in, so two pages can show the same panel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
+
+from engine import Decision, Distribution, Generation, LoadedModel, StepRecord
+from engine.stopping import stop_sequence_states
+from ui.charts import CHART_CONFIG, FINAL_NAME, MODES, RAW_NAME, distribution_figure, kv_figure
+from ui.chips import context_html
+from ui.format import pct, quoted
+from ui.views import (
+    decision_html,
+    decoded_text_html,
+    factorisation_html,
+    kv_check_html,
+    sequence_stats,
+    sequence_table_html,
+    stages_html,
+    termination_html,
+)
+
+CANDIDATES_SHOWN = 8
+
+
+def eos_names(lm: LoadedModel) -> str:
+    """The model's end-of-sequence token(s), as text."""
+    return " ".join(lm.texts.piece(i).text for i in lm.eos_ids)
+
+
+def token_text(distribution: Distribution, token_id: int) -> str:
+    """A token's text when it is among the recorded candidates, else its id."""
+    return next((c.text for c in distribution.top if c.token_id == token_id), f"id {token_id}")
+
+
+def context_panel(gen: Generation, target: DeltaGenerator, prompt_html: str, legend: bool = True) -> None:
+    """The context as chips and as decoded text, drawn into `target` (a placeholder, so a
+    running generation can redraw it after every token)."""
+    stops = stop_sequence_states(gen.output_text, gen.stop.stop_sequences)
+    with target.container(border=True):
+        st.html(context_html(prompt_html, gen.steps, legend=legend)
+                + decoded_text_html(gen.prompt_text, gen.output_text, stops, gen.finish_reason,
+                                    eos_names(gen.lm)))
+
+
+def distribution_panel(record: StepRecord, decision: Decision, distribution: Distribution, *,
+                       mode_key: str, chart_key: str, font_size: int = 13) -> None:
+    """The next-token distribution of the latest step: raw and final side by side."""
+    st.markdown(f"#### Next-token distribution at step {record.index}")
+    vocabulary = record.distribution.others_count + len(record.distribution.top)
+    st.caption(f"The model scores all {vocabulary:,} tokens of its vocabulary. "
+               f"**Blue: {RAW_NAME}**, the softmax of its logits. **Orange: {FINAL_NAME}**, after the "
+               "sampler chain reshaped it. The highlighted row (▶) is the pick.")
+    mode = st.segmented_control("Scale", list(MODES), key=mode_key, label_visibility="collapsed",
+                                persist_state="session") or MODES[0]
+    figure = distribution_figure(distribution, decision.token_id, mode=mode, top_n=10, font_size=font_size)
+    st.plotly_chart(figure, config=CHART_CONFIG, key=chart_key)
+    st.caption(f"Entropy (uncertainty, 0 = certain): raw {distribution.raw_entropy_bits:.2f} bits · "
+               f"final {distribution.final_entropy_bits:.2f} bits.")
+
+
+def resample_note(record: StepRecord, decision: Decision, distribution: Distribution,
+                  on_repick: Callable[[], None], button_key: str) -> None:
+    """Say what a slider change did to the latest step, and offer to take the step again."""
+    same = decision.token_id == record.token_id
+    verdict = ("still picks " + quoted(record.token.text) if same else
+               f"would pick {quoted(token_text(distribution, decision.token_id))} instead of "
+               f"{quoted(record.token.text)}")
+    st.info(f"Re-sampled step {record.index} from its kept logits with the new settings (no forward pass, "
+            f"the same random number u): it {verdict}. The next Step uses these settings.", icon="🎛️")
+    if not same:
+        st.button(f"Take step {record.index} again with these settings", key=button_key, on_click=on_repick)
+
+
+def decision_panel(decision: Decision, distribution: Distribution) -> None:
+    """The sampler chain stage by stage, then the draw (or argmax, or the forced token)."""
+    st.markdown("#### Sampler decision")
+    st.caption(f"Stages in {decision.settings.chain} order. Each one removes tokens or reshapes the "
+               "distribution; the last one leaves the final distribution the pick is drawn from.")
+    st.html(stages_html(decision) + decision_html(decision, distribution))
+
+
+def candidates_panel(record: StepRecord, distribution: Distribution, on_branch: Callable[[int], None],
+                     key_prefix: str) -> None:
+    """Buttons that replace the latest step's pick with another candidate (a branch)."""
+    st.markdown("#### Branch")
+    st.caption(f"What if another token had been picked? Click one to force it as step {record.index}'s token; "
+               "Step then continues from there.")
+    row = st.container(horizontal=True)
+    for candidate in distribution.top[:CANDIDATES_SHOWN]:
+        row.button(f"{quoted(candidate.text)} {pct(candidate.prob)}", key=f"{key_prefix}{candidate.token_id}",
+                   on_click=on_branch, args=(candidate.token_id,), disabled=candidate.token_id == record.token_id,
+                   help=f"id {candidate.token_id} · raw p {pct(candidate.prob)} · final p {pct(candidate.final_prob)}")
+
+
+def termination_panel(gen: Generation) -> None:
+    """Every stop condition's state at the latest step; the one that fired highlighted."""
+    if not gen.steps:
+        st.caption("After every token four conditions are checked: the end-of-sequence token, stop "
+                   "sequences, max new tokens and the context window.")
+        return
+    record = gen.steps[-1]
+    st.html(termination_html(record.termination, eos_names(gen.lm)))
+    checked = (tuple(s.sequence for s in record.termination.stops), record.termination.max_new_tokens,
+               record.termination.ignore_eos)
+    if checked != (gen.stop.stop_sequences, gen.stop.max_new_tokens, gen.stop.ignore_eos):
+        now = gen.finish_reason
+        st.info("The stop settings changed after this step was checked. Under the new settings "
+                + (f"generation ends here ({now.replace('_', ' ')})." if now else "generation can go on."))
+
+
+def sequence_panel(gen: Generation, *, basis_key: str, table: bool = True) -> None:
+    """log P of the sequence, perplexity and the product of conditionals with real numbers."""
+    if not gen.steps:
+        st.caption("The probability of the whole output is the product of each token's probability "
+                   "given everything before it.")
+        return
+    basis = st.radio("Probability used", ["raw", "final"], key=basis_key, horizontal=True,
+                     persist_state="session",
+                     format_func=lambda b: "raw softmax (the model's own)" if b == "raw"
+                     else "final (after the sampler)")
+    stats = sequence_stats(gen.steps, basis)
+    a, b, c = st.columns(3)
+    a.metric("log P(sequence)", f"{stats.total:.3f}")
+    b.metric("perplexity", f"{stats.perplexity:.3f}")
+    c.metric("tokens", len(gen.steps))
+    st.html(factorisation_html(gen.steps, stats, basis) + (sequence_table_html(gen.steps, stats) if table else ""))
+    st.caption("Raw (the default) is the model's own probability of each token given the prompt and the tokens "
+               "before it, whatever the sampler did. Final is the probability in the distribution each token "
+               "was drawn from (1 under greedy). Natural logs; perplexity = exp(−mean log P).")
+
+
+def kv_panel(gen: Generation, chart_key: str) -> None:
+    """KV cache positions and bytes against step, with the formula cross-check."""
+    if not gen.steps:
+        st.caption("The KV cache fills on the first step (every prompt position at once), then grows by one "
+                   "position per step.")
+        return
+    record = gen.steps[-1]
+    fed = record.forward_tokens
+    st.caption(f"Step 1 fed all {gen.steps[0].forward_tokens} prompt tokens at once (prefill). Each later step "
+               "feeds one token and reuses the keys and values of every earlier position. "
+               f"The latest step fed {fed} token{'' if fed == 1 else 's'} (forward pass "
+               f"{record.timing.forward_ms:.0f} ms).")
+    st.plotly_chart(kv_figure(gen.steps), config=CHART_CONFIG, key=chart_key)
+    st.html(kv_check_html(record.kv))
+
+
+def history_panel(gen: Generation, table_key: str) -> None:
+    """Every step in one table."""
+    if not gen.steps:
+        st.caption("Every step will be listed here.")
+        return
+    rows = [{"step": s.index, "position": s.position, "token": quoted(s.token.text), "id": s.token_id,
+             "raw p": s.prob, "final p": s.final_prob, "rank": s.rank, "forced": s.decision.forced,
+             "u": s.decision.draw.u if s.decision.draw else None,
+             "entropy (bits)": round(s.distribution.raw_entropy_bits, 3), "KV positions": s.kv.positions,
+             "forward ms": round(s.timing.forward_ms, 1), "stop": s.termination.finish_reason or ""}
+            for s in gen.steps]
+    st.dataframe(rows, hide_index=True, key=table_key,
+                 column_config={"raw p": st.column_config.NumberColumn(format="%.4f"),
+                                "final p": st.column_config.NumberColumn(format="%.4f"),
+                                "u": st.column_config.NumberColumn(format="%.4f")})

@@ -1,0 +1,285 @@
+"""HTML views of engine records: the sampler's decision, termination, sequence probability.
+
+Pure functions from engine records to HTML strings, so pages stay thin and tests can read
+what a student sees without a browser.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine import Decision, Distribution, KVSnapshot, StepRecord, Termination
+from engine.generation import Candidate
+from engine.stopping import first_match
+from ui.charts import FINAL_COLOUR, RAW_COLOUR
+from ui.format import esc, logp, nbytes, pct, prob, quoted
+
+PANEL_CSS = """
+<style>
+.tbt-table{border-collapse:collapse;width:100%;font-size:.9rem}
+.tbt-table th{text-align:left;font-weight:600;border-bottom:2px solid #ddd;padding:3px 6px}
+.tbt-table td{border-bottom:1px solid #eee;padding:3px 6px;vertical-align:top}
+.tbt-table td.num{text-align:right;font-variant-numeric:tabular-nums}
+.tbt-off td{color:#999}
+.tbt-fired td{background:#fff3bf;font-weight:600}
+.tbt-note{color:#666;font-size:.85rem}
+.tbt-pick{font-size:1.15rem;margin:.2rem 0 .4rem 0}
+.tbt-pick b{background:#fff3bf;padding:0 4px;border-radius:4px;font-family:ui-monospace,monospace}
+.tbt-cdf{position:relative;display:flex;height:30px;border:1px solid #bbb;border-radius:4px;
+ overflow:visible;margin:20px 0 22px 0;font-size:.75rem}
+.tbt-seg{height:100%;overflow:hidden;white-space:nowrap;text-overflow:clip;border-right:1px solid #fff;
+ color:#fff;padding:6px 3px 0 3px;box-sizing:border-box}
+.tbt-seg-pick{outline:3px solid #111;outline-offset:-3px}
+.tbt-u{position:absolute;top:-18px;bottom:-4px;border-left:2px solid #111}
+.tbt-u span{position:absolute;top:-2px;left:3px;white-space:nowrap;font-weight:600}
+.tbt-scale{position:absolute;bottom:-18px;color:#666}
+.tbt-text{white-space:pre-wrap;font-size:1.05rem;line-height:1.5;border-left:4px solid #ccc;
+ padding:4px 10px;margin-top:6px}
+.tbt-text-prompt{color:#777}
+.tbt-text mark{background:#ffd43b}
+.tbt-text s{color:#aaa}
+.tbt-badge{display:inline-block;background:#fff3bf;border:1px solid #f08c00;border-radius:10px;
+ padding:0 8px;font-size:.85rem;margin-left:6px}
+.tbt-formula{font-family:ui-monospace,monospace;font-size:.95rem;line-height:1.7}
+</style>
+"""
+
+FINISH_LABELS = {
+    "eos": "the model emitted its end-of-sequence token",
+    "stop_sequence": "a stop sequence appeared in the text",
+    "max_tokens": "the max-new-tokens limit was reached",
+    "context_window": "the context window is full",
+}
+CDF_SEGMENTS = 12  # tokens drawn as their own band on the cumulative strip
+
+
+def _row(cells: Sequence[str], css: str = "", numeric: Sequence[int] = ()) -> str:
+    tds = "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(cells))
+    return f'<tr class="{css}">{tds}</tr>'
+
+
+def _table(headers: Sequence[str], rows: Sequence[str]) -> str:
+    head = "".join(f"<th>{h}</th>" for h in headers)
+    return f'<table class="tbt-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _token_text(distribution: Distribution, token_id: int) -> str:
+    """A candidate's visible text, or its id when it is outside the recorded leaders."""
+    for candidate in distribution.top:
+        if candidate.token_id == token_id:
+            return quoted(candidate.text)
+    return f"id {token_id}"
+
+
+# ---- sampler decision -----------------------------------------------------------------------
+
+
+def stages_html(decision: Decision) -> str:
+    """The sampler chain, stage by stage in the order applied."""
+    rows = []
+    for number, stage in enumerate(decision.stages, start=1):
+        if stage.active:
+            rows.append(_row([str(number), esc(stage.label), f"{stage.kept:,}", f"{stage.removed:,}",
+                              pct(stage.removed_mass)], numeric=(2, 3, 4)))
+        else:
+            rows.append(_row([str(number), esc(stage.label), f"{stage.kept:,}", "–", esc(stage.note)],
+                             "tbt-off", numeric=(2,)))
+    return _table(["#", "stage", "tokens left", "removed", "mass removed"], rows)
+
+
+def _cdf_order(top: Sequence[Candidate]) -> list[Candidate]:
+    """Candidates in the order the draw lays them out: final probability, highest first."""
+    return sorted((c for c in top if c.final_prob > 0), key=lambda c: (-c.final_prob, c.token_id))
+
+
+def cdf_strip_html(decision: Decision, distribution: Distribution) -> str:
+    """The cumulative final distribution as bands on [0, 1) with the random number u marked."""
+    draw = decision.draw
+    if draw is None:
+        return ""
+    bands = []
+    for candidate in _cdf_order(distribution.top)[:CDF_SEGMENTS]:
+        picked = candidate.token_id == decision.sampler_token_id
+        colour = FINAL_COLOUR if picked else RAW_COLOUR
+        label = esc(quoted(candidate.text)) if candidate.final_prob > 0.06 else ""
+        bands.append(f'<div class="tbt-seg{" tbt-seg-pick" if picked else ""}" '
+                     f'style="width:{100 * candidate.final_prob:.3f}%;background:{colour}" '
+                     f'title="{esc(quoted(candidate.text))}: final p {pct(candidate.final_prob)}">{label}</div>')
+    return (f'<div class="tbt-cdf">{"".join(bands)}'
+            f'<div class="tbt-u" style="left:{100 * draw.u:.3f}%"><span>u = {draw.u:.4f}</span></div>'
+            '<span class="tbt-scale" style="left:0">0</span><span class="tbt-scale" style="right:0">1</span>'
+            "</div>")
+
+
+def decision_html(decision: Decision, distribution: Distribution) -> str:
+    """How the pick was made: greedy argmax, a random draw on the CDF, or forced."""
+    sampler_pick = _token_text(distribution, decision.sampler_token_id)
+    if decision.greedy:
+        how = (f"Greedy (temperature 0): the argmax is taken, no random number is drawn. "
+               f"The sampler picks <b>{esc(sampler_pick)}</b>.")
+    else:
+        draw = decision.draw
+        assert draw is not None  # a non-greedy decision always records its draw
+        how = (f"A uniform random number <b>u = {draw.u:.6f}</b> from this generation's seeded generator. "
+               f"Lined up by final probability, the tokens fill [0, 1); u falls in "
+               f"[{draw.cdf_low:.6f}, {draw.cdf_high:.6f}), the band of rank {draw.rank}: "
+               f"<b>{esc(sampler_pick)}</b> (final p {pct(draw.cdf_high - draw.cdf_low, 2)}).")
+    forced = ""
+    if decision.forced:
+        forced = (f'<div class="tbt-pick">Forced by you: <b>{esc(_token_text(distribution, decision.token_id))}</b>'
+                  f" (final p {pct(decision.final_prob)}); the sampler's own pick is shown below.</div>")
+    return (forced + f'<div>{how}</div>' + cdf_strip_html(decision, distribution)
+            + f'<div class="tbt-note">{_tokens(decision.final_kept)} can be drawn · final entropy '
+              f"{decision.final_entropy_bits:.2f} bits</div>")
+
+
+# ---- termination ----------------------------------------------------------------------------
+
+
+def _stop_state(termination: Termination) -> list[str]:
+    rows = []
+    fired = first_match(termination.stops)
+    for state in termination.stops:
+        if state.matched:
+            status = f"matched at character {state.position}"
+        elif state.partial:
+            status = (f"text ends with {state.partial} of {len(state.sequence)} characters: "
+                      f"{esc(quoted(state.sequence[:state.partial]))}")
+        else:
+            status = "no partial match"
+        css = "tbt-fired" if termination.finish_reason == "stop_sequence" and state == fired else ""
+        rows.append(_row([f"stop sequence {esc(quoted(state.sequence))}", status, "fires on a match"], css))
+    if not rows:
+        rows.append(_row(["stop sequences", "none set", "—"], "tbt-off"))
+    return rows
+
+
+def termination_html(termination: Termination, eos_names: str) -> str:
+    """Every termination condition's state after a step; the one that fired highlighted."""
+    reason = termination.finish_reason
+    picked = "picked" if termination.eos_picked else "not picked"
+    eos_status = f"raw p(EOS) = {pct(termination.eos_prob, 2)}; {picked}"
+    if termination.ignore_eos:
+        eos_status += " (ignored: ignore EOS is on)"
+    rows = [_row([f"end of sequence {esc(eos_names)}", eos_status, "fires when picked"],
+                  "tbt-fired" if reason == "eos" else "")]
+    rows += _stop_state(termination)
+    rows.append(_row(["max new tokens", f"{termination.new_tokens} used", f"{termination.max_new_tokens}"],
+                     "tbt-fired" if reason == "max_tokens" else "", numeric=(2,)))
+    rows.append(_row(["context window", f"{termination.context_tokens:,} tokens (prompt + new)",
+                      f"{termination.context_window:,}"], "tbt-fired" if reason == "context_window" else "",
+                     numeric=(2,)))
+    verdict = (f"<b>Stopped:</b> {FINISH_LABELS[reason]}." if reason
+               else "No condition fired: Step goes on.")
+    return _table(["condition", "this step", "limit"], rows) + f'<div class="tbt-pick">{verdict}</div>'
+
+
+def decoded_text_html(prompt_text: str, output_text: str, stops: tuple, finish_reason: str | None,
+                      eos_names: str) -> str:
+    """The prompt (grey) and the output; a stop sequence highlighted and what follows it struck
+    out (it is not returned); a badge saying what ended generation."""
+    match = first_match(stops)
+    if match is None:
+        output = esc(output_text)
+    else:
+        end = match.position + len(match.sequence)
+        output = (esc(output_text[:match.position]) + f"<mark>{esc(output_text[match.position:end])}</mark>"
+                  + f"<s>{esc(output_text[end:])}</s>")
+    badge = ""
+    if finish_reason == "eos":
+        badge = f'<span class="tbt-badge">⏹ {esc(eos_names)} (end of sequence)</span>'
+    elif finish_reason:
+        badge = f'<span class="tbt-badge">⏹ {FINISH_LABELS[finish_reason]}</span>'
+    return f'<div class="tbt-text"><span class="tbt-text-prompt">{esc(prompt_text)}</span>{output}{badge}</div>'
+
+
+# ---- sequence probability -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SequenceStats:
+    """log P of every generated token and of the whole sequence, given the prompt."""
+
+    log_probs: tuple[float, ...]  # natural log, per step
+    cumulative: tuple[float, ...]
+    perplexity: float  # exp(-mean log p); inf when a token had probability 0
+
+    @property
+    def total(self) -> float:
+        return self.cumulative[-1] if self.cumulative else 0.0
+
+
+def sequence_stats(steps: Sequence[StepRecord], basis: str = "raw") -> SequenceStats:
+    """Per-token and cumulative log-probabilities from the step records.
+
+    basis "raw": the model's softmax probability of each token; "final": its probability in
+    the distribution it was drawn from (1 under greedy; 0 for a forced token the sampler had
+    filtered out).
+    """
+    values = [step.prob if basis == "raw" else step.final_prob for step in steps]
+    logs = tuple(math.log(p) if p > 0 else -math.inf for p in values)
+    cumulative, total = [], 0.0
+    for value in logs:
+        total += value
+        cumulative.append(total)
+    perplexity = math.exp(-total / len(logs)) if logs and math.isfinite(total) else (
+        math.inf if logs else 1.0)
+    return SequenceStats(logs, tuple(cumulative), perplexity)
+
+
+def factorisation_html(steps: Sequence[StepRecord], stats: SequenceStats, basis: str, last: int = 4) -> str:
+    """P(t1..tN | prompt) = Π P(ti | t<i), written out with the real numbers of the last few
+    tokens (earlier ones folded into one factor)."""
+    if not steps:
+        return ""
+    n = len(steps)
+    shown = list(range(max(0, n - last), n))
+    head_terms, head_values = [], []
+    if shown[0] > 0:
+        k = shown[0]
+        head_terms.append(f"P(t<sub>1</sub>…t<sub>{k}</sub>)")
+        head_values.append(_p_text(math.exp(stats.cumulative[k - 1])))
+    terms = head_terms + [f"P({esc(quoted(steps[i].token.text))} | t<sub>&lt;{i + 1}</sub>)" for i in shown]
+    values = head_values + [_p_text(steps[i].prob if basis == "raw" else steps[i].final_prob) for i in shown]
+    return (f'<div class="tbt-formula">P(t<sub>1</sub>…t<sub>{n}</sub> | prompt) = {" × ".join(terms)}<br>'
+            f"= {' × '.join(values)}<br>= {_p_text(math.exp(stats.total))}"
+            f" &nbsp; (log P = {logp(stats.total)})</div>")
+
+
+def _tokens(count: int) -> str:
+    return f"{count:,} token" + ("" if count == 1 else "s")
+
+
+def _p_text(p: float) -> str:
+    return prob(p) if p >= 1e-4 or p == 0 else f"{p:.3e}"
+
+
+def sequence_table_html(steps: Sequence[StepRecord], stats: SequenceStats, last: int = 8) -> str:
+    """The last few tokens with their probability, log-probability and running total."""
+    rows = []
+    start = max(0, len(steps) - last)
+    for i in range(start, len(steps)):
+        value = math.exp(stats.log_probs[i]) if math.isfinite(stats.log_probs[i]) else 0.0
+        rows.append(_row([str(steps[i].index), esc(quoted(steps[i].token.text)), _p_text(value),
+                          logp(stats.log_probs[i]), logp(stats.cumulative[i])], numeric=(0, 2, 3, 4)))
+    return _table(["step", "token", "P(token | before)", "log P", "cumulative log P"], rows)
+
+
+# ---- KV cache -------------------------------------------------------------------------------
+
+
+def kv_check_html(kv: KVSnapshot) -> str:
+    """The cache's measured size beside the formula, and its per-layer tensor shapes."""
+    verdict = "✓ equal" if kv.bytes == kv.formula_bytes else "✗ different"
+    shapes = {shape for shape in kv.layer_shapes}
+    if len(shapes) == 1:
+        (k_shape, v_shape), = shapes
+        layers = (f"{kv.layers} layers, each K {tuple(k_shape)} and V {tuple(v_shape)} "
+                  "(batch, KV heads, positions, head dim)")
+    else:
+        layers = "; ".join(f"layer {i}: K {k} V {v}" for i, (k, v) in enumerate(kv.layer_shapes))
+    return (f'<div class="tbt-formula">measured from the tensors: <b>{kv.bytes:,} bytes</b> ({nbytes(kv.bytes)})<br>'
+            f"formula: {esc(kv.formula)} = <b>{kv.formula_bytes:,} bytes</b> &nbsp; {verdict}</div>"
+            f'<div class="tbt-note">{kv.positions:,} positions · dtype {esc(kv.dtype)} · {esc(layers)}</div>')

@@ -1,3 +1,237 @@
+"""KV cache & speed: what a decode step costs on this device, measured, and why."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
 import streamlit as st
 
-st.title('kv_speed')
+from engine import LoadedModel
+from engine.speed import (
+    KNOWN_CONFIGS,
+    KVConfig,
+    loaded_kv_config,
+    measure_batching,
+    measure_cache_vs_recompute,
+    measure_decode_intensity,
+    measure_device,
+    measure_kv,
+    measure_prefill_decode,
+)
+from ui.charts import CHART_CONFIG
+from ui.format import nbytes
+from ui.model import current_model
+from ui.teaching_charts import (
+    batch_figure,
+    cache_figure,
+    kv_memory_figure,
+    prefill_decode_figure,
+    ratio_figure,
+    roofline_figure,
+)
+
+RESULTS = "kv_results"  # session key: measurements already taken, by (model, device, tier, what)
+TIER = "kv_tier"
+KV_SAMPLE_POSITIONS = 16  # positions put in a real cache to weigh one position
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each measurement runs: small by default so the page answers in seconds."""
+
+    cache_lengths: tuple[int, ...]
+    prompt_tokens: int
+    decode_steps: int
+    batch_context: int
+    repeats: int
+
+
+TIERS = {
+    "quick": Sizes(cache_lengths=(16, 64, 128, 256), prompt_tokens=64, decode_steps=6, batch_context=16, repeats=2),
+    "more": Sizes(cache_lengths=(16, 64, 128, 256, 512, 1024), prompt_tokens=256, decode_steps=16,
+                  batch_context=64, repeats=3),
+}
+
+
+def measured(lm: LoadedModel, what: str, run: Callable[[], Any]) -> Any:
+    """Measure once per (model, device, tier) and keep it: reruns only redraw."""
+    store = st.session_state.setdefault(RESULTS, {})
+    key = (lm.name, str(lm.device), st.session_state.get(TIER, "quick"), what)
+    if key not in store:
+        with st.spinner(f"Measuring {what} on {lm.device}…"):
+            store[key] = run()
+    return store[key]
+
+
+def header(lm: LoadedModel) -> Sizes:
+    st.title("⚡ KV cache & speed")
+    st.markdown(
+        "Every number on this page is **measured now, on this machine** "
+        f"(`{lm.device}`, {str(lm.dtype).removeprefix('torch.')}), with the loaded model "
+        f"({lm.parameters / 1e6:.0f} M parameters). Times are medians of a few repeats after a warm-up pass; "
+        "other work on the machine makes them wobble, so compare shapes and ratios rather than the last digit.")
+    tier = st.session_state.get(TIER, "quick")
+    cols = st.columns([1, 1, 3])
+    more_help = "Contexts up to 1,024 tokens, a longer prompt, more repeats (about a minute on 2 CPU cores)"
+    if tier == "quick" and cols[0].button("Measure more", key="kv_more", help=more_help):
+        st.session_state[TIER] = tier = "more"
+    if cols[1].button("Measure again", key="kv_again", help="Throw away these results and time everything afresh"):
+        st.session_state.pop(RESULTS, None)
+    cols[2].caption("Quick sizes now: contexts up to 256 tokens." if tier == "quick"
+                    else "Larger sizes: contexts up to 1,024 tokens.")
+    return TIERS[tier]
+
+
+def cache_section(lm: LoadedModel, sizes: Sizes) -> None:
+    st.header("1 · With the KV cache, or recompute everything?")
+    st.markdown(
+        "Attention at every layer needs a **key** and a **value** vector for every earlier position. They never "
+        "change once computed, so the **KV cache** keeps them: each step feeds the model only the newest token. "
+        "Without the cache, each step must push the **whole context** through all "
+        f"{lm.geometry.layers} layers again. Both give the same logits; only the cost differs.")
+    points = measured(lm, "cache vs recompute", lambda: measure_cache_vs_recompute(lm, sizes.cache_lengths,
+                                                                                    sizes.repeats))
+    left, right = st.columns([3, 2])
+    left.plotly_chart(cache_figure(points), config=CHART_CONFIG, key="kv_cache_chart")
+    right.plotly_chart(ratio_figure(points), config=CHART_CONFIG, key="kv_ratio_chart")
+    first, last = points[0], points[-1]
+    st.markdown(
+        f"At **{last.context_tokens:,} tokens** of context: **{last.cached_ms:.1f} ms** per step with the cache, "
+        f"**{last.recompute_ms:.1f} ms** without, **{last.ratio:.1f}× slower**. From {first.context_tokens:,} to "
+        f"{last.context_tokens:,} tokens the cached step went from {first.cached_ms:.1f} to {last.cached_ms:.1f} ms "
+        f"and the recomputed one from {first.recompute_ms:.1f} to {last.recompute_ms:.1f} ms. The cached step only "
+        "reads a little more cache each time; recomputing redoes the whole context for every new token, so a "
+        "whole answer costs roughly the square of its length.")
+
+
+def prefill_section(lm: LoadedModel, sizes: Sizes) -> None:
+    st.header("2 · Prefill against decode")
+    st.markdown(
+        "**Prefill** reads the whole prompt in one forward pass: all its positions go through each weight "
+        "matrix together, a matrix–matrix product. **Decode** makes one token per pass, because each new token "
+        "needs the one before it: a matrix–vector product that still reads every weight.")
+    result = measured(lm, "prefill vs decode",
+                      lambda: measure_prefill_decode(lm, sizes.prompt_tokens, sizes.decode_steps, sizes.repeats))
+    left, right = st.columns([3, 2])
+    left.plotly_chart(prefill_decode_figure(result), config=CHART_CONFIG, key="kv_prefill_chart")
+    right.metric(f"prefill: {result.prompt_tokens} tokens in one pass", f"{result.prefill_ms:.1f} ms")
+    right.metric("prefill, per token", f"{result.prefill_ms_per_token:.2f} ms")
+    right.metric("decode, per token", f"{result.decode_ms:.1f} ms",
+                 delta=f"{result.ratio:.1f}× the prefill cost per token", delta_color="off")
+
+
+@dataclass(frozen=True)
+class KVRow:
+    """One model's KV cache cost per position."""
+
+    name: str
+    shape: KVConfig
+    per_position: int  # bytes
+
+
+def kv_rows(lm: LoadedModel, measured_per_position: int) -> list[KVRow]:
+    """The loaded model (its per-position bytes measured from its cache), then the published configs."""
+    loaded = replace(loaded_kv_config(lm), source="measured from this app's own cache tensors")
+    return [KVRow(f"{lm.name} (loaded)", loaded, measured_per_position),
+            *(KVRow(c.name, c, c.bytes_per_position) for c in KNOWN_CONFIGS)]
+
+
+def kv_table(rows: list[KVRow], positions: int) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "model": r.name, "layers": r.shape.layers, "KV heads": r.shape.kv_heads, "head dim": r.shape.head_dim,
+        "dtype": r.shape.dtype, "per position": nbytes(r.per_position),
+        f"{positions:,} positions": nbytes(r.per_position * positions), "source": r.shape.source} for r in rows])
+
+
+def memory_section(lm: LoadedModel) -> None:
+    st.header("3 · How much memory the cache takes")
+    snapshot = measured(lm, "KV cache size", lambda: measure_kv(lm, KV_SAMPLE_POSITIONS))
+    per_position = snapshot.bytes // snapshot.positions
+    st.markdown(
+        f"Measured: a real cache holding **{snapshot.positions} positions** weighs **{snapshot.bytes:,} bytes**, "
+        f"so **{per_position:,} bytes per position** ({nbytes(per_position)}). The formula agrees: "
+        f"{snapshot.formula} = {snapshot.formula_bytes:,} bytes. Every layer keeps a key and a value for every "
+        "KV head; models that share KV heads between attention heads (grouped-query attention: Llama-3, "
+        "Mistral, Qwen2.5) keep far less than those that do not (Llama-2-7B).")
+    positions = int(st.number_input("Context length (tokens)", 1, 131_072, 4_096, 256, key="kv_positions"))
+    rows = kv_rows(lm, per_position)
+    st.plotly_chart(kv_memory_figure([(f"{r.name} ({r.shape.dtype})", r.per_position * positions) for r in rows],
+                                     positions), config=CHART_CONFIG, key="kv_memory_chart")
+    st.dataframe(kv_table(rows, positions), hide_index=True)
+    st.caption("Other models' shapes are from their published config.json files (named in the source column), in "
+               "the dtype those configs store the weights in. The bundled model runs here in "
+               f"{str(lm.dtype).removeprefix('torch.')}, dequantised from its GGUF file. Mistral-7B-v0.1 uses a "
+               "4,096-token sliding window, so a rolling cache for it stops growing there. The cache grows "
+               "with every sequence in a batch: 16 sequences need 16 times this.")
+
+
+def intensity_section(lm: LoadedModel, sizes: Sizes) -> None:
+    st.header("4 · What bounds a decode step: compute or memory?")
+    device = measured(lm, "device compute and bandwidth", lambda: measure_device(lm.device, lm.dtype))
+    step = measured(lm, "one decode step",
+                    lambda: measure_decode_intensity(lm, sizes.prompt_tokens, 2 * sizes.repeats + 1))
+    st.markdown(
+        f"**The device, measured just now:** a {device.matmul_size:,} × {device.matmul_size:,} matrix product in "
+        f"{device.dtype} ran at **{device.flops_per_s / 1e9:,.1f} GFLOP/s**; copying "
+        f"{device.copy_bytes // 2 // 2**20:,} MiB moved **{device.bytes_per_s / 1e9:,.1f} GB/s** (bytes read + "
+        f"written). Their ratio, **{device.ridge_flops_per_byte:.1f} FLOPs per byte**, is the device's balance "
+        "point: work that does fewer FLOPs per byte it reads waits on memory.")
+    cols = st.columns(4)
+    cols[0].metric("FLOPs per decode step", f"{step.flops / 1e6:,.0f} M", help="≈ 2 × parameters (a multiply and an "
+                   "add per weight), plus attention over the context")
+    cols[1].metric("bytes read per step", nbytes(step.bytes), help=f"weights {nbytes(step.weight_bytes)} + KV cache "
+                   f"{nbytes(step.kv_bytes)} at {step.context_tokens} tokens")
+    cols[2].metric("arithmetic intensity", f"{step.flops_per_byte:.2f} FLOP/byte",
+                   delta=f"device balance {device.ridge_flops_per_byte:.1f}", delta_color="off")
+    cols[3].metric("achieved bandwidth", f"{step.achieved_bytes_per_s / 1e9:.1f} GB/s",
+                   delta=f"{100 * step.achieved_bytes_per_s / device.bytes_per_s:.0f}% of the copy",
+                   delta_color="off", help=f"bytes read ÷ measured step time ({step.step_ms:.1f} ms)")
+    st.plotly_chart(roofline_figure(device, step), config=CHART_CONFIG, key="kv_roofline_chart")
+    bound = "memory bandwidth" if step.flops_per_byte < device.ridge_flops_per_byte else "compute"
+    st.markdown(
+        f"A decode step at batch 1 does about **{step.flops_per_byte:.2f} FLOPs for every byte** it reads: each "
+        f"weight is fetched once, used for one multiply and one add, and dropped. That is below the device's "
+        f"{device.ridge_flops_per_byte:.1f}, so the step is bound by **{bound}**: the arithmetic units mostly wait for "
+        "weights to arrive. The gap between the achieved bandwidth and the copy's is time spent on other "
+        "costs, such as launching many small operations for each of the "
+        f"{lm.geometry.layers} layers.")
+
+
+def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
+    st.header("5 · Batching: many sequences, one pass over the weights")
+    points = measured(lm, "batched decode",
+                      lambda: measure_batching(lm, (1, 4, 16), sizes.batch_context, sizes.repeats))
+    left, right = st.columns([3, 2])
+    left.plotly_chart(batch_figure(points), config=CHART_CONFIG, key="kv_batch_chart")
+    for point in points:
+        right.metric(f"batch {point.batch}: one step", f"{point.step_ms:.1f} ms",
+                     delta=f"{point.tokens_per_s:,.0f} tokens/s", delta_color="off")
+    one, most = points[0], points[-1]
+    change = (f"{one.per_token_ms / most.per_token_ms:.1f}× less" if most.per_token_ms < one.per_token_ms
+              else "no saving this time: the machine may be busy, press Measure again")
+    st.markdown(
+        f"Measured: **{one.per_token_ms:.1f} ms per token** at batch {one.batch}, **{most.per_token_ms:.1f} ms** at "
+        f"batch {most.batch} ({change}). "
+        "At batch 1 a decode step's cost is mostly **reading the weights**: each one is fetched from memory to "
+        "make a single token, so the step is bound by memory bandwidth. With several sequences in the batch, "
+        "each weight is read once and used for every sequence's token: the matrix–vector product becomes a "
+        "skinny matrix–matrix product with more FLOPs per byte, so the time per token falls. One sequence cannot "
+        "do this for itself, because its next token needs the token before it; servers batch different "
+        "requests together (continuous batching). Each sequence still needs its own KV cache, so memory, and "
+        "once the FLOPs per byte pass the device's balance point, compute, set the limit.")
+
+
+def main() -> None:
+    lm = current_model()
+    sizes = header(lm)
+    cache_section(lm, sizes)
+    prefill_section(lm, sizes)
+    memory_section(lm)
+    intensity_section(lm, sizes)
+    batch_section(lm, sizes)
+
+
+main()

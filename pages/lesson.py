@@ -1,3 +1,328 @@
+"""Lesson: a guided walk through one generation on the real model, one stage per screen,
+and a predict-then-reveal exercise."""
+
+from __future__ import annotations
+
+import pandas as pd
 import streamlit as st
 
-st.title('lesson')
+from engine import Generation, GenerationFinished, LoadedModel, PromptError, StepRecord
+from ui.charts import CHART_CONFIG, FINAL_COLOUR
+from ui.chips import context_html, prompt_chips
+from ui.format import pct, quoted
+from ui.lesson_flow import (
+    GREEDY,
+    PREDICT_PROMPTS,
+    PRESETS,
+    STAGES,
+    Guess,
+    candidates,
+    preset_named,
+    score,
+    start,
+    tally,
+)
+from ui.model import current_model
+from ui.teaching_charts import top_values_figure
+
+WALK, STAGE = "lesson_walk", "lesson_stage"  # the walk's Generation and the screen shown
+PREDICT, GUESSES, REVEALED = "lesson_predict", "lesson_guesses", "lesson_revealed"
+FINISH_WORDS = {
+    "eos": "the model emitted its end-of-sequence token",
+    "stop_sequence": "a stop sequence appeared in the text",
+    "max_tokens": "the max-tokens cap was reached",
+    "context_window": "the context window is full",
+}
+
+
+def chips(generation: Generation, steps: tuple[StepRecord, ...] | None = None) -> None:
+    """The context as token chips (all steps unless told which)."""
+    shown = generation.steps if steps is None else steps
+    st.html(context_html(prompt_chips(generation.prompt_pieces), shown, legend=False))
+
+
+# ---- the guided walk ----------------------------------------------------------------------
+
+def walk(lm: LoadedModel) -> tuple[Generation, int] | None:
+    """The visitor's walk for the chosen preset, started afresh when the preset or model changes."""
+    name = st.selectbox("Preset", [p.name for p in PRESETS], key="lesson_preset",
+                        help="Each preset makes one termination condition fire (greedy decoding, so it is "
+                             "the same every time).")
+    preset = preset_named(name)
+    st.caption(f"Prompt{' (through the chat template)' if preset.chat else ''}: “{preset.prompt}” · "
+               f"{preset.watch}")
+    current = st.session_state.get(WALK)
+    if current is None or current[0] != (name, lm.name):
+        try:
+            st.session_state[WALK] = ((name, lm.name), start(lm, preset))
+        except PromptError as exc:
+            st.error(f"{exc}")
+            return None
+        st.session_state[STAGE] = 0
+    return st.session_state[WALK][1], st.session_state.get(STAGE, 0)
+
+
+def go_next() -> None:
+    """Next screen; leaving the first screen, or the last one, runs a step of the loop."""
+    generation = st.session_state[WALK][1]
+    stage = st.session_state.get(STAGE, 0)
+    if (stage == 0 and not generation.steps) or stage == len(STAGES) - 1:
+        try:
+            generation.step()
+        except GenerationFinished:
+            return
+        st.session_state[STAGE] = 1
+    else:
+        st.session_state[STAGE] = stage + 1
+
+
+def go_previous() -> None:
+    st.session_state[STAGE] = max(0, st.session_state.get(STAGE, 0) - 1)
+
+
+def run_to_end() -> None:
+    generation = st.session_state[WALK][1]
+    for _ in generation.run():
+        pass
+    st.session_state[STAGE] = len(STAGES) - 1
+
+
+def start_over() -> None:
+    st.session_state.pop(WALK, None)
+
+
+def walk_controls(generation: Generation, stage: int) -> None:
+    cols = st.columns([1, 1, 4, 1])
+    cols[0].button("◀ Previous", key="lesson_previous", on_click=go_previous, disabled=stage == 0,
+                   width="stretch")
+    last = stage == len(STAGES) - 1
+    label = "Next token ▶" if last else "Next ▶"
+    cols[1].button(label, key="lesson_next", on_click=go_next, type="primary", width="stretch",
+                   disabled=last and generation.finished)
+    cols[2].progress((stage + 1) / len(STAGES), text=f"Stage {stage + 1} of {len(STAGES)}: **{STAGES[stage]}**"
+                     + (f" · token {len(generation.steps)}" if generation.steps else ""))
+    cols[3].button("Start over", key="lesson_restart", on_click=start_over, width="stretch")
+
+
+def stage_tokens(lm: LoadedModel, generation: Generation) -> None:
+    st.markdown(
+        "A model never sees letters. A **tokenizer** cuts the text into pieces from a fixed vocabulary "
+        f"({lm.vocab_size:,} pieces for this model) and the model reads each piece's number, its **token id**. "
+        "Common words are one token; rare words are split; a leading space is part of the token (drawn ␣).")
+    st.code(generation.prompt_text, language=None, wrap_lines=True)
+    chips(generation)
+    pieces = generation.prompt_pieces
+    st.markdown(f"The prompt is **{len(pieces)} tokens**" + (" (the chat template's special tokens, in yellow, are "
+                "tokens too)." if generation.chat else "."))
+    st.dataframe(pd.DataFrame({"position": range(len(pieces)), "token": [quoted(p.text) for p in pieces],
+                               "id": [p.token_id for p in pieces]}).head(16).astype(str).T, width="stretch")
+
+
+def stage_logits(lm: LoadedModel, generation: Generation, step: StepRecord) -> None:
+    first = step.index == 1
+    st.markdown(
+        f"The model ran one **forward pass**: the {step.forward_tokens} token"
+        f"{'s' if step.forward_tokens != 1 else ''} it had not seen yet "
+        f"{'(the whole prompt, all at once)' if first else '(only the newest: the KV cache remembers the rest)'} "
+        f"went through all {lm.geometry.layers} layers. At the last position it produces one score, a **logit**, "
+        f"for every one of the {lm.vocab_size:,} tokens in the vocabulary: what could come next.")
+    logits = generation.raw_logits(step.index)
+    top = step.distribution.top[:10]
+    cols = st.columns(3)
+    cols[0].metric("logits computed", f"{logits.numel():,}")
+    cols[1].metric("highest logit", f"{float(logits.max()):.2f}")
+    cols[2].metric("lowest logit", f"{float(logits.min()):.2f}")
+    st.plotly_chart(top_values_figure([quoted(c.text) for c in top], [c.logit for c in top],
+                                      "The 10 highest logits", "logit (a score, not a probability)"),
+                    config=CHART_CONFIG, key="lesson_logits_chart")
+    st.markdown("Logits can be any real number, negative too, and they do not add up to anything yet.")
+
+
+def stage_softmax(lm: LoadedModel, step: StepRecord) -> None:
+    st.markdown("**Softmax** turns the logits into probabilities: raise e to each logit, then divide by the sum "
+                "over the whole vocabulary, so every probability is positive and they add up to 1.")
+    st.latex(rf"p_i = \frac{{e^{{z_i}}}}{{\sum_{{j=1}}^{{{lm.vocab_size:,}}} e^{{z_j}}}}")
+    top = step.distribution.top[:10]
+    shown = sum(c.prob for c in top)
+    st.plotly_chart(top_values_figure([quoted(c.text) for c in top], [c.prob for c in top],
+                                      "The 10 most probable next tokens", "probability (0–1)",
+                                      text_format="{:.1%}"), config=CHART_CONFIG, key="lesson_probs_chart")
+    st.markdown(f"These 10 hold **{pct(shown)}** of the probability; the other {lm.vocab_size - 10:,} tokens share "
+                f"**{pct(max(0.0, 1 - shown))}**. Entropy **{step.distribution.raw_entropy_bits:.2f} bits**: 0 would "
+                "mean the model is certain; each extra bit doubles the number of equally likely choices.")
+
+
+def stage_sampling(lm: LoadedModel, step: StepRecord) -> None:
+    st.markdown(
+        "The **decoder** now picks one token. This lesson decodes **greedily** (temperature 0): it takes the most "
+        "probable token, so the same prompt always gives the same text. With a temperature above 0 it would "
+        "instead draw at random from the (reshaped) distribution: see the **Sampler lab**.")
+    cols = st.columns(3)
+    cols[0].metric("picked", quoted(step.token.text))
+    cols[1].metric("its probability", pct(step.prob))
+    cols[2].metric("its rank", f"#{step.rank}")
+    st.markdown(f"Token id **{step.token_id}**" + (" is a **special token**." if step.token.special else "."))
+
+
+def stage_append(lm: LoadedModel, generation: Generation, step: StepRecord) -> None:
+    kv = step.kv
+    st.markdown(
+        f"The pick joins the context, which is now **{len(generation.prompt_ids) + step.index} tokens** (the ringed "
+        "chip is the newest). Everything the model has already read keeps its **keys and values** in the **KV "
+        "cache**, so the next forward pass only has to read the new token.")
+    chips(generation, generation.steps[: step.index])
+    cols = st.columns(3)
+    cols[0].metric("positions in the cache", f"{kv.positions:,}")
+    cols[1].metric("cache size", f"{kv.bytes / 2**20:.2f} MiB", help=f"{kv.bytes:,} bytes, read from the tensors")
+    cols[2].metric("layers", kv.layers)
+    k_shape = kv.layer_shapes[0][0] if kv.layer_shapes else ()
+    st.markdown(
+        f"Each layer holds one key tensor and one value tensor of shape **{list(k_shape)}** (batch, KV heads, "
+        f"positions, head dim) in {kv.dtype}. Check: {kv.formula} = **{kv.formula_bytes:,} bytes**. "
+        f"The newest token {quoted(step.token.text)} is not in the cache yet: its keys and values are computed "
+        "when the next forward pass reads it.")
+
+
+def stage_check(generation: Generation, step: StepRecord) -> None:
+    term = step.termination
+    stops = ", ".join(f"“{s.sequence}”: " + ("found" if s.matched else f"{s.partial} character(s) started")
+                      for s in term.stops) or "none set"
+    eos = "picked" if term.eos_picked else f"not picked (probability {pct(term.eos_prob)})"
+    st.markdown("After every token the server checks four conditions, in this order:")
+    st.dataframe(pd.DataFrame([
+        {"condition": "end-of-sequence token", "now": eos + (" · ignored by request" if term.ignore_eos else "")},
+        {"condition": "stop sequences", "now": stops},
+        {"condition": "max new tokens", "now": f"{term.new_tokens} of {term.max_new_tokens}"},
+        {"condition": "context window", "now": f"{term.context_tokens:,} of {term.context_window:,} tokens"},
+    ]), hide_index=True, width="stretch")
+    if term.finish_reason is None:
+        st.info("Nothing fired: the loop goes round again. Press **Next token**, or **Run to the end**.")
+        st.button("Run to the end", key="lesson_run", on_click=run_to_end)
+        return
+    st.success(f"Generation stops: {FINISH_WORDS[term.finish_reason]} (finish reason “{term.finish_reason}”).")
+    st.markdown("**The text returned to the caller** (special tokens left out, cut before any stop sequence):")
+    st.code(generation.text or "(empty)", language=None, wrap_lines=True)
+
+
+def guided_walk(lm: LoadedModel) -> None:
+    chosen = walk(lm)
+    if chosen is None:
+        return
+    generation, stage = chosen
+    walk_controls(generation, stage)
+    st.subheader(STAGES[stage])
+    step = generation.steps[-1] if generation.steps else None
+    if stage == 0 or step is None:
+        stage_tokens(lm, generation)
+    elif stage == 1:
+        stage_logits(lm, generation, step)
+    elif stage == 2:
+        stage_softmax(lm, step)
+    elif stage == 3:
+        stage_sampling(lm, step)
+    elif stage == 4:
+        stage_append(lm, generation, step)
+    else:
+        stage_check(generation, step)
+
+
+# ---- predict, then reveal -----------------------------------------------------------------
+
+def predict_generation(lm: LoadedModel) -> Generation | None:
+    """The exercise's generation; its newest step is the one being guessed (kept hidden)."""
+    prompt = st.selectbox("Text to continue", PREDICT_PROMPTS, key="lesson_predict_prompt")
+    current = st.session_state.get(PREDICT)
+    if current is None or current[0] != (prompt, lm.name):
+        try:
+            generation = Generation(lm, prompt, sampler=GREEDY)
+        except PromptError as exc:
+            st.error(f"{exc}")
+            return None
+        generation.step()
+        st.session_state[PREDICT] = ((prompt, lm.name), generation)
+        st.session_state[GUESSES] = []
+        st.session_state[REVEALED] = False
+    return st.session_state[PREDICT][1]
+
+
+def reveal(step: StepRecord) -> None:
+    choice = st.session_state.get(f"lesson_guess_{step.index}")
+    if choice is None:
+        return
+    st.session_state[GUESSES] = [*st.session_state[GUESSES], score(step, choice)]
+    st.session_state[REVEALED] = True
+
+
+def next_round() -> None:
+    generation = st.session_state[PREDICT][1]
+    if not generation.finished:
+        generation.step()
+    st.session_state[REVEALED] = False
+
+
+def show_tally(guesses: list[Guess]) -> None:
+    result = tally(guesses)
+    cols = st.columns(3)
+    cols[0].metric("rounds", result.rounds)
+    cols[1].metric("you matched the model", f"{result.matches} of {result.rounds}",
+                   delta=pct(result.match_rate, 0), delta_color="off")
+    cols[2].metric("probability given up", f"{result.gave_up_total:.2f} in all",
+                   delta=f"{result.gave_up_mean:.2f} per round", delta_color="off",
+                   help="Each round: the model's probability for its own pick minus its probability for yours.")
+    st.dataframe(pd.DataFrame([{"step": g.step_index, "you": quoted(g.guess_text), "your token's p": pct(g.guess_prob),
+                                "model": quoted(g.model_text), "model's p": pct(g.model_prob),
+                                "match": "✓" if g.matched else "✗", "given up": f"{g.gave_up:.3f}"}
+                               for g in guesses]), hide_index=True, width="stretch")
+
+
+def predict_exercise(lm: LoadedModel) -> None:
+    st.markdown("Read the text, choose the token **you** think comes next, then reveal the model's distribution. "
+                "The model picks greedily (its most probable token). Over several rounds: how often do you match "
+                "it, and how much probability does your choice give up?")
+    generation = predict_generation(lm)
+    if generation is None:
+        return
+    step = generation.steps[-1]
+    chips(generation, generation.steps[:-1])
+    options = candidates(step)
+    labels = {c.token_id: quoted(c.text) for c in options}
+    revealed = st.session_state.get(REVEALED, False)
+    st.radio("Your prediction for the next token", list(labels), format_func=labels.__getitem__, index=None,
+             horizontal=True, key=f"lesson_guess_{step.index}", disabled=revealed)
+    if not revealed:
+        st.button("Reveal the model's distribution", key="lesson_reveal", type="primary", on_click=reveal,
+                  args=(step,), disabled=st.session_state.get(f"lesson_guess_{step.index}") is None)
+    else:
+        guess = st.session_state[GUESSES][-1]
+        verdict = ("✓ You matched the model." if guess.matched else
+                   f"✗ The model preferred {quoted(guess.model_text)}: your choice gave up {guess.gave_up:.3f} "
+                   "of probability.")
+        st.markdown(f"**{verdict}** Model: {quoted(guess.model_text)} at {pct(guess.model_prob)}; you: "
+                    f"{quoted(guess.guess_text)} at {pct(guess.guess_prob)}.")
+        ranked = step.distribution.top[: len(options)]
+        st.plotly_chart(top_values_figure([quoted(c.text) for c in ranked], [c.prob for c in ranked],
+                                          "The model's distribution over the choices", "probability (0–1)",
+                                          colour=FINAL_COLOUR, text_format="{:.1%}"),
+                        config=CHART_CONFIG, key="lesson_reveal_chart")
+        if generation.finished:
+            st.info(f"The text has ended ({generation.finish_reason}). Choose another text to play again.")
+        else:
+            st.button("Next round ▶", key="lesson_next_round", type="primary", on_click=next_round)
+    if st.session_state.get(GUESSES):
+        show_tally(st.session_state[GUESSES])
+
+
+def main() -> None:
+    st.title("🎓 Lesson: one generation, stage by stage")
+    st.markdown("A language model writes by repeating one loop: **read** the context, **score** every possible next "
+                "token, **pick** one, **append** it, **check** whether to stop. Walk through it on the real model.")
+    lm = current_model()
+    mode = st.radio("Part", ["Guided walk", "Predict the next token"], horizontal=True, key="lesson_mode",
+                    label_visibility="collapsed")
+    if mode == "Guided walk":
+        guided_walk(lm)
+    else:
+        predict_exercise(lm)
+
+
+main()

@@ -1,3 +1,301 @@
-import streamlit as st
+"""Sampler lab: one frozen next-token distribution, several samplers side by side."""
 
-st.title('sampler_lab')
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+import torch
+
+from engine import CHAINS, LoadedModel, PromptError, SamplerSettings, SettingsError
+from ui.charts import CHART_CONFIG
+from ui.format import pct, quoted
+from ui.lab import (
+    FrozenStep,
+    Outcome,
+    apply,
+    chain_outcomes,
+    disputed_tokens,
+    draw_many,
+    freeze_generation,
+    freeze_prompt,
+    live_generation,
+    min_p_sweep,
+    nucleus_sweep,
+    temperature_sweep,
+)
+from ui.model import current_model
+from ui.teaching_charts import (
+    chains_figure,
+    cut_figure,
+    draws_figure,
+    settings_figure,
+    temperature_figure,
+    token_labels,
+)
+
+PRESETS = {  # prompt -> chat template on?
+    "The capital of France is": False,
+    "Once upon a time, there was a": False,
+    "Give me one word that rhymes with cat.": True,
+    "My favourite colour is": False,
+}
+LIVE = "Your generation on the Step-through page (its latest step)"
+DRAWS = 1000
+SHOWN_TOKENS = 10
+
+
+@dataclass(frozen=True)
+class Column:
+    """One side-by-side sampler column and its default settings."""
+
+    name: str
+    key: str
+    defaults: SamplerSettings
+
+
+COLUMNS = (
+    Column("A", "lab_a", SamplerSettings(temperature=1.0)),
+    Column("B", "lab_b", SamplerSettings(temperature=0.7, top_p=0.9)),
+    Column("C", "lab_c", SamplerSettings(temperature=1.5, min_p=0.1)),
+)
+
+
+def memo(key: tuple, compute: Callable[[], Any]) -> Any:
+    """Keep results for this visitor, so a rerun (any widget move) never recomputes them."""
+    store = st.session_state.setdefault("lab_memo", {})
+    if key not in store:
+        if len(store) > 64:  # a long session must not grow without bound
+            store.clear()
+        store[key] = compute()
+    return store[key]
+
+
+def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
+    """The frozen step: the visitor's live generation if there is one, else a preset."""
+    generation = live_generation(st.session_state)
+    options = ([LIVE] if generation is not None else []) + list(PRESETS)
+    choice = st.selectbox("Distribution to study", options, key="lab_source",
+                          help="Take a step on the Step-through page to bring its distribution here.")
+    if choice == LIVE and generation is not None:
+        # the logits and the draw depend only on the tokens so far (Back restores the generator)
+        key = ("live", id(generation), tuple(generation.context_ids), lm.name)
+        return key, memo(key, lambda: freeze_generation(generation, f"your generation, step {len(generation.steps)}"))
+    key = ("preset", choice, lm.name)
+    try:
+        with st.spinner("Running the model once…"):
+            return key, memo(key, lambda: freeze_prompt(lm, choice, PRESETS[choice]))
+    except PromptError as exc:
+        st.error(f"{exc}")
+        return None
+
+
+def column_settings(column: Column) -> SamplerSettings | None:
+    """Sliders for one column; None (with the reason shown) when the settings are invalid."""
+    d = column.defaults
+    k = column.key
+    temperature = st.slider("temperature", 0.0, 3.0, d.temperature, 0.05, key=f"{k}_temperature",
+                            help="0 = greedy (always the most probable token)")
+    top_k = st.number_input("top-k (0 = off)", 0, 49_152, d.top_k, key=f"{k}_top_k")
+    top_p = st.slider("top-p (1 = off)", 0.0, 1.0, d.top_p, 0.01, key=f"{k}_top_p")
+    min_p = st.slider("min-p (0 = off)", 0.0, 1.0, d.min_p, 0.01, key=f"{k}_min_p")
+    penalty = st.slider("repetition penalty (1 = off)", 0.5, 2.0, d.repetition_penalty, 0.05, key=f"{k}_penalty")
+    try:
+        return SamplerSettings(temperature=temperature, top_k=int(top_k), top_p=top_p, min_p=min_p,
+                               repetition_penalty=penalty)
+    except SettingsError as exc:
+        st.error(str(exc))
+        return None
+
+
+def show_outcome(lm: LoadedModel, outcome: Outcome) -> None:
+    """The pick and the size and spread of the final distribution."""
+    decision = outcome.decision
+    st.metric("picks", quoted(lm.texts.piece(decision.token_id).text))
+    st.markdown(f"final probability **{pct(decision.final_prob)}** · tokens kept **{decision.final_kept:,}** "
+                f"· entropy **{decision.final_entropy_bits:.2f} bits**")
+
+
+def shown_tokens(step: FrozenStep, outcomes: list[Outcome], extra: Sequence[int] = ()) -> list[int]:
+    """The most probable tokens, plus every pick and any `extra`, most probable first."""
+    ids = torch.topk(step.logits, SHOWN_TOKENS).indices.tolist()
+    for token_id in [*(o.decision.token_id for o in outcomes), *extra]:
+        if token_id not in ids:
+            ids.append(token_id)
+    return sorted(ids, key=lambda i: -float(step.logits[i]))
+
+
+def texts(lm: LoadedModel, ids: list[int]) -> dict[int, str]:
+    return {i: lm.texts.piece(i).text for i in ids}
+
+
+def kept_table(lm: LoadedModel, step: FrozenStep, ids: list[int], named: dict[str, Outcome]) -> pd.DataFrame:
+    """Token by token: the raw probability, then each setting's final probability or 'cut'."""
+    raw = step.logits.softmax(dim=-1)
+    rows = []
+    for label, token_id in zip(token_labels(texts(lm, ids), step.logits, ids), ids, strict=True):
+        row = {"token": label, "raw softmax": pct(float(raw[token_id]))}
+        for name, outcome in named.items():
+            p = float(outcome.chain.final_probs[token_id])
+            row[name] = ("★ " if token_id == outcome.decision.token_id else "") + (pct(p) if p > 0 else "cut")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str, Outcome]:
+    st.subheader("Three samplers on the same logits")
+    draw = "the step's own random draw" if u is None else f"the random number u = {u:.3f}"
+    st.markdown(f"Each column reshapes **the same raw logits** with its own settings, then picks with **{draw}**. "
+                "Only the settings differ, so any difference in the pick comes from them.")
+    named: dict[str, Outcome] = {}
+    for column, slot in zip(COLUMNS, st.columns(len(COLUMNS)), strict=True):
+        with slot:
+            st.markdown(f"#### Sampler {column.name}")
+            settings = column_settings(column)
+            if settings is not None:
+                named[f"Sampler {column.name}"] = outcome = apply(step, settings, u)
+                show_outcome(lm, outcome)
+    if not named:
+        return named
+    ids = shown_tokens(step, list(named.values()))
+    labels = token_labels(texts(lm, ids), step.logits, ids)
+    st.plotly_chart(settings_figure(labels, step.logits.softmax(dim=-1), ids, list(named.items())),
+                    config=CHART_CONFIG, key="lab_settings_chart")
+    st.markdown("**Kept sets.** ‘cut’ means the sampler set that token's probability to zero; ★ marks the pick.")
+    st.dataframe(kept_table(lm, step, ids, named), hide_index=True)
+    return named
+
+
+def sweeps(step: FrozenStep, step_key: tuple) -> None:
+    st.subheader("Sweeps: one knob at a time")
+    t_tab, p_tab, m_tab = st.tabs(["Temperature", "Top-p (nucleus)", "Min-p"])
+    with t_tab:
+        marked = st.slider("temperature to read off", 0.1, 3.0, 0.7, 0.05, key="lab_sweep_temperature")
+        temps = [round(0.1 * i, 2) for i in range(1, 31)]
+        points = memo((*step_key, "temperature"), lambda: temperature_sweep(step, temps))
+        here = temperature_sweep(step, [marked])[0]
+        st.markdown(f"At **T = {marked:g}**: entropy **{here.entropy_bits:.2f} bits**, top token "
+                    f"**{pct(here.top_prob)}**. Below 1 the top token takes more of the mass and the entropy "
+                    "falls towards 0 (greedy); above 1 the mass spreads over more tokens.")
+        st.plotly_chart(temperature_figure(points, marked), config=CHART_CONFIG, key="lab_temperature_chart")
+    with p_tab:
+        marked = st.slider("top-p to read off", 0.05, 1.0, 0.9, 0.01, key="lab_sweep_top_p")
+        ps = [round(0.05 * i, 2) for i in range(1, 20)] + [0.97, 0.99, 1.0]
+        points = memo((*step_key, "top_p"), lambda: nucleus_sweep(step, ps))
+        here = nucleus_sweep(step, [marked])[0]
+        st.markdown(f"Top-p **{marked:g}** keeps **{here.kept:,}** tokens: the fewest most-probable tokens whose "
+                    "probabilities add up to at least p (at temperature 1). A confident step needs few tokens to "
+                    "reach p; an uncertain one needs many.")
+        st.plotly_chart(cut_figure(points, "top-p", marked), config=CHART_CONFIG, key="lab_top_p_chart")
+    with m_tab:
+        marked = st.slider("min-p to read off", 0.01, 1.0, 0.1, 0.01, key="lab_sweep_min_p")
+        ms = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0]
+        points = memo((*step_key, "min_p"), lambda: min_p_sweep(step, ms))
+        here = min_p_sweep(step, [marked])[0]
+        st.markdown(f"Min-p **{marked:g}** cuts every token below **{marked:g} × the top token's probability = "
+                    f"{here.threshold:.3g}** and keeps **{here.kept:,}** tokens (at temperature 1). The cut moves "
+                    "with the model's confidence: a sure top token raises it.")
+        st.plotly_chart(cut_figure(points, "min-p", marked, log_x=True), config=CHART_CONFIG, key="lab_min_p_chart")
+
+
+def chain_settings() -> SamplerSettings | None:
+    cols = st.columns(4)
+    temperature = cols[0].slider("temperature", 0.05, 3.0, 1.5, 0.05, key="lab_chain_temperature")
+    top_k = cols[1].number_input("top-k (0 = off)", 0, 49_152, 40, key="lab_chain_top_k")
+    top_p = cols[2].slider("top-p", 0.0, 1.0, 0.9, 0.01, key="lab_chain_top_p")
+    min_p = cols[3].slider("min-p", 0.0, 1.0, 0.05, 0.01, key="lab_chain_min_p")
+    try:
+        return SamplerSettings(temperature=temperature, top_k=int(top_k), top_p=top_p, min_p=min_p)
+    except SettingsError as exc:
+        st.error(str(exc))
+        return None
+
+
+def chain_orders(lm: LoadedModel, step: FrozenStep) -> None:
+    st.subheader("Same settings, three engines' chain orders")
+    st.markdown("Engines apply the same stages in different orders. **transformers**: temperature → top-k → "
+                "top-p → min-p. **vLLM**: temperature → min-p → top-k → top-p. **llama.cpp**: top-k → top-p → "
+                "min-p → temperature last. A filter sees the distribution left by the stages before it, "
+                "so the kept sets can differ.")
+    settings = chain_settings()
+    if settings is None:
+        return
+    outcomes = chain_outcomes(step, settings)
+    st.dataframe(pd.DataFrame([{
+        "chain": name, "order": " → ".join(s for s in CHAINS[name] if s != "repetition_penalty"),
+        "tokens kept": o.decision.final_kept, "picks": quoted(lm.texts.piece(o.decision.token_id).text),
+        "pick's final probability": pct(o.decision.final_prob),
+        "entropy (bits)": round(o.decision.final_entropy_bits, 3)} for name, o in outcomes.items()]),
+        hide_index=True)
+    disputed = disputed_tokens(step, outcomes)
+    if disputed:
+        names = ", ".join(quoted(lm.texts.piece(i).text) for i in disputed[:8])
+        more = f" and {len(disputed) - 8:,} more" if len(disputed) > 8 else ""
+        st.markdown(f"**{len(disputed):,} tokens are kept by some chains and cut by others:** {names}{more}.")
+    else:
+        st.markdown("**All three orders keep exactly the same tokens here.** Try a temperature further from 1 "
+                    "with top-p below 1, or min-p together with top-p.")
+    ids = shown_tokens(step, list(outcomes.values()), disputed[:4])
+    st.plotly_chart(chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes),
+                    config=CHART_CONFIG, key="lab_chain_chart")
+
+
+def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: dict[str, Outcome]) -> None:
+    st.subheader(f"Check: {DRAWS:,} draws from the engine's sampler")
+    st.markdown(f"The engine draws one uniform number u from a seeded generator and picks the token whose band "
+                f"of the cumulative distribution contains u. Done {DRAWS:,} times, the share of draws each token "
+                "gets should sit close to its final probability (typically within about ±1.5 percentage "
+                "points at these counts).")
+    cols = st.columns([2, 1, 1])
+    name = cols[0].selectbox("Sampler", list(named), key="lab_draw_sampler")
+    seed = int(cols[1].number_input("seed", 0, 2**31 - 1, 0, key="lab_draw_seed"))
+    if name is None:
+        return
+    outcome = named[name]
+    key = (*step_key, "draws", outcome.settings, seed)
+    if cols[2].button(f"Draw {DRAWS:,} times", key="lab_draw_button"):
+        with st.spinner(f"Drawing {DRAWS:,} tokens…"):
+            memo(key, lambda: draw_many(outcome.chain.final_probs, DRAWS, seed))
+    counts = st.session_state.get("lab_memo", {}).get(key)
+    if counts is None:
+        st.info(f"Press **Draw {DRAWS:,} times** to sample from {name}'s final distribution.")
+        return
+    ids = torch.topk(outcome.chain.final_probs, min(12, outcome.decision.final_kept)).indices.tolist()
+    labels = token_labels(texts(lm, ids), step.logits, ids)
+    shown = sum(counts.get(i, 0) for i in ids)
+    st.plotly_chart(draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs), config=CHART_CONFIG,
+                    key="lab_draws_chart")
+    worst = max(abs(counts.get(i, 0) / DRAWS - float(outcome.chain.final_probs[i])) for i in ids)
+    st.markdown(f"{len(counts):,} different tokens came up; the {len(ids)} shown took {shown:,} draws. "
+                f"Largest gap between share and probability: **{100 * worst:.1f} percentage points**.")
+
+
+def main() -> None:
+    st.title("🎛️ Sampler lab")
+    st.markdown("The model's forward pass ends in one score (logit) per vocabulary token. Here that output is "
+                "**frozen**: every control below only changes the sampler, never the model's numbers.")
+    lm = current_model()
+    chosen = choose_step(lm)
+    if chosen is None:
+        return
+    step_key, step = chosen
+    top = int(step.logits.argmax())
+    st.markdown(f"**Frozen step:** {step.source}. The model read {step.context_ids.numel():,} tokens; its most "
+                f"probable next token is {quoted(lm.texts.piece(top).text)} at "
+                f"{pct(float(step.logits.softmax(dim=-1)[top]))} (raw softmax).")
+    with st.expander("What the model read"):
+        st.code(step.context_text, language=None, wrap_lines=True)
+    own = f"u = {step.u:.6f}" if step.u is not None else "a multinomial draw, no single u"
+    own_draw = st.checkbox(f"Use the step's own random draw ({own})", True, key="lab_own_draw")
+    u = None if own_draw else st.slider("random draw u", 0.0, 0.999, 0.5, 0.001, key="lab_u")
+    named = side_by_side(lm, step, u)
+    sweeps(step, step_key)
+    chain_orders(lm, step)
+    if named:
+        empirical_check(lm, step, step_key, named)
+
+
+main()

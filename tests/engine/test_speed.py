@@ -1,0 +1,135 @@
+"""engine.speed measures the real model: these tests prove that what it times is the same
+computation generation does, and that its byte counts come from the real tensors.
+No timing thresholds here (speed goals live in bench/)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import Generation, SamplerSettings, SettingsError
+from engine.speed import (
+    KNOWN_CONFIGS,
+    batch_step_logits,
+    decode_flops,
+    loaded_kv_config,
+    measure_batching,
+    measure_cache_vs_recompute,
+    measure_decode_intensity,
+    measure_device,
+    measure_kv,
+    measure_prefill_decode,
+    next_logits_cached,
+    next_logits_recomputed,
+    sample_context,
+    weight_bytes,
+)
+
+
+def test_recomputing_without_the_cache_gives_the_cached_steps_logits(lm):
+    context = sample_context(lm, 40)
+    cached, recomputed = next_logits_cached(lm, context), next_logits_recomputed(lm, context)
+    assert cached.shape == (lm.vocab_size,)
+    assert torch.allclose(cached, recomputed, atol=1e-3, rtol=0)
+    assert int(cached.argmax()) == int(recomputed.argmax())
+
+
+def test_cached_step_gives_the_same_logits_as_the_generation_loop(lm):
+    generation = Generation(lm, "The capital of France is", sampler=SamplerSettings(temperature=0))
+    generation.step()
+    generation.step()  # this step's logits come from one cached decode step
+    context = generation.prompt_ids + generation.generated_ids[:1]
+    assert torch.allclose(next_logits_cached(lm, context), generation.raw_logits(2), atol=1e-4, rtol=0)
+
+
+def test_a_batched_decode_step_gives_each_sequence_its_own_logits(lm):
+    sequences = [sample_context(lm, 12, offset=7 * row) for row in range(4)]
+    assert len({tuple(s) for s in sequences}) == 4  # really different sequences
+    batched = batch_step_logits(lm, sequences)
+    for row, sequence in enumerate(sequences):
+        alone = batch_step_logits(lm, [sequence])[0]
+        assert torch.allclose(batched[row], alone, atol=1e-3, rtol=0)
+        assert int(batched[row].argmax()) == int(alone.argmax())
+
+
+def test_kv_bytes_per_position_equal_the_real_cache_tensors(lm):
+    snapshot = measure_kv(lm, 9)
+    tensor_bytes = snapshot.bytes  # summed over every layer's K and V tensors by read_kv
+    assert snapshot.positions == 9
+    assert tensor_bytes == 9 * loaded_kv_config(lm).bytes_per_position
+    # SmolLM2-135M in float32: K and V x 30 layers x 3 KV heads x 64 x 4 bytes
+    assert loaded_kv_config(lm).bytes_per_position == 2 * 30 * 3 * 64 * 4 == 46_080
+    generation = Generation(lm, "The capital of France is")
+    step = generation.step()
+    assert step.kv.bytes == step.kv.positions * loaded_kv_config(lm).bytes_per_position
+
+
+@pytest.mark.parametrize(("name", "per_position"), [
+    ("GPT-2 small", 2 * 12 * 12 * 64 * 4),  # 72 KiB
+    ("Llama-2-7B", 2 * 32 * 32 * 128 * 2),  # 512 KiB
+    ("Llama-3-8B", 2 * 32 * 8 * 128 * 2),  # 128 KiB
+    ("Mistral-7B", 2 * 32 * 8 * 128 * 2),
+    ("Qwen2.5-7B", 2 * 28 * 4 * 128 * 2),  # 56 KiB
+])
+def test_published_configs_give_the_known_kv_bytes_per_token(name, per_position):
+    config = next(c for c in KNOWN_CONFIGS if c.name == name)
+    assert config.bytes_per_position == per_position
+    assert config.bytes_for(4096) == 4096 * per_position
+
+
+def test_cache_vs_recompute_measures_every_requested_context_length(lm):
+    points = measure_cache_vs_recompute(lm, (4, 12), repeats=1)
+    assert [p.context_tokens for p in points] == [4, 12]
+    assert all(p.cached_ms > 0 and p.recompute_ms > 0 for p in points)
+    assert points[0].ratio == points[0].recompute_ms / points[0].cached_ms
+
+
+def test_prefill_decode_reports_per_token_cost_of_both(lm):
+    result = measure_prefill_decode(lm, prompt_tokens=8, decode_steps=2, repeats=1)
+    assert (result.prompt_tokens, result.decode_steps) == (8, 2)
+    assert result.prefill_ms_per_token == pytest.approx(result.prefill_ms / 8)
+    assert result.decode_ms > 0
+
+
+def test_decode_intensity_counts_every_weight_and_the_cache_read(lm):
+    result = measure_decode_intensity(lm, context_tokens=6, repeats=1)
+    assert result.weight_bytes == weight_bytes(lm) == lm.parameters * 4  # float32 weights
+    assert result.kv_bytes == 6 * loaded_kv_config(lm).bytes_per_position
+    assert result.flops == decode_flops(lm, 6) > 2 * lm.parameters
+    # a multiply and an add per 4-byte weight: well under one FLOP per byte at batch 1
+    assert 0.4 < result.flops_per_byte < 0.6
+    assert result.achieved_bytes_per_s == pytest.approx(result.bytes / (result.step_ms / 1e3))
+
+
+def test_batching_measures_each_batch_size_and_divides_by_it(lm):
+    points = measure_batching(lm, (1, 3), context_tokens=5, repeats=1)
+    assert [p.batch for p in points] == [1, 3]
+    assert points[1].per_token_ms == pytest.approx(points[1].step_ms / 3)
+
+
+def test_device_measurement_counts_the_bytes_read_and_written(lm):
+    speed = measure_device(torch.device("cpu"), matmul_size=64, copy_mib=4, repeats=1)
+    assert speed.copy_bytes == 2 * 4 * 2**20
+    assert speed.matmul_size == 64 and speed.dtype == "float32"
+    assert speed.ridge_flops_per_byte == speed.flops_per_s / speed.bytes_per_s
+
+
+@pytest.mark.parametrize(("call", "parameter"), [
+    (lambda lm: measure_cache_vs_recompute(lm, (1,)), "context length"),
+    (lambda lm: measure_batching(lm, (0,)), "batch size"),
+    (lambda lm: measure_prefill_decode(lm, decode_steps=0), "decode_steps"),
+    (lambda lm: sample_context(lm, lm.context_window), "context length"),
+    (lambda lm: batch_step_logits(lm, [[1, 2], [3]]), "sequences"),
+])
+def test_bad_sizes_raise_a_settings_error_naming_the_parameter(lm, call, parameter):
+    with pytest.raises(SettingsError) as error:
+        call(lm)
+    assert error.value.parameter == parameter
+
+
+def test_engine_speed_does_not_import_streamlit():
+    from pathlib import Path
+
+    import engine.speed as module
+
+    assert "streamlit" not in Path(module.__file__).read_text()

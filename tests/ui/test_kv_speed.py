@@ -1,0 +1,69 @@
+"""The KV cache & speed page: it shows the engine's measurements, and a rerun redraws them
+without measuring again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.speed import KNOWN_CONFIGS, loaded_kv_config
+from ui.format import nbytes
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+
+
+@pytest.fixture(scope="module")
+def page() -> AppTest:
+    """The page after its first (quick) measurements: taken once for this module."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.run()
+    at.switch_page("pages/kv_speed.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def results(at: AppTest) -> dict:
+    return at.session_state["kv_results"]
+
+
+def test_page_measures_every_section_once(page):
+    measured = {key[-1] for key in results(page)}
+    assert measured == {"cache vs recompute", "prefill vs decode", "KV cache size",
+                        "device compute and bandwidth", "one decode step", "batched decode"}
+    cache_points = next(v for k, v in results(page).items() if k[-1] == "cache vs recompute")
+    assert [p.context_tokens for p in cache_points] == [16, 64, 128, 256]
+    last = cache_points[-1]
+    assert any(f"**{last.ratio:.1f}× slower**" in m.value for m in page.markdown)
+    batch = next(v for k, v in results(page).items() if k[-1] == "batched decode")
+    assert [p.batch for p in batch] == [1, 4, 16]
+    assert [m.value for m in page.metric if m.label.startswith("batch ")] == [f"{p.step_ms:.1f} ms" for p in batch]
+
+
+def test_kv_bytes_shown_are_read_from_the_real_cache(lm, page):
+    snapshot = next(v for k, v in results(page).items() if k[-1] == "KV cache size")
+    per_position = loaded_kv_config(lm).bytes_per_position
+    assert snapshot.bytes == snapshot.positions * per_position
+    assert any(f"**{per_position:,} bytes per position**" in m.value for m in page.markdown)
+    table = page.dataframe[0].value
+    assert list(table["model"])[1:] == [c.name for c in KNOWN_CONFIGS]
+    assert table["per position"].iloc[0] == nbytes(per_position)
+    assert table["4,096 positions"].iloc[2] == nbytes(KNOWN_CONFIGS[1].bytes_for(4096))
+
+
+def test_intensity_metrics_are_the_measured_steps(page):
+    step = next(v for k, v in results(page).items() if k[-1] == "one decode step")
+    shown = {m.label: m.value for m in page.metric}
+    assert shown["arithmetic intensity"] == f"{step.flops_per_byte:.2f} FLOP/byte"
+    assert shown["achieved bandwidth"] == f"{step.achieved_bytes_per_s / 1e9:.1f} GB/s"
+
+
+def test_changing_the_context_length_redraws_without_measuring_again(page):
+    before = dict(results(page))
+    page.number_input(key="kv_positions").set_value(8192).run()
+    assert not page.exception
+    after = results(page)
+    assert after.keys() == before.keys()
+    assert all(after[key] is before[key] for key in before)  # the same objects: nothing re-measured
+    assert "8,192 positions" in page.dataframe[0].value.columns

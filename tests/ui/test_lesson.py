@@ -1,0 +1,122 @@
+"""The Lesson: every preset really fires its termination condition on the real model, the
+walk steps through the six stages, and the prediction exercise scores against the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine import FINISH_REASONS, Generation
+from ui.format import quoted
+from ui.lesson_flow import GREEDY, PRESETS, STAGES, candidates, preset_named, score, start, tally
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.fires + ("_ignored" if p.stop.ignore_eos else ""))
+def test_each_preset_fires_its_termination_condition(lm, preset):
+    generation = start(lm, preset)
+    steps = list(generation.run())
+    assert generation.finish_reason == preset.fires
+    generated = generation.generated_ids
+    if preset.stop.ignore_eos:  # the model did end its turn, and went on regardless
+        assert any(i in lm.eos_ids for i in generated[:-1])
+        assert len(steps) == preset.stop.max_new_tokens
+    if preset.fires == "stop_sequence":  # "10" arrives as two tokens, "1" then "0"
+        assert [s.token.text for s in steps[-2:]] == ["1", "0"]
+        assert generation.text.endswith("9, ") and "10" not in generation.text
+    if preset.fires == "eos":
+        assert generated[-1] in lm.eos_ids and "Paris" in generation.text
+
+
+def test_every_finish_reason_has_words_on_the_lesson_page():
+    import ast
+
+    source = (Path(APP).parent / "pages" / "lesson.py").read_text()
+    words = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Assign)
+                 and getattr(n.targets[0], "id", "") == "FINISH_WORDS")
+    assert {k.value for k in words.value.keys} == set(FINISH_REASONS)
+
+
+def test_candidates_are_the_top_tokens_in_an_order_that_gives_nothing_away(lm):
+    generation = Generation(lm, "The capital of France is", sampler=GREEDY)
+    step = generation.step()
+    offered = candidates(step)
+    assert {c.token_id for c in offered} == {c.token_id for c in step.distribution.top[:6]}
+    assert [c.token_id for c in offered] != [c.token_id for c in step.distribution.top[:6]]
+    second = step.distribution.top[1]
+    guess = score(step, second.token_id)
+    assert not guess.matched and guess.gave_up == pytest.approx(step.prob - second.prob)
+    assert score(step, step.token_id).matched
+    result = tally([guess, score(step, step.token_id)])
+    assert (result.rounds, result.matches, result.match_rate) == (2, 1, 0.5)
+    with pytest.raises(ValueError, match="not among"):
+        score(step, step.distribution.top[-1].token_id + 10**6)
+
+
+def lesson() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.run()
+    at.switch_page("pages/lesson.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def stage(at: AppTest) -> str:
+    return at.subheader[0].value
+
+
+def test_next_and_previous_walk_the_six_stages_on_the_real_model(lm):
+    at = lesson()
+    seen = [stage(at)]
+    for _ in range(len(STAGES) - 1):
+        at.button(key="lesson_next").click().run()
+        assert not at.exception
+        seen.append(stage(at))
+    assert seen == list(STAGES)
+    expected = start(lm, PRESETS[0]).step()
+    assert at.button(key="lesson_next").label == "Next token ▶"
+    at.button(key="lesson_previous").click().run()
+    assert stage(at) == STAGES[-2]
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["positions in the cache"] == f"{expected.kv.positions:,}"
+    at.button(key="lesson_previous").click().run()
+    assert stage(at) == STAGES[3]
+    assert {m.label: m.value for m in at.metric}["picked"] == quoted(expected.token.text)
+
+
+def test_running_the_stop_sequence_preset_to_the_end_reports_it(lm):
+    at = lesson()
+    preset = preset_named("A stop sequence appears")
+    at.selectbox(key="lesson_preset").set_value(preset.name).run()
+    at.button(key="lesson_next").click().run()  # tokens -> first forward pass
+    for _ in range(len(STAGES) - 2):
+        at.button(key="lesson_next").click().run()
+    at.button(key="lesson_run").click().run()
+    assert not at.exception
+    assert "stop sequence" in at.success[0].value and "stop_sequence" in at.success[0].value
+    generation = start(lm, preset)
+    list(generation.run())
+    assert at.code[-1].value == generation.text
+    assert at.button(key="lesson_next").disabled
+
+
+def test_prediction_rounds_are_scored_against_the_models_own_probabilities(lm):
+    at = lesson()
+    at.radio(key="lesson_mode").set_value("Predict the next token").run()
+    reference = Generation(lm, "The capital of France is", sampler=GREEDY)
+    first = reference.step()
+    wrong = next(c for c in candidates(first) if c.token_id != first.token_id)
+    at.radio(key="lesson_guess_1").set_value(wrong.token_id).run()
+    at.button(key="lesson_reveal").click().run()
+    at.button(key="lesson_next_round").click().run()
+    second = reference.step()
+    at.radio(key="lesson_guess_2").set_value(second.token_id).run()
+    at.button(key="lesson_reveal").click().run()
+    assert not at.exception
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["rounds"] == "2"
+    assert shown["you matched the model"] == "1 of 2"
+    assert shown["probability given up"] == f"{first.prob - wrong.prob:.2f} in all"

@@ -1,0 +1,160 @@
+"""The Sampler lab: its numbers are the engine's (ui.lab) and its page shows them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from engine import CHAINS, Generation, SamplerSettings
+from engine.sampling import decide, draw_uniform, pick_by_cdf
+from ui.format import quoted
+from ui.lab import (
+    apply,
+    chain_outcomes,
+    disputed_tokens,
+    draw_many,
+    freeze_generation,
+    freeze_prompt,
+    min_p_sweep,
+    nucleus_sweep,
+    temperature_sweep,
+)
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+DEFAULT_PROMPT = "The capital of France is"
+COLUMN_DEFAULTS = {  # the page's three columns, as it sets them up
+    "A": SamplerSettings(temperature=1.0),
+    "B": SamplerSettings(temperature=0.7, top_p=0.9),
+    "C": SamplerSettings(temperature=1.5, min_p=0.1),
+}
+
+
+@pytest.fixture(scope="module")
+def frozen(lm):
+    return freeze_prompt(lm, DEFAULT_PROMPT, chat=False)
+
+
+def lab(session: dict | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=240)
+    for key, value in (session or {}).items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page("pages/sampler_lab.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def picks(at: AppTest) -> list[str]:
+    return [m.value for m in at.metric if m.label == "picks"]
+
+
+# ---- ui.lab against the engine ------------------------------------------------------------
+
+def test_frozen_step_keeps_the_generations_draw_so_apply_equals_resample(lm):
+    generation = Generation(lm, "Once upon a time", seed=11)
+    generation.step()
+    generation.step()
+    step = freeze_generation(generation, "test")
+    assert torch.equal(step.logits, generation.raw_logits())
+    for settings in [*COLUMN_DEFAULTS.values(), SamplerSettings(temperature=1.2, top_k=5)]:
+        outcome = apply(step, settings)
+        assert outcome.decision == generation.resample(settings).decision
+        # the step's uniform draw, replayed through the engine's chain, gives the same pick
+        decision, chain = decide(step.logits, step.context_ids, settings, step.u)
+        assert outcome.decision == decision
+        assert torch.equal(outcome.chain.final_probs, chain.final_probs)
+
+
+def test_a_multinomial_generation_keeps_its_own_draw_in_the_lab(lm):
+    generation = Generation(lm, "Once upon a time", seed=4, draw="multinomial")
+    generation.step()
+    step = freeze_generation(generation, "test")
+    assert step.u is None
+    for settings in COLUMN_DEFAULTS.values():
+        assert apply(step, settings).decision == generation.resample(settings).decision
+
+
+def test_temperature_sweep_entropy_rises_and_top_probability_falls_with_t(frozen):
+    points = temperature_sweep(frozen, [0.2, 0.5, 1.0, 2.0, 3.0])
+    entropies = [p.entropy_bits for p in points]
+    tops = [p.top_prob for p in points]
+    assert entropies == sorted(entropies) and len(set(entropies)) == len(entropies)
+    assert tops == sorted(tops, reverse=True)
+    plain = decide(frozen.logits, frozen.context_ids, SamplerSettings(temperature=1.0), frozen.u)[0]
+    assert points[2].entropy_bits == pytest.approx(plain.final_entropy_bits)
+
+
+def test_nucleus_grows_with_p_and_min_p_cut_is_relative_to_the_top_token(frozen):
+    kept = [p.kept for p in nucleus_sweep(frozen, [0.1, 0.5, 0.9, 0.99, 1.0])]
+    assert kept == sorted(kept) and kept[0] == 1 and kept[-1] == frozen.logits.numel()
+    top = float(frozen.logits.softmax(dim=-1).max())
+    points = min_p_sweep(frozen, [0.01, 0.1, 1.0])
+    assert [p.threshold for p in points] == pytest.approx([0.01 * top, 0.1 * top, top])
+    assert [p.kept for p in points] == sorted((p.kept for p in points), reverse=True)
+    assert points[-1].kept == 1
+
+
+def test_chain_orders_are_the_engines_and_their_kept_sets_can_differ(frozen):
+    settings = SamplerSettings(temperature=1.5, top_k=40, top_p=0.9, min_p=0.05)
+    outcomes = chain_outcomes(frozen, settings)
+    assert list(outcomes) == list(CHAINS)
+    for name, outcome in outcomes.items():
+        expected = decide(frozen.logits, frozen.context_ids, SamplerSettings(
+            temperature=1.5, top_k=40, top_p=0.9, min_p=0.05, chain=name), frozen.u)[0]
+        assert outcome.decision == expected
+    disputed = disputed_tokens(frozen, outcomes)
+    assert disputed, "these settings should make the chains keep different tokens"
+    for token_id in disputed:
+        assert 0 < sum(token_id in o.kept_ids for o in outcomes.values()) < len(outcomes)
+
+
+def test_many_draws_pick_exactly_what_pick_by_cdf_picks_on_the_whole_vocabulary(frozen):
+    final_probs = apply(frozen, COLUMN_DEFAULTS["C"]).chain.final_probs
+    counts = draw_many(final_probs, 200, seed=5)
+    generator = torch.Generator().manual_seed(5)
+    expected: dict[int, int] = {}
+    for _ in range(200):
+        token_id, _draw = pick_by_cdf(final_probs, draw_uniform(generator))
+        expected[token_id] = expected.get(token_id, 0) + 1
+    assert dict(counts) == expected and sum(counts.values()) == 200
+
+
+# ---- the page -----------------------------------------------------------------------------
+
+def test_page_shows_each_samplers_pick_from_the_engine_for_a_preset(lm, frozen):
+    at = lab()
+    expected = [quoted(lm.texts.piece(apply(frozen, s).decision.token_id).text) for s in COLUMN_DEFAULTS.values()]
+    assert picks(at) == expected
+    assert len(at.get("plotly_chart")) >= 4  # samplers, temperature, top-p, min-p, chains
+    assert any(f"{apply(frozen, COLUMN_DEFAULTS['A']).decision.final_kept:,}" in m.value for m in at.markdown)
+
+
+def test_page_studies_the_step_pages_generation_with_its_own_draw(lm):
+    generation = Generation(lm, "Once upon a time", seed=3)
+    generation.step()
+    generation.step()
+    at = lab({"generation": generation})
+    assert at.selectbox(key="lab_source").value.startswith("Your generation")
+    expected = [quoted(lm.texts.piece(generation.resample(s).decision.token_id).text) for s in COLUMN_DEFAULTS.values()]
+    assert picks(at) == expected
+    u = generation.resample(SamplerSettings()).decision.draw.u
+    assert f"u = {u:.6f}" in at.checkbox(key="lab_own_draw").label
+
+
+def test_setting_temperature_zero_makes_a_column_pick_the_argmax(lm, frozen):
+    at = lab()
+    at.slider(key="lab_a_temperature").set_value(0.0).run()
+    assert not at.exception
+    assert picks(at)[0] == quoted(lm.texts.piece(int(frozen.logits.argmax())).text)
+
+
+def test_draw_button_shows_the_engines_thousand_draws(lm, frozen):
+    at = lab()
+    at.selectbox(key="lab_draw_sampler").set_value("Sampler C").run()
+    at.button(key="lab_draw_button").click().run()
+    assert not at.exception
+    counts = draw_many(apply(frozen, COLUMN_DEFAULTS["C"]).chain.final_probs, 1000, seed=0)
+    assert any(m.value.startswith(f"{len(counts):,} different tokens came up") for m in at.markdown)

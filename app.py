@@ -33,7 +33,7 @@ def model_sidebar() -> None:
         if ERROR_KEY in st.session_state:
             st.error(st.session_state[ERROR_KEY] + " The previous model stays loaded.", icon="✋")
         st.divider()
-        st.toggle("Presentation mode", key=PRESENTATION,
+        st.toggle("Presentation mode", key=PRESENTATION, persist_state="session",
                   help="Large type and fewer panels, for a projector.")
 
 

@@ -199,8 +199,12 @@ def setup_controls(lm: LoadedModel) -> None:
         seed_col.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=keys.SEED,
                               persist_state="session", help="Seeds this generation's own random generator.")
     stop_controls()
+
+
+def templated_text() -> None:
+    """With the chat template on, the exact text the model reads, special tokens included."""
     gen = _generation()
-    if S[keys.CHAT] and gen is not None and gen.chat:
+    if gen is not None and gen.chat:
         with st.expander("Templated text: what the model actually reads"):
             st.code(gen.prompt_text, language=None, wrap_lines=True)
 
@@ -248,23 +252,26 @@ WORKSPACE_KEY = "st_workspace"
 
 
 def button_row(gen: Generation) -> None:
-    running = bool(S.get(keys.RUNNING))
     finished = gen.finished
     row = st.container(horizontal=True, vertical_alignment="center")
-    row.button("Step", key="st_step", type="primary", on_click=on_step, disabled=running or finished,
+    row.button("Step", key="st_step", type="primary", on_click=on_step, disabled=finished,
                help="One token: forward pass, sample, append, check.")
-    if running:
-        row.button("Stop", key="st_stop", on_click=on_stop, help="Stop running after the current token.")
-    else:
-        row.button("Run", key="st_run", on_click=on_run, disabled=finished,
-                   help="Step until a stop condition fires; tokens appear as they come.")
-    row.button("Back", key="st_back", on_click=on_back, disabled=running or not gen.steps,
+    row.button("Run", key="st_run", on_click=on_run, disabled=finished,
+               help="Step until a stop condition fires; tokens appear as they come.")
+    row.button("Back", key="st_back", on_click=on_back, disabled=not gen.steps,
                help="Rewind one step (the KV cache is cropped, the random generator restored).")
-    row.button("Reset", key="st_reset", on_click=on_reset, disabled=running,
-               help="Start over from the prompt.")
+    row.button("Reset", key="st_reset", on_click=on_reset, help="Start over from the prompt.")
     row.markdown(status_text(gen))
     if problem := keys.message(S, "buttons"):
         st.warning(problem, icon="✋")
+
+
+def running_row() -> None:
+    """While Run is going: only Stop (the other buttons come back when it ends)."""
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.button("Stop", key="st_stop", type="primary", on_click=on_stop,
+               help="Stop after the token being computed now.")
+    row.markdown("Running: tokens appear as they are generated…")
 
 
 def status_text(gen: Generation) -> str:
@@ -303,10 +310,13 @@ def workspace() -> None:
     if gen is None:
         st.info("Type a prompt above to start.")
         return
-    button_row(gen)
-    context = st.empty()
+    buttons, context = st.empty(), st.empty()
     if S.get(keys.RUNNING):
+        with buttons.container():
+            running_row()
         run_loop(gen, context)
+    with buttons.container():
+        button_row(gen)
     panels.context_panel(gen, context, _prompt_chips(gen), legend=not presentation())
     sampler_view()
     if presentation():
@@ -437,8 +447,9 @@ def main() -> None:
                "distribution over the whole vocabulary, picks one token, appends it, and checks whether to stop.")
     if problem := keys.message(S, "link"):
         st.warning(problem, icon="🔗")
+    sync_generation(lm)  # widget values are already in session_state; messages then show beside them
     setup_controls(lm)
-    sync_generation(lm)
+    templated_text()
     workspace()
 
 

@@ -160,7 +160,7 @@ def history_panel(gen: Generation, table_key: str) -> None:
         return
     rows = [{"step": s.index, "position": s.position, "token": quoted(s.token.text), "id": s.token_id,
              "raw p": s.prob, "final p": s.final_prob, "rank": s.rank, "forced": s.decision.forced,
-             "u": s.decision.draw.u if s.decision.draw else None,
+             "u": s.decision.draw.u if s.decision.draw else None,  # None: greedy or a multinomial draw
              "entropy (bits)": round(s.distribution.raw_entropy_bits, 3), "KV positions": s.kv.positions,
              "forward ms": round(s.timing.forward_ms, 1), "stop": s.termination.finish_reason or ""}
             for s in gen.steps]

@@ -32,6 +32,7 @@ class SharedState:
     """Everything a link reproduces."""
 
     model: str  # what was typed to load it; "" = the bundled default
+    draw: str  # the engine's draw method
     prompt: str
     chat: bool
     seed: int
@@ -43,8 +44,8 @@ class SharedState:
 def from_generation(generation: Generation, model: str) -> SharedState:
     """The shareable state of a live generation."""
     steps = tuple(SharedStep(s.token_id, s.decision.forced, s.decision.settings) for s in generation.steps)
-    return SharedState(model=model, prompt=generation.prompt, chat=generation.chat, seed=generation.seed,
-                       sampler=generation.sampler, stop=generation.stop, steps=steps)
+    return SharedState(model=model, draw=generation.draw, prompt=generation.prompt, chat=generation.chat,
+                       seed=generation.seed, sampler=generation.sampler, stop=generation.stop, steps=steps)
 
 
 def _sampler_code(sampler: SamplerSettings) -> str:
@@ -68,6 +69,8 @@ def to_params(state: SharedState) -> dict[str, str | list[str]]:
                                           "max": str(state.stop.max_new_tokens)}
     if state.model:
         params["model"] = state.model
+    if state.draw != "cdf":
+        params["draw"] = state.draw
     if state.stop.stop_sequences:
         params["stop"] = list(state.stop.stop_sequences)
     if state.stop.ignore_eos:
@@ -130,16 +133,16 @@ def from_params(params: Mapping[str, Sequence[str]]) -> SharedState:
     sampler = _sampler_from_code(_one(params, "sampler", _sampler_code(SamplerSettings())))
     stop = StopSettings(max_new_tokens=_int(params, "max", "32"),
                         stop_sequences=tuple(params.get("stop", [])), ignore_eos=_flag(params, "ignore_eos"))
-    return SharedState(model=_one(params, "model", ""), prompt=_one(params, "prompt"),
-                       chat=_flag(params, "chat"), seed=_int(params, "seed", "0"), sampler=sampler,
-                       stop=stop, steps=_steps(params, sampler))
+    return SharedState(model=_one(params, "model", ""), draw=_one(params, "draw", "cdf"),
+                       prompt=_one(params, "prompt"), chat=_flag(params, "chat"), seed=_int(params, "seed", "0"),
+                       sampler=sampler, stop=stop, steps=_steps(params, sampler))
 
 
 def replay_trace(state: SharedState) -> dict[str, Any]:
     """The smallest trace engine.trace.replay accepts, built from a link's state."""
     return {
         "format": TRACE_FORMAT, "version": TRACE_VERSION, "prompt": state.prompt, "chat": state.chat,
-        "seed": state.seed, "sampler": asdict(state.sampler),
+        "seed": state.seed, "draw": state.draw, "sampler": asdict(state.sampler),
         "stop": asdict(state.stop) | {"stop_sequences": list(state.stop.stop_sequences)},
         "prompt_token_ids": [], "finish_reason": None, "text": "",
         "steps": [{"index": i, "token_id": s.token_id, "sampler": asdict(s.sampler), "forced": s.forced}

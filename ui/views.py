@@ -99,6 +99,8 @@ def cdf_strip_html(decision: Decision, distribution: Distribution) -> str:
     draw = decision.draw
     if draw is None:
         return ""
+    marker = "" if draw.u is None else (f'<div class="tbt-u" style="left:{100 * draw.u:.3f}%">'
+                                        f"<span>u = {draw.u:.4f}</span></div>")
     bands = []
     for candidate in _cdf_order(distribution.top)[:CDF_SEGMENTS]:
         picked = candidate.token_id == decision.sampler_token_id
@@ -107,8 +109,7 @@ def cdf_strip_html(decision: Decision, distribution: Distribution) -> str:
         bands.append(f'<div class="tbt-seg{" tbt-seg-pick" if picked else ""}" '
                      f'style="width:{100 * candidate.final_prob:.3f}%;background:{colour}" '
                      f'title="{esc(quoted(candidate.text))}: final p {pct(candidate.final_prob)}">{label}</div>')
-    return (f'<div class="tbt-cdf">{"".join(bands)}'
-            f'<div class="tbt-u" style="left:{100 * draw.u:.3f}%"><span>u = {draw.u:.4f}</span></div>'
+    return (f'<div class="tbt-cdf">{"".join(bands)}{marker}'
             '<span class="tbt-scale" style="left:0">0</span><span class="tbt-scale" style="right:0">1</span>'
             "</div>")
 
@@ -119,13 +120,17 @@ def decision_html(decision: Decision, distribution: Distribution) -> str:
     if decision.greedy:
         how = (f"Greedy (temperature 0): the argmax is taken, no random number is drawn. "
                f"The sampler picks <b>{esc(sampler_pick)}</b>.")
-    else:
+    elif decision.draw is not None and decision.draw.u is not None:
         draw = decision.draw
-        assert draw is not None  # a non-greedy decision always records its draw
         how = (f"A uniform random number <b>u = {draw.u:.6f}</b> from this generation's seeded generator. "
                f"Lined up by final probability, the tokens fill [0, 1); u falls in "
                f"[{draw.cdf_low:.6f}, {draw.cdf_high:.6f}), the band of rank {draw.rank}: "
                f"<b>{esc(sampler_pick)}</b> (final p {pct(draw.cdf_high - draw.cdf_low, 2)}).")
+    else:  # torch.multinomial's method: no single u, but the pick still owns one band
+        draw = decision.draw
+        band = f" It owns the band [{draw.cdf_low:.6f}, {draw.cdf_high:.6f}), rank {draw.rank}." if draw else ""
+        how = (f"Drawn as torch.multinomial draws (one random waiting time per token; the shortest "
+               f"relative to its probability wins): <b>{esc(sampler_pick)}</b>.{band}")
     forced = ""
     if decision.forced:
         forced = (f'<div class="tbt-pick">Forced by you: <b>{esc(_token_text(distribution, decision.token_id))}</b>'

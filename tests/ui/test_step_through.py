@@ -1,0 +1,287 @@
+"""The step-through page driven through Streamlit's AppTest, on the real bundled model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine import Generation, to_trace
+from ui import state as keys
+from ui.charts import FINAL_NAME, RAW_NAME
+from ui.share import from_generation, to_params
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+TIMEOUT = 120  # the first run loads the model
+
+
+def open_app(query: dict[str, str | list[str]] | None = None) -> AppTest:
+    """A fresh visitor on the default page (optionally through a share link)."""
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params.update(query or {})
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def generation(at: AppTest) -> Generation:
+    return at.session_state[keys.GENERATION]
+
+
+def click(at: AppTest, key: str) -> AppTest:
+    at.button(key=key).click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def chips(at: AppTest) -> str:
+    return next(h.proto.body for h in at.get("html") if "tbt-chips" in h.proto.body)
+
+
+def html_with(at: AppTest, marker: str) -> str:
+    return next(h.proto.body for h in at.get("html") if marker in h.proto.body)
+
+
+def chart_spec(at: AppTest, key: str = "st_distribution_chart") -> dict:
+    chart = next(c for c in at.get("plotly_chart") if c.proto.id.endswith(key) or key in c.proto.id)
+    return json.loads(chart.proto.spec)
+
+
+def use_preset(at: AppTest, name: str) -> AppTest:
+    at.selectbox(key=keys.PRESET).select(name).run()
+    assert not at.exception, at.exception
+    return at
+
+
+@contextmanager
+def counting_forward_passes(at: AppTest) -> Iterator[list[int]]:
+    """Count the model's forward passes while the block runs."""
+    calls: list[int] = []
+    handle = generation(at).lm.model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        yield calls
+    finally:
+        handle.remove()
+
+
+@pytest.fixture()
+def at() -> AppTest:
+    return open_app()
+
+
+def test_default_page_is_step_through_with_prompt_chips_and_no_steps(at: AppTest) -> None:
+    assert at.header[0].value == "Step through"
+    body = chips(at)
+    assert 'data-steps="0"' in body and "tbt-prompt" in body and "France" in body
+    assert [b.label for b in at.button][:4] == ["Step", "Run", "Back", "Reset"]
+    assert at.button(key="st_back").disabled
+
+
+def test_step_appends_one_token_shown_as_the_newest_chip(at: AppTest) -> None:
+    with counting_forward_passes(at) as calls:
+        click(at, "st_step")
+    gen = generation(at)
+    assert len(gen.steps) == 1 and len(calls) == 1
+    assert gen.steps[0].token.text == " Paris"  # greedy by default
+    body = chips(at)
+    assert 'data-steps="1"' in body
+    assert 'tbt-newest' in body and "Paris</span>" in body
+    assert any("1** token generated" in m.value for m in at.markdown)
+
+
+def test_distribution_chart_labels_raw_and_final_and_highlights_the_pick(at: AppTest) -> None:
+    click(at, "st_step")
+    spec = chart_spec(at)
+    names = [trace["name"] for trace in spec["data"]]
+    assert names == [RAW_NAME, FINAL_NAME]
+    labels = spec["data"][0]["y"]
+    assert labels[0] == "▶ #1 '␣Paris'"  # visible space, rank, pick marker
+    assert labels[-1].startswith("all other ") and labels[-1].endswith(" tokens")
+    raw = spec["data"][0]["x"]
+    assert raw[0] == pytest.approx(generation(at).steps[0].prob)
+    assert sum(raw) == pytest.approx(1.0, abs=1e-4)  # shown rows + the rest = the whole vocabulary
+    assert spec["data"][1]["x"][0] == 1.0  # greedy: all final mass on the pick
+    assert spec["layout"]["shapes"][0]["y0"] == -0.5  # the highlight band sits on the pick's row
+
+
+def test_chart_switches_to_logits_and_log_scale(at: AppTest) -> None:
+    click(at, "st_step")
+    at.segmented_control(key=keys.CHART_MODE).set_value("logit").run()
+    logit_spec = chart_spec(at)
+    assert [t["name"] for t in logit_spec["data"]] == ["raw logit"]
+    assert logit_spec["data"][0]["x"][0] == pytest.approx(generation(at).steps[0].logit)
+    at.segmented_control(key=keys.CHART_MODE).set_value("log probability").run()
+    assert chart_spec(at)["layout"]["xaxis"]["type"] == "log"
+
+
+def test_slider_change_resamples_the_shown_step_without_a_forward_pass(at: AppTest) -> None:
+    click(at, "st_step")
+    before = chart_spec(at)["data"][1]["x"]
+    with counting_forward_passes(at) as calls:
+        at.slider(key=keys.TEMPERATURE).set_value(1.5).run()
+    gen = generation(at)
+    after = chart_spec(at)["data"][1]["x"]
+    assert calls == [] and len(gen.steps) == 1  # no forward pass, no new step
+    assert after != before and after[0] < 1.0  # the final distribution flattened
+    assert after[0] == pytest.approx(gen.resample(gen.sampler).distribution.top[0].final_prob)
+    assert any("Re-sampled step 1" in i.value for i in at.info)
+    assert "u = " in html_with(at, "tbt-table")  # a draw replaces the argmax
+
+
+def test_next_step_uses_the_new_sampler_settings(at: AppTest) -> None:
+    click(at, "st_step")
+    at.slider(key=keys.TEMPERATURE).set_value(0.7).run()
+    at.slider(key=keys.TOP_K).set_value(5).run()
+    click(at, "st_step")
+    settings = generation(at).steps[-1].decision.settings
+    assert (settings.temperature, settings.top_k) == (0.7, 5)
+    stages = html_with(at, "tbt-table")
+    assert "top-k 5" in stages and "temperature 0.7" in stages
+
+
+def test_back_rewinds_one_step_and_reset_starts_over(at: AppTest) -> None:
+    click(at, "st_step")
+    click(at, "st_step")
+    first = generation(at)
+    click(at, "st_back")
+    assert len(generation(at).steps) == 1 and 'data-steps="1"' in chips(at)
+    click(at, "st_reset")
+    assert generation(at) is not first and generation(at).steps == ()
+    assert 'data-steps="0"' in chips(at)
+
+
+def test_branch_forces_a_candidate_as_the_latest_token(at: AppTest) -> None:
+    click(at, "st_step")
+    alternative = generation(at).steps[0].distribution.top[1]
+    click(at, f"st_force_{alternative.token_id}")
+    step = generation(at).steps[-1]
+    assert len(generation(at).steps) == 1
+    assert step.token_id == alternative.token_id and step.decision.forced
+    assert "Forced by you" in html_with(at, "tbt-table")
+    assert "tbt-forced" in chips(at)
+
+
+def test_run_steps_until_max_new_tokens_and_disables_step(at: AppTest) -> None:
+    use_preset(at, "The capital of France is")
+    click(at, "st_run")
+    gen = generation(at)
+    assert len(gen.steps) == 12 and gen.finish_reason == "max_tokens"
+    assert at.button(key="st_step").disabled
+    assert "tbt-fired" in html_with(at, "max new tokens")
+    assert any("finished: max tokens" in m.value for m in at.markdown)
+
+
+def test_chat_preset_runs_to_eos_and_termination_highlights_it(at: AppTest) -> None:
+    use_preset(at, "Chat question (ends with EOS)")
+    click(at, "st_run")
+    gen = generation(at)
+    assert gen.finish_reason == "eos" and gen.steps[-1].token.text == "<|im_end|>"
+    termination = html_with(at, "fires when picked")
+    assert '<tr class="tbt-fired"><td>end of sequence' in termination
+    assert "(end of sequence)</span>" in chips(at)  # the badge in the decoded text
+    assert "tbt-special" in chips(at)
+
+
+def test_stop_sequence_across_tokens_cuts_the_text_and_is_highlighted(at: AppTest) -> None:
+    use_preset(at, "Stop sequence (Q&A)")
+    assert at.text_area(key=keys.STOPS).value == "\\nB:"
+    click(at, "st_run")
+    gen = generation(at)
+    assert gen.finish_reason == "stop_sequence" and gen.text == " 2 + 2 = 4"
+    assert "<mark>\nB:</mark>" in chips(at)
+    assert "matched at character 10" in html_with(at, "fires on a match")
+
+
+def test_chat_toggle_shows_the_templated_text(at: AppTest) -> None:
+    at.toggle(key=keys.CHAT).set_value(True).run()
+    assert generation(at).chat
+    assert any("<|im_start|>user\nThe capital of France is<|im_end|>" in c.value for c in at.code)
+    assert "tbt-special" in chips(at)
+
+
+def test_empty_prompt_shows_a_message_and_keeps_the_generation(at: AppTest) -> None:
+    click(at, "st_step")
+    kept = generation(at)
+    at.text_area(key=keys.PROMPT).set_value("   ").run()
+    assert any("The prompt is empty" in e.value for e in at.error)
+    assert generation(at) is kept and len(kept.steps) == 1
+
+
+def test_prompt_beyond_the_context_window_shows_a_message(at: AppTest) -> None:
+    at.text_area(key=keys.PROMPT).set_value("word " * 9000).run()
+    assert any("context window is 8192 tokens" in e.value for e in at.error)
+    assert generation(at).prompt == "The capital of France is"
+
+
+def test_five_stop_sequences_show_a_message_and_keep_the_stop_settings(at: AppTest) -> None:
+    at.text_area(key=keys.STOPS).set_value("a\nb\nc\nd\ne").run()
+    assert any("stop_sequences" in e.value and "at most 4" in e.value for e in at.error)
+    assert generation(at).stop.stop_sequences == ()
+
+
+def test_share_link_reproduces_steps_settings_and_forced_tokens(at: AppTest) -> None:
+    at.slider(key=keys.TEMPERATURE).set_value(0.9).run()
+    at.number_input(key=keys.SEED).set_value(7).run()
+    click(at, "st_step")
+    click(at, "st_step")
+    at.slider(key=keys.TOP_P).set_value(0.8).run()
+    click(at, "st_step")
+    forced = generation(at).steps[-1].distribution.top[2].token_id
+    click(at, f"st_force_{forced}")
+    original = generation(at)
+    assert at.query_params == {k: v for k, v in to_params(from_generation(original, "")).items()}
+
+    shared = open_app(dict(at.query_params))
+    copy = generation(shared)
+    assert copy.seed == 7 and copy.sampler == original.sampler
+    assert [s.token_id for s in copy.steps] == [s.token_id for s in original.steps]
+    assert [s.decision.forced for s in copy.steps] == [False, False, True]
+    assert [s.decision.settings for s in copy.steps] == [s.decision.settings for s in original.steps]
+    assert [s.decision.draw for s in copy.steps] == [s.decision.draw for s in original.steps]
+    assert shared.slider(key=keys.TOP_P).value == 0.8 and shared.slider(key=keys.TEMPERATURE).value == 0.9
+    assert chips(shared) == chips(at)
+
+
+def test_broken_share_link_shows_a_message_and_starts_normally() -> None:
+    at = open_app({"prompt": "Hello", "tokens": "12,abc"})
+    assert any("This link cannot be opened" in w.value and "'abc'" in w.value for w in at.warning)
+    assert generation(at) is not None and generation(at).steps == ()
+
+
+def test_trace_download_then_upload_replays_the_same_steps(at: AppTest) -> None:
+    at.slider(key=keys.TEMPERATURE).set_value(1.0).run()
+    click(at, "st_step")
+    click(at, "st_step")
+    trace = json.dumps(to_trace(generation(at))).encode()
+    tokens = [s.token_id for s in generation(at).steps]
+    other = open_app()
+    other.session_state["st_tabs"] = "Share"
+    other.run()
+    other.file_uploader(key="st_trace_upload").set_value(("trace.json", trace, "application/json")).run()
+    assert [s.token_id for s in generation(other).steps] == tokens
+    assert any("2 steps replayed" in s.value for s in other.success)
+
+
+def test_malformed_trace_file_shows_a_message_and_keeps_the_generation(at: AppTest) -> None:
+    click(at, "st_step")
+    kept = generation(at)
+    at.session_state["st_tabs"] = "Share"
+    at.run()
+    at.file_uploader(key="st_trace_upload").set_value(("bad.json", b"{not json", "application/json")).run()
+    assert any("bad.json" in e.value and "not valid JSON" in e.value for e in at.error)
+    assert generation(at) is kept
+
+
+def test_presentation_mode_enlarges_type_and_drops_the_detail_tabs(at: AppTest) -> None:
+    at.toggle(key=keys.PRESENTATION).set_value(True).run()
+    assert any("html{font-size:22px}" in h.proto.body for h in at.get("html"))
+    assert [s.key for s in at.slider] == [keys.TEMPERATURE, keys.TOP_K, keys.TOP_P]  # fewer controls
+    click(at, "st_step")
+    assert not at.get("tab")  # no detail tabs: termination and sequence probability shown directly
+    assert any("fires when picked" in h.proto.body for h in at.get("html"))
+    assert any(m.label == "log P(sequence)" for m in at.metric)
+    assert not [b for b in at.button if b.key and b.key.startswith("st_force_")]

@@ -1,0 +1,155 @@
+"""The step-through page's pure pieces: share links, stop-sequence fields, chips, views."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from engine import Generation, LoadedModel, SamplerSettings, StopSettings, Termination, replay
+from engine.stopping import StopSequenceState
+from ui.charts import bar_rows, distribution_figure
+from ui.chips import generated_chip, prompt_chips
+from ui.format import pct, visible
+from ui.presets import load_presets
+from ui.share import SharedState, SharedStep, ShareError, from_generation, from_params, replay_trace, to_params
+from ui.state import format_stop_sequences, parse_stop_sequences
+from ui.views import factorisation_html, sequence_stats, termination_html
+
+GREEDY = SamplerSettings(temperature=0.0)
+WARM = SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, chain="vllm")
+
+
+def as_lists(params: dict[str, str | list[str]]) -> dict[str, list[str]]:
+    """What st.query_params.get_all gives back for each key."""
+    return {k: v if isinstance(v, list) else [v] for k, v in params.items()}
+
+
+@pytest.fixture(scope="module")
+def sampled(lm: LoadedModel) -> Generation:
+    gen = Generation(lm, "Once upon a time", sampler=SamplerSettings(temperature=0.9), seed=3)
+    for _ in range(5):
+        gen.step()
+    return gen
+
+
+def test_share_params_round_trip_settings_changes_forced_tokens_and_newline_stops() -> None:
+    state = SharedState(model="/models/tiny", draw="multinomial", prompt="Q: 1+1?\nA:", chat=True, seed=11,
+                        sampler=WARM, stop=StopSettings(max_new_tokens=9, stop_sequences=("\nQ:", "."),
+                                                        ignore_eos=True),
+                        steps=(SharedStep(5, False, GREEDY), SharedStep(6, True, GREEDY),
+                               SharedStep(7, False, WARM)))
+    params = to_params(state)
+    assert params["tokens"] == "5,6!,7" and params["s"] == ["1:0.0/0/1.0/0.0/1.0/transformers",
+                                                              "3:0.8/40/0.95/0.0/1.0/vllm"]
+    assert from_params(as_lists(params)) == state
+
+
+def test_share_params_without_sampler_changes_stay_short() -> None:
+    state = SharedState(model="", draw="cdf", prompt="Hi", chat=False, seed=0, sampler=GREEDY,
+                        stop=StopSettings(), steps=(SharedStep(1, False, GREEDY),))
+    params = to_params(state)
+    assert set(params) == {"prompt", "chat", "seed", "sampler", "max", "tokens"}
+    assert from_params(as_lists(params)) == state
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({}, "no 'prompt'"),
+    ({"prompt": ["x"], "chat": ["yes"]}, "'chat' must be 0 or 1"),
+    ({"prompt": ["x"], "tokens": ["4,x!"]}, "token 'x!'"),
+    ({"prompt": ["x"], "sampler": ["hot"]}, "sampler settings 'hot'"),
+    ({"prompt": ["x"], "seed": ["one"]}, "'seed' must be a whole number"),
+])
+def test_malformed_share_params_raise_a_message_naming_the_parameter(params, message) -> None:
+    with pytest.raises(ShareError, match=message):
+        from_params(params)
+
+
+def test_share_params_out_of_range_carry_the_engines_settings_message() -> None:
+    with pytest.raises(ShareError, match=r"top_p = 1\.5 is not allowed"):
+        from_params({"prompt": ["x"], "sampler": ["1.0/0/1.5/0.0/1.0/transformers"]})
+
+
+def test_replay_trace_from_a_link_rebuilds_the_same_generation(lm: LoadedModel, sampled: Generation) -> None:
+    rebuilt = replay(lm, replay_trace(from_generation(sampled, ""))).generation
+    assert [s.token_id for s in rebuilt.steps] == [s.token_id for s in sampled.steps]
+    assert [s.decision.draw for s in rebuilt.steps] == [s.decision.draw for s in sampled.steps]
+
+
+def test_stop_sequence_field_escapes_round_trip() -> None:
+    sequences = ("\nB:", "a\\nb", "tab\there")
+    text = format_stop_sequences(sequences)
+    assert text.splitlines() == ["\\nB:", "a\\\\nb", "tab\\there"]
+    assert parse_stop_sequences(text) == sequences
+    assert parse_stop_sequences("x\n\ny\n") == ("x", "y")  # blank lines are not stop sequences
+
+
+def test_whitespace_is_drawn_and_tiny_probabilities_keep_digits() -> None:
+    assert visible(" Paris\n\t") == "␣Paris↵⇥"
+    assert visible("") == "∅"
+    assert pct(0.7725) == "77.2%" or pct(0.7725) == "77.3%"
+    assert pct(0.0004) == "0.04%" and pct(3e-9) == "3.0e-07%" and pct(0.0) == "0%"
+
+
+def test_chips_mark_prompt_special_newest_and_whitespace(lm: LoadedModel) -> None:
+    chat = Generation(lm, "Hi", chat=True, sampler=GREEDY)
+    html = prompt_chips(chat.prompt_pieces)
+    assert html.count("tbt-prompt") == len(chat.prompt_ids)
+    assert 'tbt-special' in html and "&lt;|im_start|&gt;" in html
+    assert '<span class="tbt-br"></span>' in html  # a newline token breaks the line
+    step = chat.step()
+    chip = generated_chip(step, newest=True)
+    assert "tbt-newest" in chip and f"id {step.token_id}" in chip and "raw p" in chip
+
+
+def test_distribution_rows_cover_the_whole_vocabulary(sampled: Generation) -> None:
+    distribution = sampled.steps[-1].distribution
+    rows = bar_rows(distribution, top_n=5)
+    assert len(rows.shown) == 5
+    assert len(rows.shown) + rows.others_count == sampled.lm.vocab_size
+    assert sum(c.prob for c in rows.shown) + rows.others_prob == pytest.approx(1.0, abs=1e-5)
+    assert sum(c.final_prob for c in rows.shown) + rows.others_final_prob == pytest.approx(1.0, abs=1e-5)
+
+
+def test_distribution_chart_shows_a_low_ranked_pick_and_rejects_unknown_modes(sampled: Generation) -> None:
+    distribution = sampled.steps[-1].distribution
+    low = distribution.top[20]
+    figure = distribution_figure(distribution, low.token_id, top_n=3)
+    assert figure.data[0].y[3].startswith("▶ #")  # the pick is added after the top 3
+    with pytest.raises(ValueError, match="mode"):
+        distribution_figure(distribution, mode="odds")
+
+
+def test_sequence_stats_are_the_sum_of_log_probabilities(sampled: Generation) -> None:
+    stats = sequence_stats(sampled.steps, "raw")
+    expected = sum(math.log(s.prob) for s in sampled.steps)
+    assert stats.total == pytest.approx(expected)
+    assert stats.perplexity == pytest.approx(math.exp(-expected / 5))
+    final = sequence_stats(sampled.steps, "final")
+    assert final.total == pytest.approx(sum(math.log(s.final_prob) for s in sampled.steps))
+
+
+def test_factorisation_writes_the_last_tokens_probabilities(sampled: Generation) -> None:
+    stats = sequence_stats(sampled.steps, "raw")
+    html = factorisation_html(sampled.steps, stats, "raw", last=2)
+    assert "P(t<sub>1</sub>…t<sub>5</sub> | prompt)" in html
+    assert "P(t<sub>1</sub>…t<sub>3</sub>)" in html  # the first three folded into one factor
+    assert f"{sampled.steps[-1].prob:.4f}" in html or f"{sampled.steps[-1].prob:.3e}" in html
+
+
+def test_termination_view_highlights_the_condition_that_fired() -> None:
+    full = Termination(eos_ids=(2,), eos_prob=0.01, eos_picked=False, ignore_eos=False,
+                       stops=(StopSequenceState("END", False, None, 2),), new_tokens=3, max_new_tokens=10,
+                       context_tokens=8192, context_window=8192, finish_reason="context_window")
+    html = termination_html(full, "<|im_end|>")
+    assert '<tr class="tbt-fired"><td>context window' in html
+    assert "text ends with 2 of 3 characters: &#x27;EN&#x27;" in html
+    assert "the context window is full" in html
+
+
+def test_presets_are_valid_and_cover_chat_sampling_and_stop_sequences() -> None:
+    presets = load_presets()
+    assert len(presets) >= 5
+    assert any(p.chat for p in presets)
+    assert any(not p.sampler.greedy for p in presets)
+    assert any(p.stop.stop_sequences for p in presets)

@@ -67,7 +67,7 @@ def measured(lm: LoadedModel, what: str, run: Callable[[], Any]) -> Any:
 
 
 def header(lm: LoadedModel) -> Sizes:
-    st.title("⚡ KV cache & speed")
+    st.title("KV cache & speed")
     st.markdown(
         "Every number on this page is **measured now, on this machine** "
         f"(`{lm.device}`, {str(lm.dtype).removeprefix('torch.')}), with the loaded model "
@@ -120,7 +120,7 @@ def prefill_section(lm: LoadedModel, sizes: Sizes) -> None:
     right.metric(f"prefill: {result.prompt_tokens} tokens in one pass", f"{result.prefill_ms:.1f} ms")
     right.metric("prefill, per token", f"{result.prefill_ms_per_token:.2f} ms")
     right.metric("decode, per token", f"{result.decode_ms:.1f} ms",
-                 delta=f"{result.ratio:.1f}× the prefill cost per token", delta_color="off")
+                 delta=f"{result.ratio:.1f}× the prefill cost per token", delta_color="off", delta_arrow="off")
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ class KVRow:
 def kv_rows(lm: LoadedModel, measured_per_position: int) -> list[KVRow]:
     """The loaded model (its per-position bytes measured from its cache), then the published configs."""
     loaded = replace(loaded_kv_config(lm), source="measured from this app's own cache tensors")
-    return [KVRow(f"{lm.name} (loaded)", loaded, measured_per_position),
+    return [KVRow(f"{lm.name.split(' (')[0]}, loaded here", loaded, measured_per_position),
             *(KVRow(c.name, c, c.bytes_per_position) for c in KNOWN_CONFIGS)]
 
 
@@ -184,11 +184,12 @@ def intensity_section(lm: LoadedModel, sizes: Sizes) -> None:
                    "add per weight), plus attention over the context")
     cols[1].metric("bytes read per step", nbytes(step.bytes), help=f"weights {nbytes(step.weight_bytes)} + KV cache "
                    f"{nbytes(step.kv_bytes)} at {step.context_tokens} tokens")
-    cols[2].metric("arithmetic intensity", f"{step.flops_per_byte:.2f} FLOP/byte",
-                   delta=f"device balance {device.ridge_flops_per_byte:.1f}", delta_color="off")
+    cols[2].metric("arithmetic intensity (FLOP/byte)", f"{step.flops_per_byte:.2f}",
+                   delta=f"device balance {device.ridge_flops_per_byte:.1f}", delta_color="off", delta_arrow="off")
     cols[3].metric("achieved bandwidth", f"{step.achieved_bytes_per_s / 1e9:.1f} GB/s",
                    delta=f"{100 * step.achieved_bytes_per_s / device.bytes_per_s:.0f}% of the copy",
-                   delta_color="off", help=f"bytes read ÷ measured step time ({step.step_ms:.1f} ms)")
+                   delta_color="off", delta_arrow="off",
+                   help=f"bytes read ÷ measured step time ({step.step_ms:.1f} ms)")
     st.plotly_chart(roofline_figure(device, step), config=CHART_CONFIG, key="kv_roofline_chart")
     bound = "memory bandwidth" if step.flops_per_byte < device.ridge_flops_per_byte else "compute"
     st.markdown(
@@ -208,7 +209,7 @@ def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
     left.plotly_chart(batch_figure(points), config=CHART_CONFIG, key="kv_batch_chart")
     for point in points:
         right.metric(f"batch {point.batch}: one step", f"{point.step_ms:.1f} ms",
-                     delta=f"{point.tokens_per_s:,.0f} tokens/s", delta_color="off")
+                     delta=f"{point.tokens_per_s:,.0f} tokens/s", delta_color="off", delta_arrow="off")
     one, most = points[0], points[-1]
     change = (f"{one.per_token_ms / most.per_token_ms:.1f}× less" if most.per_token_ms < one.per_token_ms
               else "no saving this time: the machine may be busy, press Measure again")

@@ -114,8 +114,9 @@ def stage_tokens(lm: LoadedModel, generation: Generation) -> None:
     pieces = generation.prompt_pieces
     st.markdown(f"The prompt is **{len(pieces)} tokens**" + (" (the chat template's special tokens, in yellow, are "
                 "tokens too)." if generation.chat else "."))
-    st.dataframe(pd.DataFrame({"position": range(len(pieces)), "token": [quoted(p.text) for p in pieces],
-                               "id": [p.token_id for p in pieces]}).head(16).astype(str).T, width="stretch")
+    shown = pieces[:16]  # the header row is the position
+    st.dataframe(pd.DataFrame({"token": [quoted(p.text) for p in shown], "id": [str(p.token_id) for p in shown]}).T,
+                 width="stretch")
 
 
 def stage_logits(lm: LoadedModel, generation: Generation, step: StepRecord) -> None:
@@ -265,9 +266,9 @@ def show_tally(guesses: list[Guess]) -> None:
     cols = st.columns(3)
     cols[0].metric("rounds", result.rounds)
     cols[1].metric("you matched the model", f"{result.matches} of {result.rounds}",
-                   delta=pct(result.match_rate, 0), delta_color="off")
+                   delta=pct(result.match_rate, 0), delta_color="off", delta_arrow="off")
     cols[2].metric("probability given up", f"{result.gave_up_total:.2f} in all",
-                   delta=f"{result.gave_up_mean:.2f} per round", delta_color="off",
+                   delta=f"{result.gave_up_mean:.2f} per round", delta_color="off", delta_arrow="off",
                    help="Each round: the model's probability for its own pick minus its probability for yours.")
     st.dataframe(pd.DataFrame([{"step": g.step_index, "you": quoted(g.guess_text), "your token's p": pct(g.guess_prob),
                                 "model": quoted(g.model_text), "model's p": pct(g.model_prob),
@@ -313,7 +314,7 @@ def predict_exercise(lm: LoadedModel) -> None:
 
 
 def main() -> None:
-    st.title("🎓 Lesson: one generation, stage by stage")
+    st.title("Lesson: one generation, stage by stage")
     st.markdown("A language model writes by repeating one loop: **read** the context, **score** every possible next "
                 "token, **pick** one, **append** it, **check** whether to stop. Walk through it on the real model.")
     lm = current_model()

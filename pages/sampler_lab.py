@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,7 @@ class Column:
 
 COLUMNS = (
     Column("A", "lab_a", SamplerSettings(temperature=1.0)),
-    Column("B", "lab_b", SamplerSettings(temperature=0.7, top_p=0.9)),
+    Column("B", "lab_b", SamplerSettings(temperature=1.0, top_k=10)),
     Column("C", "lab_c", SamplerSettings(temperature=1.5, min_p=0.1)),
 )
 
@@ -119,10 +119,10 @@ def show_outcome(lm: LoadedModel, outcome: Outcome) -> None:
                 f"· entropy **{decision.final_entropy_bits:.2f} bits**")
 
 
-def shown_tokens(step: FrozenStep, outcomes: list[Outcome], extra: Sequence[int] = ()) -> list[int]:
-    """The most probable tokens, plus every pick and any `extra`, most probable first."""
+def shown_tokens(step: FrozenStep, outcomes: list[Outcome]) -> list[int]:
+    """The most probable tokens, plus every pick, most probable first."""
     ids = torch.topk(step.logits, SHOWN_TOKENS).indices.tolist()
-    for token_id in [*(o.decision.token_id for o in outcomes), *extra]:
+    for token_id in (o.decision.token_id for o in outcomes):
         if token_id not in ids:
             ids.append(token_id)
     return sorted(ids, key=lambda i: -float(step.logits[i]))
@@ -162,10 +162,11 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
         return named
     ids = shown_tokens(step, list(named.values()))
     labels = token_labels(texts(lm, ids), step.logits, ids)
-    st.plotly_chart(settings_figure(labels, step.logits.softmax(dim=-1), ids, list(named.items())),
+    picks = [quoted(lm.texts.piece(o.decision.token_id).text) for o in named.values()]
+    st.plotly_chart(settings_figure(labels, step.logits.softmax(dim=-1), ids, list(named.items()), picks),
                     config=CHART_CONFIG, key="lab_settings_chart")
     st.markdown("**Kept sets.** ‘cut’ means the sampler set that token's probability to zero; ★ marks the pick.")
-    st.dataframe(kept_table(lm, step, ids, named), hide_index=True)
+    st.dataframe(kept_table(lm, step, ids, named), hide_index=True, height=36 * (len(ids) + 1) + 4)
     return named
 
 
@@ -225,21 +226,27 @@ def chain_orders(lm: LoadedModel, step: FrozenStep) -> None:
         return
     outcomes = chain_outcomes(step, settings)
     st.dataframe(pd.DataFrame([{
-        "chain": name, "order": " → ".join(s for s in CHAINS[name] if s != "repetition_penalty"),
+        "chain": name, "order": " → ".join(s.replace("_", "-") for s in CHAINS[name] if s != "repetition_penalty"),
         "tokens kept": o.decision.final_kept, "picks": quoted(lm.texts.piece(o.decision.token_id).text),
         "pick's final probability": pct(o.decision.final_prob),
         "entropy (bits)": round(o.decision.final_entropy_bits, 3)} for name, o in outcomes.items()]),
         hide_index=True)
     disputed = disputed_tokens(step, outcomes)
     if disputed:
-        names = ", ".join(quoted(lm.texts.piece(i).text) for i in disputed[:8])
-        more = f" and {len(disputed) - 8:,} more" if len(disputed) > 8 else ""
-        st.markdown(f"**{len(disputed):,} tokens are kept by some chains and cut by others:** {names}{more}.")
+        st.markdown(f"**{len(disputed):,} token{'s are' if len(disputed) > 1 else ' is'} kept by some chains and "
+                    "cut by others:**")
+        st.dataframe(pd.DataFrame([{"token": label, **{name: "kept" if i in o.kept_ids else "cut"
+                                                        for name, o in outcomes.items()}}
+                                   for label, i in zip(token_labels(texts(lm, disputed[:8]), step.logits,
+                                                                    disputed[:8]), disputed[:8], strict=True)]),
+                     hide_index=True)
     else:
         st.markdown("**All three orders keep exactly the same tokens here.** Try a temperature further from 1 "
                     "with top-p below 1, or min-p together with top-p.")
-    ids = shown_tokens(step, list(outcomes.values()), disputed[:4])
-    st.plotly_chart(chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes),
+    kept_any = sorted(frozenset().union(*(o.kept_ids for o in outcomes.values())), key=lambda i: -float(step.logits[i]))
+    ids = kept_any[:SHOWN_TOKENS]
+    picks = {name: quoted(lm.texts.piece(o.decision.token_id).text) for name, o in outcomes.items()}
+    st.plotly_chart(chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes, picks),
                     config=CHART_CONFIG, key="lab_chain_chart")
 
 
@@ -247,10 +254,10 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
     st.subheader(f"Check: {DRAWS:,} draws from the engine's sampler")
     st.markdown(f"The engine draws one uniform number u from a seeded generator and picks the token whose band "
                 f"of the cumulative distribution contains u. Done {DRAWS:,} times, the share of draws each token "
-                "gets should sit close to its final probability (typically within about ±1.5 percentage "
-                "points at these counts).")
+                "gets should sit close to its final probability: typically within 1–3 percentage points at this count.")
     cols = st.columns([2, 1, 1])
-    name = cols[0].selectbox("Sampler", list(named), key="lab_draw_sampler")
+    # B (top-k 10) by default: a few kept tokens draw fast, since each draw sorts only those
+    name = cols[0].selectbox("Sampler", list(named), index=min(1, len(named) - 1), key="lab_draw_sampler")
     seed = int(cols[1].number_input("seed", 0, 2**31 - 1, 0, key="lab_draw_seed"))
     if name is None:
         return
@@ -274,7 +281,7 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
 
 
 def main() -> None:
-    st.title("🎛️ Sampler lab")
+    st.title("Sampler lab")
     st.markdown("The model's forward pass ends in one score (logit) per vocabulary token. Here that output is "
                 "**frozen**: every control below only changes the sampler, never the model's numbers.")
     lm = current_model()

@@ -6,6 +6,7 @@ Figures only draw what the engine measured or computed; they compute nothing the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -23,12 +24,15 @@ CACHED_COLOUR, RECOMPUTE_COLOUR = "#1971c2", "#c92a2a"
 
 
 def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, height: int = 420) -> go.Figure:
+    """Shared look; sizes are set on every part because Streamlit's chart theme sets its own."""
     figure.update_layout(
         title={"text": title, "font": {"size": FONT + 4}}, height=height, font={"size": FONT},
-        margin={"l": 10, "r": 10, "t": 60, "b": 10}, legend={"orientation": "h", "y": -0.2},
-        xaxis_title=x_title, yaxis_title=y_title, plot_bgcolor="white")
-    figure.update_xaxes(showgrid=True, gridcolor="#e9ecef", zeroline=False)
-    figure.update_yaxes(showgrid=True, gridcolor="#e9ecef", zeroline=False)
+        margin={"l": 10, "r": 10, "t": 60, "b": 10}, plot_bgcolor="white",
+        legend={"orientation": "h", "y": -0.18, "font": {"size": FONT}})
+    for axis, text in (("xaxis", x_title), ("yaxis", y_title)):  # primary axes; a second y axis keeps its own
+        figure.update_layout({axis: {"title": {"text": text, "font": {"size": FONT}}, "tickfont": {"size": FONT},
+                                     "showgrid": True, "gridcolor": "#e9ecef", "zeroline": False}})
+    figure.update_annotations(font_size=FONT)
     return figure
 
 
@@ -39,23 +43,25 @@ def token_labels(texts: Mapping[int, str], logits: torch.Tensor, token_ids: Sequ
 
 # ---- Sampler lab --------------------------------------------------------------------------
 
+def _grouped_bars(figure: go.Figure, token_ids: Sequence[int], title: str, x_title: str) -> go.Figure:
+    figure.update_layout(barmode="group", bargap=0.2, bargroupgap=0.05,
+                         legend={"traceorder": "reversed"})  # legend top-down matches the bars
+    figure.update_xaxes(range=[0, 1.05])
+    return _layout(figure, title, x_title, "", height=190 + 64 * len(token_ids))
+
+
 def settings_figure(labels: list[str], raw_probs: torch.Tensor, token_ids: Sequence[int],
-                    outcomes: Sequence[tuple[str, Outcome]]) -> go.Figure:
+                    outcomes: Sequence[tuple[str, Outcome]], picks: Sequence[str]) -> go.Figure:
     """Horizontal bars: the raw softmax and each setting's final probability per token;
-    a ★ marks each setting's pick."""
+    each setting's pick is named in the legend."""
     figure = go.Figure()
     rows = list(reversed(labels))  # the most probable at the top
     figure.add_bar(y=rows, x=[float(raw_probs[i]) for i in reversed(token_ids)], orientation="h",
                    name="raw softmax (the model)", marker_color=RAW_COLOUR)
-    for (name, outcome), colour in zip(outcomes, SETTING_COLOURS, strict=False):
-        pick = outcome.decision.token_id
-        figure.add_bar(
-            y=rows, x=[float(outcome.chain.final_probs[i]) for i in reversed(token_ids)], orientation="h",
-            name=f"{name}: final", marker_color=colour,
-            text=["★ pick" if i == pick else "" for i in reversed(token_ids)], textposition="outside")
-    figure.update_layout(barmode="group", bargap=0.25)
-    return _layout(figure, "Same logits, different samplers", "probability (0–1)", "",
-                   height=120 + 46 * len(token_ids))
+    for (name, outcome), pick, colour in zip(outcomes, picks, SETTING_COLOURS, strict=False):
+        figure.add_bar(y=rows, x=[float(outcome.chain.final_probs[i]) for i in reversed(token_ids)],
+                       orientation="h", name=f"{name}: final (picks {pick})", marker_color=colour)
+    return _grouped_bars(figure, token_ids, "Same logits, different samplers", "probability (0–1)")
 
 
 def temperature_figure(points: Sequence[TemperaturePoint], marked: float) -> go.Figure:
@@ -68,8 +74,10 @@ def temperature_figure(points: Sequence[TemperaturePoint], marked: float) -> go.
                        line={"color": FINAL_COLOUR, "width": 4}, yaxis="y2")
     figure.add_vline(x=marked, line_dash="dash", line_color="#495057",
                      annotation_text=f"T = {marked:g}", annotation_font_size=FONT)
-    figure.update_layout(yaxis2={"title": "top token's probability (0–1)", "overlaying": "y",
-                                 "side": "right", "range": [0, 1.02], "showgrid": False})
+    figure.update_layout(yaxis2={"title": {"text": "top token's probability (0–1)", "font": {"size": FONT}},
+                                 "overlaying": "y", "side": "right", "range": [0, 1.05], "tickfont": {"size": FONT},
+                                 "tickvals": [0, 0.2, 0.4, 0.6, 0.8, 1.0], "showgrid": False})
+    figure.update_layout(yaxis={"rangemode": "tozero"})
     return _layout(figure, "Temperature reshapes the whole distribution", "temperature T",
                    "entropy (bits)")
 
@@ -91,18 +99,15 @@ def cut_figure(points: Sequence[CutPoint], setting: str, marked: float, log_x: b
     return _layout(figure, title, setting, "tokens kept (log scale)", height=380)
 
 
-def chains_figure(labels: list[str], token_ids: Sequence[int], outcomes: Mapping[str, Outcome]) -> go.Figure:
-    """Final probability per token under each engine's chain order."""
+def chains_figure(labels: list[str], token_ids: Sequence[int], outcomes: Mapping[str, Outcome],
+                  picks: Mapping[str, str]) -> go.Figure:
+    """Final probability per token under each engine's chain order; picks named in the legend."""
     figure = go.Figure()
     rows = list(reversed(labels))
     for name, outcome in outcomes.items():
-        pick = outcome.decision.token_id
         figure.add_bar(y=rows, x=[float(outcome.chain.final_probs[i]) for i in reversed(token_ids)],
-                       orientation="h", name=name, marker_color=CHAIN_COLOURS[name],
-                       text=["★ pick" if i == pick else "" for i in reversed(token_ids)], textposition="outside")
-    figure.update_layout(barmode="group", bargap=0.25)
-    return _layout(figure, "One set of settings, three chain orders", "final probability (0–1)", "",
-                   height=120 + 46 * len(token_ids))
+                       orientation="h", name=f"{name} (picks {picks[name]})", marker_color=CHAIN_COLOURS[name])
+    return _grouped_bars(figure, token_ids, "One set of settings, three chain orders", "final probability (0–1)")
 
 
 def draws_figure(labels: list[str], token_ids: Sequence[int], counts: Mapping[int, int], total: int,
@@ -136,9 +141,11 @@ def cache_figure(points: Sequence[CachePoint]) -> go.Figure:
 def ratio_figure(points: Sequence[CachePoint]) -> go.Figure:
     """How many times slower recomputing is, per context length."""
     figure = go.Figure()
-    figure.add_bar(x=[str(p.context_tokens) for p in points], y=[p.ratio for p in points],
-                   text=[f"{p.ratio:.1f}×" for p in points], textposition="outside", marker_color=RECOMPUTE_COLOUR)
+    figure.add_bar(x=[f"{p.context_tokens:,}" for p in points], y=[p.ratio for p in points],
+                   text=[f"{p.ratio:.1f}×" for p in points], textposition="outside", marker_color=RECOMPUTE_COLOUR,
+                   textfont={"size": FONT}, cliponaxis=False)
     figure.add_hline(y=1, line_dash="dot", line_color="#495057")
+    figure.update_xaxes(type="category")
     figure.update_yaxes(rangemode="tozero")
     return _layout(figure, "Recompute ÷ cached", "context length (tokens)", "times slower (×)", height=380)
 
@@ -169,17 +176,23 @@ def kv_memory_figure(sizes: Sequence[tuple[str, int]], positions: int) -> go.Fig
 def roofline_figure(device: DeviceSpeed, intensity: DecodeIntensity) -> go.Figure:
     """Attainable FLOP/s against arithmetic intensity (the roofline), with the decode step."""
     ridge = device.ridge_flops_per_byte
-    xs = [0.05, ridge, max(1000.0, ridge * 20)]
+    peak = device.flops_per_s / 1e9
+    xs = [min(0.05, intensity.flops_per_byte / 4), ridge, ridge * 200]
+    ys = [min(peak, x * device.bytes_per_s / 1e9) for x in xs]
+    achieved = intensity.achieved_flops_per_s / 1e9
     figure = go.Figure()
-    figure.add_scatter(x=xs, y=[min(device.flops_per_s, x * device.bytes_per_s) / 1e9 for x in xs],
-                       name="what the device allows (measured)", line={"color": "#495057", "width": 4})
-    figure.add_scatter(x=[intensity.flops_per_byte], y=[intensity.achieved_flops_per_s / 1e9], mode="markers+text",
-                       text=["decode step, batch 1"], textposition="top right", name="decode step, batch 1 (measured)",
-                       marker={"size": 18, "color": RECOMPUTE_COLOUR})
-    figure.add_vline(x=ridge, line_dash="dash", line_color="#868e96",
-                     annotation_text=f"ridge {ridge:.1f} FLOP/byte", annotation_font_size=FONT)
-    figure.update_xaxes(type="log")
-    figure.update_yaxes(type="log")
+    figure.add_scatter(x=xs, y=ys, name="the most this device can do (measured)", mode="lines",
+                       line={"color": "#495057", "width": 4})
+    figure.add_scatter(x=[intensity.flops_per_byte], y=[achieved], mode="markers",
+                       name="one decode step, batch 1 (measured)", marker={"size": 20, "color": RECOMPUTE_COLOUR})
+    figure.add_vline(x=ridge, line_dash="dash", line_color="#868e96", annotation_position="bottom right",
+                     annotation_text=f"balance point {ridge:.1f} FLOP/byte")
+    for x, text, anchor in ((ridge / 1.5, "← memory-bound", "right"), (ridge * 1.5, "compute-bound →", "left")):
+        figure.add_annotation(x=math.log10(x), y=math.log10(peak * 2.2), text=text, showarrow=False,
+                              xanchor=anchor, font={"size": FONT})
+    low = min(ys[0], achieved) / 3
+    figure.update_xaxes(type="log", dtick=1, range=[math.log10(xs[0]), math.log10(xs[-1])])
+    figure.update_yaxes(type="log", dtick=1, range=[math.log10(low), math.log10(peak * 4)])
     return _layout(figure, "Memory-bound or compute-bound?", "arithmetic intensity (FLOPs per byte read)",
                    "GFLOP/s")
 

@@ -48,6 +48,7 @@ def test_kv_bytes_shown_are_read_from_the_real_cache(lm, page):
     assert any(f"**{per_position:,} bytes per position**" in m.value for m in page.markdown)
     table = page.dataframe[0].value
     assert list(table["model"])[1:] == [c.name for c in KNOWN_CONFIGS]
+    assert table["model"].iloc[0].endswith("loaded here")
     assert table["per position"].iloc[0] == nbytes(per_position)
     assert table["4,096 positions"].iloc[2] == nbytes(KNOWN_CONFIGS[1].bytes_for(4096))
 
@@ -55,7 +56,7 @@ def test_kv_bytes_shown_are_read_from_the_real_cache(lm, page):
 def test_intensity_metrics_are_the_measured_steps(page):
     step = next(v for k, v in results(page).items() if k[-1] == "one decode step")
     shown = {m.label: m.value for m in page.metric}
-    assert shown["arithmetic intensity"] == f"{step.flops_per_byte:.2f} FLOP/byte"
+    assert shown["arithmetic intensity (FLOP/byte)"] == f"{step.flops_per_byte:.2f}"
     assert shown["achieved bandwidth"] == f"{step.achieved_bytes_per_s / 1e9:.1f} GB/s"
 
 

@@ -1,0 +1,90 @@
+"""The three teaching pages in a real browser: reached from the sidebar, they render, answer
+their controls, and leave screenshots in test-artifacts/ for a person to look at."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.browser.conftest import ARTIFACTS
+
+pytestmark = pytest.mark.browser
+SLOW = 240_000  # ms: the first visit measures or runs the model on 2 CPU cores
+
+
+def open_page(page, title: str) -> None:
+    """Go to a page the way a visitor does: its link in the sidebar."""
+    page.get_by_role("link", name=title).click()
+    page.get_by_role("heading", name=re.compile(title)).first.wait_for(timeout=SLOW)
+
+
+def settle(page) -> None:
+    """Wait until Streamlit has finished this run (its 'running' indicator is gone)."""
+    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
+    page.wait_for_timeout(500)
+
+
+def shoot(page, name: str, height: int = 2400) -> None:
+    page.set_viewport_size({"width": 1280, "height": height})
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+    page.set_viewport_size({"width": 1280, "height": 800})
+
+
+def test_sampler_lab_shows_three_samplers_and_draws_a_thousand_times(page):
+    open_page(page, "Sampler lab")
+    page.get_by_text("Three samplers on the same logits").wait_for(timeout=SLOW)
+    settle(page)
+    assert page.locator("[data-testid='stMetricLabel']", has_text="picks").count() == 3
+    shoot(page, "teaching_sampler_lab")
+    page.get_by_role("button", name="Draw 1,000 times").click()
+    page.get_by_text(re.compile("different tokens came up")).wait_for(timeout=SLOW)
+    settle(page)
+    page.get_by_role("heading", name=re.compile("1,000 draws")).scroll_into_view_if_needed()
+    shoot(page, "teaching_sampler_lab_draws", height=1100)
+
+
+def test_lesson_walks_forward_and_back_through_the_stages(page):
+    open_page(page, "Lesson")
+    page.get_by_role("heading", name="Prompt → tokens").wait_for(timeout=SLOW)
+    settle(page)
+    shoot(page, "teaching_lesson_tokens", height=1300)
+    page.get_by_role("button", name="Next ▶").click()
+    page.get_by_role("heading", name="Forward pass → logits").wait_for(timeout=SLOW)
+    settle(page)
+    shoot(page, "teaching_lesson_logits", height=1300)
+    for heading in ("Softmax → probabilities", "Sampling → one token", "Append → context and KV cache",
+                    "Check → stop or go round again"):
+        page.get_by_role("button", name="Next ▶").click()
+        page.get_by_role("heading", name=heading).wait_for(timeout=SLOW)
+        settle(page)
+    shoot(page, "teaching_lesson_check", height=1100)
+    page.get_by_role("button", name="◀ Previous").click()
+    page.get_by_role("heading", name="Append → context and KV cache").wait_for(timeout=SLOW)
+    settle(page)
+    shoot(page, "teaching_lesson_kv", height=1100)
+
+
+def test_lesson_prediction_round_reveals_the_distribution(page):
+    open_page(page, "Lesson")
+    settle(page)
+    page.get_by_text("Predict the next token").click()
+    page.get_by_text("Your prediction for the next token").wait_for(timeout=SLOW)
+    settle(page)
+    choices = page.get_by_role("radiogroup", name="Your prediction for the next token")
+    choices.locator("label").first.click()
+    settle(page)
+    page.get_by_role("button", name="Reveal the model's distribution").click()
+    page.get_by_text("rounds", exact=True).wait_for(timeout=SLOW)
+    settle(page)
+    shoot(page, "teaching_lesson_predict", height=1400)
+
+
+def test_kv_speed_measures_and_shows_every_section(page):
+    open_page(page, "KV cache & speed")
+    page.get_by_role("heading", name=re.compile("Batching")).wait_for(timeout=SLOW)
+    page.get_by_text(re.compile(r"ms per token.* at batch 1")).wait_for(timeout=SLOW)
+    settle(page)
+    assert page.get_by_text(re.compile("46,080 bytes per position")).count() == 1
+    shoot(page, "teaching_kv_speed", height=6000)

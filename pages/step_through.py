@@ -12,6 +12,7 @@ import json
 from urllib.parse import urlencode
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from engine import (
     CHAINS,
@@ -31,6 +32,7 @@ from ui.chips import prompt_chips
 from ui.model import current_model, current_source, switch_model
 from ui.presets import apply_preset, load_presets, preset_named
 from ui.share import ShareError, from_generation, from_params, replay_trace, to_params
+from ui.state import parse_stop_sequences
 from ui.views import PANEL_CSS
 
 S = st.session_state
@@ -180,25 +182,26 @@ def publish_link(gen: Generation) -> dict[str, str | list[str]]:
 # ---- setup: prompt, presets, stop settings (full reruns) -------------------------------------
 
 
-def setup_controls(lm: LoadedModel) -> None:
-    prompt_col, side_col = st.columns([3, 2], gap="medium")
+def setup_controls() -> None:
+    prompt_col, preset_col, more_col = st.columns([5, 3, 2], gap="small")
     with prompt_col:
-        st.text_area("Prompt", key=keys.PROMPT, height=76, persist_state="session",
+        st.text_area("Prompt", key=keys.PROMPT, height=68, persist_state="session",
                      help="The text the model continues. Changing it (or chat, or the seed) starts over.")
-        if problem := keys.message(S, "prompt"):
-            st.error(problem, icon="✋")
-    with side_col:
+    with preset_col:
         names = [p.name for p in load_presets()]
         st.selectbox("Presets", names, index=None, key=keys.PRESET, on_change=on_preset,
                      placeholder="Pick an example…", persist_state="session")
-        if S.get(keys.PRESET):
-            st.caption(preset_named(S[keys.PRESET]).about)
-        chat_col, seed_col = st.columns(2)
-        chat_col.toggle("Chat template", key=keys.CHAT, persist_state="session",
-                        help="Wrap the prompt as a user message in the model's chat template.")
-        seed_col.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=keys.SEED,
-                              persist_state="session", help="Seeds this generation's own random generator.")
-    stop_controls()
+        st.toggle("Chat template", key=keys.CHAT, persist_state="session",
+                  help="Wrap the prompt as a user message in the model's chat template.")
+    with more_col:
+        st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=keys.SEED,
+                        persist_state="session", help="Seeds this generation's own random generator.")
+        stop_controls()
+    if S.get(keys.PRESET):
+        st.caption(f"Preset: {preset_named(S[keys.PRESET]).about}")
+    for control in ("prompt", "stop"):
+        if problem := keys.message(S, control):
+            st.error(problem, icon="✋")
 
 
 def templated_text() -> None:
@@ -210,16 +213,16 @@ def templated_text() -> None:
 
 
 def stop_controls() -> None:
-    with st.expander("Stop conditions: max new tokens, stop sequences, end of sequence"):
-        cols = st.columns([1, 2, 1])
-        cols[0].number_input("Max new tokens", min_value=1, max_value=4096, step=1, key=keys.MAX_NEW,
-                             persist_state="session")
-        cols[1].text_area("Stop sequences (one per line, up to 4; write a newline as \\n)", key=keys.STOPS,
-                          height=80, persist_state="session")
-        cols[2].toggle("Ignore EOS", key=keys.IGNORE_EOS, persist_state="session",
-                       help="Keep going after the model emits its end-of-sequence token.")
-        if problem := keys.message(S, "stop"):
-            st.error(problem, icon="✋")
+    stops = len(parse_stop_sequences(S[keys.STOPS]))
+    label = f"Stop: max {S[keys.MAX_NEW]}" + (f" · {stops} seq." if stops else "") + (
+        " · no EOS" if S[keys.IGNORE_EOS] else "")
+    with st.popover(label, width="stretch", help="Termination: max new tokens, stop sequences, end of sequence"):
+        st.number_input("Max new tokens", min_value=1, max_value=4096, step=1, key=keys.MAX_NEW,
+                        persist_state="session")
+        st.text_area("Stop sequences (one per line, up to 4; write a newline as \\n)", key=keys.STOPS,
+                     height=100, persist_state="session")
+        st.toggle("Ignore EOS", key=keys.IGNORE_EOS, persist_state="session",
+                  help="Keep going after the model emits its end-of-sequence token.")
 
 
 def sync_generation(lm: LoadedModel) -> None:
@@ -252,26 +255,22 @@ WORKSPACE_KEY = "st_workspace"
 
 
 def button_row(gen: Generation) -> None:
-    finished = gen.finished
+    """Step, Run, Back, Reset; while a Run goes on, Run turns into Stop and the others wait."""
+    running, finished = bool(S.get(keys.RUNNING)), gen.finished
     row = st.container(horizontal=True, vertical_alignment="center")
-    row.button("Step", key="st_step", type="primary", on_click=on_step, disabled=finished,
+    row.button("Step", key="st_step", type="primary", on_click=on_step, disabled=running or finished,
                help="One token: forward pass, sample, append, check.")
-    row.button("Run", key="st_run", on_click=on_run, disabled=finished,
-               help="Step until a stop condition fires; tokens appear as they come.")
-    row.button("Back", key="st_back", on_click=on_back, disabled=not gen.steps,
+    # one key for Run and Stop: the button keeps its place and identity while its label flips
+    row.button("Stop" if running else "Run", key="st_run", on_click=on_stop if running else on_run,
+               disabled=finished and not running,
+               help="Stop after the token being made now." if running else
+               "Step until a stop condition fires; tokens appear as they come.")
+    row.button("Back", key="st_back", on_click=on_back, disabled=running or not gen.steps,
                help="Rewind one step (the KV cache is cropped, the random generator restored).")
-    row.button("Reset", key="st_reset", on_click=on_reset, help="Start over from the prompt.")
-    row.markdown(status_text(gen))
+    row.button("Reset", key="st_reset", on_click=on_reset, disabled=running, help="Start over from the prompt.")
+    row.markdown(status_text(gen) + (" · running…" if running else ""))
     if problem := keys.message(S, "buttons"):
         st.warning(problem, icon="✋")
-
-
-def running_row() -> None:
-    """While Run is going: only Stop (the other buttons come back when it ends)."""
-    row = st.container(horizontal=True, vertical_alignment="center")
-    row.button("Stop", key="st_stop", type="primary", on_click=on_stop,
-               help="Stop after the token being computed now.")
-    row.markdown("Running: tokens appear as they are generated…")
 
 
 def status_text(gen: Generation) -> str:
@@ -291,16 +290,21 @@ def _prompt_chips(gen: Generation) -> str:
     return cached[1]
 
 
-def run_loop(gen: Generation, target) -> None:
-    """Step until a stop condition fires, redrawing the context after every token. A click on
-    Stop (or any widget) interrupts the script between two steps, never inside one."""
+def advance_run(gen: Generation) -> None:
+    """One token of a Run. Streamlit does not interrupt a fragment for another fragment's
+    click, so Run takes one step per rerun: a Stop click is handled between two tokens."""
+    if not gen.finished:
+        _act(gen.step)
+    if gen.finished or keys.message(S, "buttons"):
+        S[keys.RUNNING] = False
+
+
+def continue_run() -> None:
+    """Queue the next token of a Run (a full rerun when this run was not a fragment run)."""
     try:
-        while not gen.finished and S.get(keys.RUNNING):
-            gen.step()
-            panels.context_panel(gen, target, _prompt_chips(gen), legend=not presentation())
-    except GenerationFinished:
-        pass
-    S[keys.RUNNING] = False
+        st.rerun(scope="fragment")
+    except StreamlitAPIException:
+        st.rerun()
 
 
 @st.fragment(key=WORKSPACE_KEY)
@@ -310,14 +314,10 @@ def workspace() -> None:
     if gen is None:
         st.info("Type a prompt above to start.")
         return
-    buttons, context = st.empty(), st.empty()
     if S.get(keys.RUNNING):
-        with buttons.container():
-            running_row()
-        run_loop(gen, context)
-    with buttons.container():
-        button_row(gen)
-    panels.context_panel(gen, context, _prompt_chips(gen), legend=not presentation())
+        advance_run(gen)
+    button_row(gen)
+    panels.context_panel(gen, _prompt_chips(gen), legend=not presentation())
     sampler_view()
     if presentation():
         left, right = st.columns(2, gap="medium")
@@ -330,6 +330,8 @@ def workspace() -> None:
     else:
         detail_tabs(gen)
     publish_link(gen)
+    if S.get(keys.RUNNING):
+        continue_run()
 
 
 def presentation() -> bool:
@@ -448,7 +450,7 @@ def main() -> None:
     if problem := keys.message(S, "link"):
         st.warning(problem, icon="🔗")
     sync_generation(lm)  # widget values are already in session_state; messages then show beside them
-    setup_controls(lm)
+    setup_controls()
     templated_text()
     workspace()
 

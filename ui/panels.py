@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import streamlit as st
-from streamlit.delta_generator import DeltaGenerator
 
 from engine import Decision, Distribution, Generation, LoadedModel, StepRecord
 from engine.stopping import stop_sequence_states
@@ -40,11 +39,10 @@ def token_text(distribution: Distribution, token_id: int) -> str:
     return next((c.text for c in distribution.top if c.token_id == token_id), f"id {token_id}")
 
 
-def context_panel(gen: Generation, target: DeltaGenerator, prompt_html: str, legend: bool = True) -> None:
-    """The context as chips and as decoded text, drawn into `target` (a placeholder, so a
-    running generation can redraw it after every token)."""
+def context_panel(gen: Generation, prompt_html: str, legend: bool = True) -> None:
+    """The context as chips (prompt chips pre-rendered, they never change) and as decoded text."""
     stops = stop_sequence_states(gen.output_text, gen.stop.stop_sequences)
-    with target.container(border=True):
+    with st.container(border=True):
         st.html(context_html(prompt_html, gen.steps, legend=legend)
                 + decoded_text_html(gen.prompt_text, gen.output_text, stops, gen.finish_reason,
                                     eos_names(gen.lm)))

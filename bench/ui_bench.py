@@ -1,0 +1,145 @@
+"""Step-through latency in a real browser: click Step → new token visible, and slider move →
+re-sampled step visible. Median of 20 each, with the default model.
+
+    .venv/bin/python -m bench.ui_bench
+
+Both ends of each interval are taken inside the page (performance.now()): the start when the
+click or key press reaches the document, the end one animation frame after the DOM shows the
+result, so Python-side polling adds nothing. Results go to bench/results/ui_bench.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+REPEATS = 20
+TARGETS_MS = {"step": 250.0, "slider": 150.0}
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# Start: sampled at temperature 0.5 (so every slider step changes the sampler table), EOS
+# ignored and room for every Step.
+QUERY = ("?prompt=The+capital+of+France+is&sampler=0.5%2F0%2F1.0%2F0.0%2F1.0%2Ftransformers"
+         f"&max={REPEATS + 8}&ignore_eos=1")
+
+# Arms a one-shot timer: starts at the next `event` on the document, resolves one frame after
+# `condition` (a JS expression) holds.
+ARM = """([event, condition]) => {
+  const holds = new Function(`try { return Boolean(${condition}); } catch (e) { return false; }`);
+  window.__t0 = undefined;
+  window.__latency = new Promise(resolve => {
+    document.addEventListener(event, () => { window.__t0 = performance.now(); }, {capture: true, once: true});
+    const observer = new MutationObserver(() => {
+      if (window.__t0 !== undefined && holds()) {
+        observer.disconnect();
+        requestAnimationFrame(() => resolve(performance.now() - window.__t0));
+      }
+    });
+    observer.observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
+  });
+}"""
+STEPS = "document.querySelector('.tbt-chips').dataset.steps"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve() -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+         "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
+                return process, url
+        except OSError:
+            time.sleep(0.5)
+    process.terminate()
+    raise RuntimeError("streamlit did not start")
+
+
+def _timed(page, event: str, condition: str, action) -> float:
+    page.evaluate(ARM, [event, condition])
+    action()
+    return float(page.evaluate("window.__latency"))
+
+
+def measure_steps(page) -> list[float]:
+    """Click Step; stop the clock when the chip for the new token is on screen."""
+    button = page.get_by_role("button", name="Step", exact=True)
+    times = []
+    for n in range(1, REPEATS + 1):
+        times.append(_timed(page, "click", f"{STEPS} === '{n}'", button.click))
+        page.wait_for_timeout(300)  # let the rest of the fragment settle before the next click
+    return times
+
+
+def measure_slider(page) -> list[float]:
+    """Press → on the temperature slider; stop the clock when the sampler table shows the new
+    temperature (the chart above it is redrawn in the same update)."""
+    thumb = page.locator("[data-testid='stSlider']").filter(has_text="Temperature").get_by_role("slider")
+    thumb.focus()
+    times = []
+    temperature = 0.5
+    for _ in range(REPEATS):
+        temperature = round(temperature + 0.05, 2)
+        label = f"temperature {temperature:g}"
+        condition = f"[...document.querySelectorAll('.tbt-table td')].some(td => td.textContent === '{label}')"
+        times.append(_timed(page, "keydown", condition, lambda: thumb.press("ArrowRight")))
+        page.wait_for_timeout(300)
+    return times
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
+    process, url = _serve()
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(url + QUERY)
+            page.wait_for_selector(".tbt-chips", timeout=120_000)
+            page.get_by_role("button", name="Step", exact=True).click()  # warm-up: prefill, first chart
+            page.wait_for_function(f"{STEPS} === '1'", timeout=60_000)
+            page.get_by_role("button", name="Back", exact=True).click()
+            page.wait_for_function(f"{STEPS} === '0'", timeout=60_000)
+            page.wait_for_timeout(500)
+            results = {"step": measure_steps(page), "slider": measure_slider(page)}
+            browser.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    summary = {name: {"median_ms": round(statistics.median(times), 1), "target_ms": TARGETS_MS[name],
+                      "min_ms": round(min(times), 1), "max_ms": round(max(times), 1),
+                      "samples_ms": [round(t, 1) for t in times]} for name, times in results.items()}
+    for name, row in summary.items():
+        verdict = "ok" if row["median_ms"] <= row["target_ms"] else "OVER TARGET"
+        print(f"{name:>6}: median {row['median_ms']:.0f} ms over {REPEATS} (min {row['min_ms']:.0f}, "
+              f"max {row['max_ms']:.0f}); target <= {row['target_ms']:.0f} ms: {verdict}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / "ui_bench.json"
+    out.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **summary}, indent=1))
+    print(f"written to {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The step-through page in a real browser: Step shows a token, a slider re-samples it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.conftest import ARTIFACTS
+
+pytestmark = pytest.mark.browser
+STEPS = "Number(document.querySelector('.tbt-chips')?.dataset.steps ?? -1)"
+
+
+def temperature_thumb(page):
+    return page.locator("[data-testid='stSlider']").filter(has_text="Temperature").get_by_role("slider")
+
+
+def test_step_shows_the_new_token_a_slider_resamples_it_and_stop_interrupts_run(page) -> None:
+    page.get_by_role("button", name="Step", exact=True).click()
+    page.wait_for_function(f"{STEPS} === 1", timeout=60_000)
+    newest = page.locator(".tbt-newest").first
+    assert newest.inner_text() == "␣Paris"
+    assert "raw p" in newest.get_attribute("title")
+
+    thumb = temperature_thumb(page)
+    thumb.focus()
+    for _ in range(16):  # 0.05 a press: temperature 0 → 0.8
+        thumb.press("ArrowRight")
+    note = page.get_by_text("Re-sampled step 1 from its kept logits")
+    note.wait_for(timeout=30_000)
+    assert page.evaluate(STEPS) == 1  # the slider made no new step
+    assert "u = " in page.locator(".tbt-cdf").inner_text()  # greedy became a random draw
+    assert "tokens=" in page.url  # the address bar is a share link
+
+    page.mouse.move(5, 790)  # no tooltip over the screenshot
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "step_through_browser.png"))
+
+    main = page.get_by_test_id("stMainBlockContainer")
+    main.get_by_role("button", name="Run", exact=True).click()
+    page.wait_for_function(f"{STEPS} >= 3", timeout=60_000)  # tokens appear while it runs
+    main.get_by_role("button", name="Stop", exact=True).click()
+    main.get_by_role("button", name="Run", exact=True).wait_for(timeout=30_000)
+    stopped = page.evaluate(STEPS)
+    page.wait_for_timeout(1500)
+    assert page.evaluate(STEPS) == stopped < 32  # nothing more after Stop, well before max tokens

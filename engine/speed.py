@@ -164,6 +164,23 @@ class BatchPoint:
         return self.batch / (self.step_ms / 1e3)
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """How much each measurement runs."""
+
+    cache_lengths: tuple[int, ...]  # context lengths for cache vs recompute
+    prompt_tokens: int  # prefill length, and the context of the intensity step
+    decode_steps: int
+    batch_context: int  # tokens per sequence when batching
+    repeats: int  # timed repeats per figure (after one warm-up)
+
+
+# Small enough for a first visit to finish in seconds on 2 CPU cores; "more" for a closer look.
+QUICK = Sizes(cache_lengths=(16, 64, 128, 256), prompt_tokens=64, decode_steps=6, batch_context=16, repeats=2)
+MORE = Sizes(cache_lengths=(16, 64, 128, 256, 512, 1024), prompt_tokens=256, decode_steps=16, batch_context=64,
+             repeats=3)
+
+
 # ---- the forward passes measured ----------------------------------------------------------
 
 def sample_context(lm: LoadedModel, length: int, offset: int = 0) -> list[int]:
@@ -222,18 +239,24 @@ def batch_step_logits(lm: LoadedModel, sequences: Sequence[Sequence[int]]) -> to
 
 # ---- timing -------------------------------------------------------------------------------
 
+def _time_ms(run: Callable[[], object], device: torch.device) -> float:
+    """Wall time of one call, with the device synchronised on both sides."""
+    _sync(device)
+    started = time.perf_counter()
+    run()
+    _sync(device)
+    return (time.perf_counter() - started) * 1e3
+
+
 def _median_ms(run: Callable[[], object], device: torch.device, repeats: int,
                reset: Callable[[], object] | None = None) -> float:
     """Median wall time of `run` over `repeats` timed calls, after one untimed warm-up.
     `reset` (untimed) runs after every call, e.g. to crop a cache back."""
     times = []
     for attempt in range(repeats + 1):
-        _sync(device)
-        started = time.perf_counter()
-        run()
-        _sync(device)
+        elapsed = _time_ms(run, device)
         if attempt:  # the first call warms caches and allocators
-            times.append((time.perf_counter() - started) * 1e3)
+            times.append(elapsed)
         if reset is not None:
             reset()
     return statistics.median(times)
@@ -264,10 +287,17 @@ def _cache_point(lm: LoadedModel, length: int, repeats: int) -> CachePoint:
         raise SettingsError("context length", length, "a whole number >= 2")
     context = sample_context(lm, length)
     cache, _ = prefill(lm, [context[:-1]])
-    cached = _median_ms(lambda: decode(lm, cache, [context[-1]]), lm.device, repeats,
-                        reset=lambda: _crop_to(cache, length - 1))
-    recompute = _median_ms(lambda: next_logits_recomputed(lm, context), lm.device, repeats)
-    return CachePoint(length, cached, recompute)
+    cached, recomputed = [], []
+    # alternate the two, after one warm-up of each, so a burst of other work on the
+    # machine slows both rather than skewing their ratio
+    for attempt in range(repeats + 1):
+        cached_ms = _time_ms(lambda: decode(lm, cache, [context[-1]]), lm.device)
+        _crop_to(cache, length - 1)
+        recompute_ms = _time_ms(lambda: next_logits_recomputed(lm, context), lm.device)
+        if attempt:
+            cached.append(cached_ms)
+            recomputed.append(recompute_ms)
+    return CachePoint(length, statistics.median(cached), statistics.median(recomputed))
 
 
 def measure_prefill_decode(lm: LoadedModel, prompt_tokens: int = 64, decode_steps: int = 8,

@@ -12,7 +12,10 @@ import streamlit as st
 from engine import LoadedModel
 from engine.speed import (
     KNOWN_CONFIGS,
+    MORE,
+    QUICK,
     KVConfig,
+    Sizes,
     loaded_kv_config,
     measure_batching,
     measure_cache_vs_recompute,
@@ -38,22 +41,7 @@ TIER = "kv_tier"
 KV_SAMPLE_POSITIONS = 16  # positions put in a real cache to weigh one position
 
 
-@dataclass(frozen=True)
-class Sizes:
-    """How much each measurement runs: small by default so the page answers in seconds."""
-
-    cache_lengths: tuple[int, ...]
-    prompt_tokens: int
-    decode_steps: int
-    batch_context: int
-    repeats: int
-
-
-TIERS = {
-    "quick": Sizes(cache_lengths=(16, 64, 128, 256), prompt_tokens=64, decode_steps=6, batch_context=16, repeats=2),
-    "more": Sizes(cache_lengths=(16, 64, 128, 256, 512, 1024), prompt_tokens=256, decode_steps=16,
-                  batch_context=64, repeats=3),
-}
+TIERS = {"quick": QUICK, "more": MORE}
 
 
 def measured(lm: LoadedModel, what: str, run: Callable[[], Any]) -> Any:

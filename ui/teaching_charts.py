@@ -185,12 +185,13 @@ def roofline_figure(device: DeviceSpeed, intensity: DecodeIntensity) -> go.Figur
                        line={"color": "#495057", "width": 4})
     figure.add_scatter(x=[intensity.flops_per_byte], y=[achieved], mode="markers",
                        name="one decode step, batch 1 (measured)", marker={"size": 20, "color": RECOMPUTE_COLOUR})
-    figure.add_vline(x=ridge, line_dash="dash", line_color="#868e96", annotation_position="bottom right",
-                     annotation_text=f"balance point {ridge:.1f} FLOP/byte")
+    figure.add_vline(x=ridge, line_dash="dash", line_color="#868e96")
     for x, text, anchor in ((ridge / 1.5, "← memory-bound", "right"), (ridge * 1.5, "compute-bound →", "left")):
         figure.add_annotation(x=math.log10(x), y=math.log10(peak * 2.2), text=text, showarrow=False,
                               xanchor=anchor, font={"size": FONT})
     low = min(ys[0], achieved) / 3
+    figure.add_annotation(x=math.log10(ridge * 1.15), y=math.log10(low * 1.6), text=f"balance point {ridge:.1f}",
+                          showarrow=False, xanchor="left", font={"size": FONT, "color": "#495057"})
     figure.update_xaxes(type="log", dtick=1, range=[math.log10(xs[0]), math.log10(xs[-1])])
     figure.update_yaxes(type="log", dtick=1, range=[math.log10(low), math.log10(peak * 4)])
     return _layout(figure, "Memory-bound or compute-bound?", "arithmetic intensity (FLOPs per byte read)",

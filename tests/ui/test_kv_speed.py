@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.speed import KNOWN_CONFIGS, loaded_kv_config
+from engine.speed import KNOWN_CONFIGS, QUICK, loaded_kv_config
 from ui.format import nbytes
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -33,7 +33,7 @@ def test_page_measures_every_section_once(page):
     assert measured == {"cache vs recompute", "prefill vs decode", "KV cache size",
                         "device compute and bandwidth", "one decode step", "batched decode"}
     cache_points = next(v for k, v in results(page).items() if k[-1] == "cache vs recompute")
-    assert [p.context_tokens for p in cache_points] == [16, 64, 128, 256]
+    assert [p.context_tokens for p in cache_points] == list(QUICK.cache_lengths)
     last = cache_points[-1]
     assert any(f"**{last.ratio:.1f}× slower**" in m.value for m in page.markdown)
     batch = next(v for k, v in results(page).items() if k[-1] == "batched decode")

@@ -20,6 +20,8 @@ from engine import (
     GenerationFinished,
     LoadedModel,
     PromptError,
+    Resampled,
+    SamplerSettings,
     SettingsError,
     TraceError,
     parse_trace,
@@ -360,6 +362,19 @@ def sampler_controls() -> None:
                      f"{name}: {' → '.join(stages)}" for name, stages in CHAINS.items()))
 
 
+def resample_cached(gen: Generation, sampler: SamplerSettings) -> Resampled:
+    """The latest step re-sampled under `sampler`, remembered per visitor until the latest step
+    changes, so dragging a slider back over values already seen costs nothing."""
+    record = gen.steps[-1]
+    cached_for, cache = S.get("st_resampled", (None, {}))
+    if cached_for is not record:
+        cache = {}
+        S["st_resampled"] = (record, cache)
+    if sampler not in cache:
+        cache[sampler] = gen.resample(sampler)
+    return cache[sampler]
+
+
 @st.fragment(key="st_sampler")
 def sampler_view() -> None:
     """Sliders, distribution, decision and candidates: reruns alone when a slider moves,
@@ -382,7 +397,7 @@ def sampler_view() -> None:
     record = gen.steps[-1]
     changed = sampler != record.decision.settings
     if changed:
-        resampled = gen.resample(sampler)  # the kept logits, the same u: no forward pass
+        resampled = resample_cached(gen, sampler)  # the kept logits, the same u: no forward pass
         decision, distribution = resampled.decision, resampled.distribution
     else:
         decision, distribution = record.decision, record.distribution

@@ -144,7 +144,8 @@ def kv_panel(gen: Generation, chart_key: str) -> None:
     record = gen.steps[-1]
     fed = record.forward_tokens
     st.caption(f"Step 1 fed all {gen.steps[0].forward_tokens} prompt tokens at once (prefill). Each later step "
-               "feeds one token and reuses the keys and values of every earlier position. "
+               "feeds one token and reuses the keys and values of every earlier position (a token's own "
+               "keys and values enter the cache when the next step reads it). "
                f"The latest step fed {fed} token{'' if fed == 1 else 's'} (forward pass "
                f"{record.timing.forward_ms:.0f} ms).")
     st.plotly_chart(kv_figure(gen.steps), config=CHART_CONFIG, key=chart_key)

@@ -43,3 +43,9 @@ def test_step_shows_the_new_token_a_slider_resamples_it_and_stop_interrupts_run(
     stopped = page.evaluate(STEPS)
     page.wait_for_timeout(1500)
     assert page.evaluate(STEPS) == stopped < 32  # nothing more after Stop, well before max tokens
+
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_placeholder("Hub id, model folder, or .gguf path").fill("/no/such/model.gguf")
+    sidebar.get_by_role("button", name="Load model").click()
+    sidebar.get_by_text("No file or folder at '/no/such/model.gguf'. The previous model stays loaded.").wait_for()
+    assert page.evaluate(STEPS) == stopped  # the generation survived the failed load

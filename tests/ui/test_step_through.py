@@ -285,3 +285,26 @@ def test_presentation_mode_enlarges_type_and_drops_the_detail_tabs(at: AppTest) 
     assert any("fires when picked" in h.proto.body for h in at.get("html"))
     assert any(m.label == "log P(sequence)" for m in at.metric)
     assert not [b for b in at.button if b.key and b.key.startswith("st_force_")]
+
+
+def test_sidebar_shows_the_model_device_and_dtype(at: AppTest) -> None:
+    info = " ".join(m.value for m in at.sidebar.markdown)
+    assert "SmolLM2-135M-Instruct" in info and "device **cpu**" in info and "dtype **float32**" in info
+
+
+def test_unloadable_model_keeps_the_current_model_and_remembers_why() -> None:
+    """(The sidebar's display of the message is checked in the browser test: AppTest reruns
+    after the first run skip app.py's sidebar.)"""
+    def script() -> None:
+        import streamlit as st
+
+        from ui.model import ERROR_KEY, current_source, switch_model
+
+        st.text(f"{switch_model('/no/such/model.gguf')}|{current_source()}|{st.session_state[ERROR_KEY]}")
+
+    at = AppTest.from_function(script, default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception
+    loaded, source, message = at.text[0].value.split("|")
+    assert loaded == "False" and source == "bundled"
+    assert message == "No file or folder at '/no/such/model.gguf'."

@@ -93,13 +93,13 @@ def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
         return None
 
 
-def column_settings(column: Column) -> SamplerSettings | None:
+def column_settings(column: Column, vocab_size: int) -> SamplerSettings | None:
     """Sliders for one column; None (with the reason shown) when the settings are invalid."""
     d = column.defaults
     k = column.key
     temperature = st.slider("temperature", 0.0, 3.0, d.temperature, 0.05, key=f"{k}_temperature",
                             help="0 = greedy (always the most probable token)")
-    top_k = st.number_input("top-k (0 = off)", 0, 49_152, d.top_k, key=f"{k}_top_k")
+    top_k = st.number_input("top-k (0 = off)", 0, vocab_size, d.top_k, key=f"{k}_top_k")
     top_p = st.slider("top-p (1 = off)", 0.0, 1.0, d.top_p, 0.01, key=f"{k}_top_p")
     min_p = st.slider("min-p (0 = off)", 0.0, 1.0, d.min_p, 0.01, key=f"{k}_min_p")
     penalty = st.slider("repetition penalty (1 = off)", 0.5, 2.0, d.repetition_penalty, 0.05, key=f"{k}_penalty")
@@ -154,7 +154,7 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
     for column, slot in zip(COLUMNS, st.columns(len(COLUMNS)), strict=True):
         with slot:
             st.markdown(f"#### Sampler {column.name}")
-            settings = column_settings(column)
+            settings = column_settings(column, lm.vocab_size)
             if settings is not None:
                 named[f"Sampler {column.name}"] = outcome = apply(step, settings, u)
                 show_outcome(lm, outcome)
@@ -202,10 +202,10 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         st.plotly_chart(cut_figure(points, "min-p", marked, log_x=True), config=CHART_CONFIG, key="lab_min_p_chart")
 
 
-def chain_settings() -> SamplerSettings | None:
+def chain_settings(vocab_size: int) -> SamplerSettings | None:
     cols = st.columns(4)
     temperature = cols[0].slider("temperature", 0.05, 3.0, 1.5, 0.05, key="lab_chain_temperature")
-    top_k = cols[1].number_input("top-k (0 = off)", 0, 49_152, 40, key="lab_chain_top_k")
+    top_k = cols[1].number_input("top-k (0 = off)", 0, vocab_size, 40, key="lab_chain_top_k")
     top_p = cols[2].slider("top-p", 0.0, 1.0, 0.9, 0.01, key="lab_chain_top_p")
     min_p = cols[3].slider("min-p", 0.0, 1.0, 0.05, 0.01, key="lab_chain_min_p")
     try:
@@ -221,7 +221,7 @@ def chain_orders(lm: LoadedModel, step: FrozenStep) -> None:
                 "top-p → min-p. **vLLM**: temperature → min-p → top-k → top-p. **llama.cpp**: top-k → top-p → "
                 "min-p → temperature last. A filter sees the distribution left by the stages before it, "
                 "so the kept sets can differ.")
-    settings = chain_settings()
+    settings = chain_settings(lm.vocab_size)
     if settings is None:
         return
     outcomes = chain_outcomes(step, settings)
@@ -276,7 +276,8 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
     st.plotly_chart(draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs), config=CHART_CONFIG,
                     key="lab_draws_chart")
     worst = max(abs(counts.get(i, 0) / DRAWS - float(outcome.chain.final_probs[i])) for i in ids)
-    st.markdown(f"{len(counts):,} different tokens came up; the {len(ids)} shown took {shown:,} draws. "
+    came_up = f"{len(counts):,} different tokens came up" if len(counts) > 1 else "Only one token came up"
+    st.markdown(f"{came_up}; the {len(ids)} shown took {shown:,} draws. "
                 f"Largest gap between share and probability: **{100 * worst:.1f} percentage points**.")
 
 

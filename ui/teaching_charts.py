@@ -119,8 +119,12 @@ def draws_figure(labels: list[str], token_ids: Sequence[int], counts: Mapping[in
     figure.add_scatter(x=labels, y=[float(final_probs[i]) for i in token_ids], mode="markers",
                        name="final probability", marker={"symbol": "diamond", "size": 16, "color": FINAL_COLOUR})
     figure.update_xaxes(tickangle=-35)
-    return _layout(figure, f"{total:,} draws against the distribution they come from", "token",
-                   "share of draws / probability")
+    _layout(figure, f"{total:,} draws against the distribution they come from", "token",
+            "share of draws / probability", height=480)
+    # legend above the plot: the slanted token labels need the space below
+    figure.update_layout(legend={"y": 1.0, "yanchor": "bottom", "x": 1.0, "xanchor": "right"},
+                         margin={"l": 40, "t": 90})
+    return figure
 
 
 # ---- KV cache & speed ---------------------------------------------------------------------

@@ -210,7 +210,8 @@ def templated_text() -> None:
     """With the chat template on, the exact text the model reads, special tokens included."""
     gen = _generation()
     if gen is not None and gen.chat:
-        with st.expander("Templated text: what the model actually reads"):
+        # expanders cannot nest: in presentation mode this already sits in one
+        with st.container() if presentation() else st.expander("Templated text: what the model actually reads"):
             st.code(gen.prompt_text, language=None, wrap_lines=True)
 
 
@@ -403,7 +404,7 @@ def sampler_view() -> None:
         decision, distribution = record.decision, record.distribution
     with chart_col:
         panels.distribution_panel(record, decision, distribution, mode_key=keys.CHART_MODE,
-                                  chart_key="st_distribution_chart", font_size=17 if presentation() else 13)
+                                  chart_key="st_distribution_chart", font_size=20 if presentation() else 13)
     if changed:
         with control_col:
             panels.resample_note(record, decision, distribution, on_repick, "st_repick")
@@ -465,8 +466,10 @@ def main() -> None:
     if problem := keys.message(S, "link"):
         st.warning(problem, icon="🔗")
     sync_generation(lm)  # widget values are already in session_state; messages then show beside them
-    setup_controls()
-    templated_text()
+    # on a projector the setup folds away so the generation gets the screen
+    with st.expander("Prompt and settings") if presentation() else st.container():
+        setup_controls()
+        templated_text()
     workspace()
 
 

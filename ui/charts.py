@@ -89,8 +89,12 @@ def distribution_figure(distribution: Distribution, pick_id: int | None = None, 
     figure = go.Figure(traces)
     figure.update_layout(
         barmode="group", bargap=0.2, bargroupgap=0.0,
-        height=height or 70 + 30 * len(labels), margin=dict(l=4, r=4, t=28, b=36),
-        font=dict(size=font_size), legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"),
+        # rows, margins and the legend grow with the font so a projector's larger type still fits
+        height=height or 3 * font_size + (2.3 * font_size + 4) * len(labels),
+        margin=dict(l=4, r=4, t=int(3.2 * font_size), b=int(2.8 * font_size)),
+        font=dict(size=font_size),
+        legend=dict(orientation="h", x=0, y=1.0, yanchor="top", yref="container"),  # in the top margin
+        uniformtext=dict(minsize=font_size - 2, mode="show"),
         yaxis=dict(autorange="reversed", automargin=True, type="category"),
         xaxis=dict(automargin=True, gridcolor="#eeeeee", zerolinecolor="#999999", **axis),
         plot_bgcolor="white",

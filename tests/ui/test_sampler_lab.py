@@ -12,6 +12,7 @@ from engine import CHAINS, Generation, SamplerSettings
 from engine.sampling import decide, draw_uniform, pick_by_cdf
 from ui.format import quoted
 from ui.lab import (
+    GENERATION_KEYS,
     apply,
     chain_outcomes,
     disputed_tokens,
@@ -136,12 +137,26 @@ def test_page_studies_the_step_pages_generation_with_its_own_draw(lm):
     generation = Generation(lm, "Once upon a time", seed=3)
     generation.step()
     generation.step()
-    at = lab({"generation": generation})
+    at = lab({GENERATION_KEYS[0]: generation})
     assert at.selectbox(key="lab_source").value.startswith("Your generation")
     expected = [quoted(lm.texts.piece(generation.resample(s).decision.token_id).text) for s in COLUMN_DEFAULTS.values()]
     assert picks(at) == expected
     u = generation.resample(SamplerSettings()).decision.draw.u
     assert f"u = {u:.6f}" in at.checkbox(key="lab_own_draw").label
+
+
+def test_a_step_taken_on_the_step_page_is_what_the_lab_studies(lm):
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.run()
+    at.button(key="st_step").click().run()
+    at.button(key="st_step").click().run()
+    generation = next(at.session_state[k] for k in GENERATION_KEYS if k in at.session_state)
+    assert isinstance(generation, Generation) and len(generation.steps) == 2
+    at.switch_page("pages/sampler_lab.py").run()
+    assert not at.exception
+    assert at.selectbox(key="lab_source").value.startswith("Your generation")
+    expected = [quoted(lm.texts.piece(generation.resample(s).decision.token_id).text) for s in COLUMN_DEFAULTS.values()]
+    assert picks(at) == expected
 
 
 def test_setting_temperature_zero_makes_a_column_pick_the_argmax(lm, frozen):

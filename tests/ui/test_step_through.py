@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -308,3 +309,53 @@ def test_unloadable_model_keeps_the_current_model_and_remembers_why() -> None:
     loaded, source, message = at.text[0].value.split("|")
     assert loaded == "False" and source == "bundled"
     assert message == "No file or folder at '/no/such/model.gguf'."
+
+
+def open_tab(at: AppTest, label: str) -> AppTest:
+    at.session_state["st_tabs"] = label
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_kv_tab_shows_prefill_then_one_position_per_step_and_the_formula_check(at: AppTest) -> None:
+    for _ in range(3):
+        click(at, "st_step")
+    open_tab(at, "KV cache")
+    spec = chart_spec(at, "st_kv_chart")
+    assert spec["data"][0]["y"] == [5, 6, 7]  # the 5-token prompt at once, then +1 a step
+    check = html_with(at, "measured from the tensors")
+    kv = generation(at).steps[-1].kv
+    assert f"{kv.bytes:,} bytes" in check and "✓ equal" in check and "(1, 3, 7, 64)" in check
+
+
+def test_history_tab_lists_every_step(at: AppTest) -> None:
+    click(at, "st_step")
+    click(at, "st_step")
+    open_tab(at, "History")
+    table = at.dataframe[0].value
+    assert list(table["step"]) == [1, 2]
+    assert list(table["id"]) == [s.token_id for s in generation(at).steps]
+
+
+def test_sequence_tab_shows_log_probability_perplexity_and_the_product(at: AppTest) -> None:
+    click(at, "st_step")
+    click(at, "st_step")
+    open_tab(at, "P(sequence)")
+    steps = generation(at).steps
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["log P(sequence)"]) == pytest.approx(sum(math.log(s.prob) for s in steps), abs=1e-3)
+    assert f"{steps[0].prob:.4f} × {steps[1].prob:.4f}" in html_with(at, "tbt-formula")
+    at.radio(key=keys.SEQ_BASIS).set_value("final").run()
+    assert float({m.label: m.value for m in at.metric}["log P(sequence)"]) == 0.0  # greedy: every final p is 1
+
+
+def test_take_step_again_replaces_the_pick_under_the_new_settings(at: AppTest) -> None:
+    click(at, "st_step")
+    at.slider(key=keys.TEMPERATURE).set_value(1.5).run()
+    would_pick = generation(at).resample(generation(at).sampler).decision.token_id
+    assert would_pick != generation(at).steps[0].token_id
+    click(at, "st_repick")
+    step = generation(at).steps[-1]
+    assert len(generation(at).steps) == 1
+    assert step.token_id == would_pick and step.decision.settings.temperature == 1.5

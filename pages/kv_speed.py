@@ -27,6 +27,7 @@ from engine.speed import (
 from ui.charts import CHART_CONFIG
 from ui.format import nbytes
 from ui.model import current_model
+from ui.teaching import page_style
 from ui.teaching_charts import (
     batch_figure,
     cache_figure,
@@ -55,6 +56,7 @@ def measured(lm: LoadedModel, what: str, run: Callable[[], Any]) -> Any:
 
 
 def header(lm: LoadedModel) -> Sizes:
+    page_style()
     st.title("KV cache & speed")
     st.markdown(
         "Every number on this page is **measured now, on this machine** "

@@ -23,6 +23,7 @@ from ui.lesson_flow import (
     tally,
 )
 from ui.model import current_model
+from ui.teaching import page_style
 from ui.teaching_charts import top_values_figure
 
 WALK, STAGE = "lesson_walk", "lesson_stage"  # the walk's Generation and the screen shown
@@ -314,6 +315,7 @@ def predict_exercise(lm: LoadedModel) -> None:
 
 
 def main() -> None:
+    page_style()
     st.title("Lesson: one generation, stage by stage")
     st.markdown("A language model writes by repeating one loop: **read** the context, **score** every possible next "
                 "token, **pick** one, **append** it, **check** whether to stop. Walk through it on the real model.")

@@ -28,6 +28,7 @@ from ui.lab import (
     temperature_sweep,
 )
 from ui.model import current_model
+from ui.teaching import page_style
 from ui.teaching_charts import (
     chains_figure,
     cut_figure,
@@ -282,6 +283,7 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
 
 
 def main() -> None:
+    page_style()
     st.title("Sampler lab")
     st.markdown("The model's forward pass ends in one score (logit) per vocabulary token. Here that output is "
                 "**frozen**: every control below only changes the sampler, never the model's numbers.")

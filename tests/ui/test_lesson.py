@@ -120,3 +120,11 @@ def test_prediction_rounds_are_scored_against_the_models_own_probabilities(lm):
     assert shown["rounds"] == "2"
     assert shown["you matched the model"] == "1 of 2"
     assert shown["probability given up"] == f"{first.prob - wrong.prob:.2f} in all"
+
+
+def test_presentation_mode_enlarges_the_lesson_type():
+    at = lesson()
+    assert not any("font-size:22px" in str(h.proto) for h in at.get("html"))
+    at.session_state["app_presentation"] = True
+    at.run()
+    assert any("font-size:22px" in str(h.proto) for h in at.get("html"))

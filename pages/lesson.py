@@ -197,11 +197,16 @@ def stage_check(generation: Generation, step: StepRecord) -> None:
         {"condition": "max new tokens", "now": f"{term.new_tokens} of {term.max_new_tokens}"},
         {"condition": "context window", "now": f"{term.context_tokens:,} of {term.context_window:,} tokens"},
     ]), hide_index=True, width="stretch")
+    if term.eos_picked and term.ignore_eos:
+        st.warning(f"The model picked its end token {quoted(step.token.text)}: its answer is over. This preset "
+                   "ignores end tokens, so the loop goes on, and the model has to write *something* next.")
     if term.finish_reason is None:
         st.info("Nothing fired: the loop goes round again. Press **Next token**, or **Run to the end**.")
         st.button("Run to the end", key="lesson_run", on_click=run_to_end)
         return
     st.success(f"Generation stops: {FINISH_WORDS[term.finish_reason]} (finish reason “{term.finish_reason}”).")
+    st.markdown("**Everything the model read and wrote**, token by token (special tokens in yellow):")
+    chips(generation)
     st.markdown("**The text returned to the caller** (special tokens left out, cut before any stop sequence):")
     st.code(generation.text or "(empty)", language=None, wrap_lines=True)
 

@@ -128,3 +128,17 @@ def test_presentation_mode_enlarges_the_lesson_type():
     at.session_state["app_presentation"] = True
     at.run()
     assert any("font-size:22px" in str(h.proto) for h in at.get("html"))
+
+
+def test_ignored_eos_is_pointed_out_and_the_loop_goes_on(lm):
+    at = lesson()
+    preset = preset_named("End-of-sequence ignored")
+    at.selectbox(key="lesson_preset").set_value(preset.name).run()
+    reference = start(lm, preset)
+    eos_step = next(s.index for s in reference.run() if s.token_id in lm.eos_ids)
+    while len(at.session_state["lesson_walk"][1].steps) < eos_step or stage(at) != STAGES[-1]:
+        at.button(key="lesson_next").click().run()
+    assert not at.exception
+    assert "ignores end tokens" in at.warning[0].value
+    assert "Nothing fired" in at.info[0].value
+    assert not at.button(key="lesson_next").disabled

@@ -64,15 +64,15 @@ def header(lm: LoadedModel) -> Sizes:
         f"({lm.parameters / 1e6:.0f} M parameters). Times are medians of a few repeats after a warm-up pass; "
         "other work on the machine makes them wobble, so compare shapes and ratios rather than the last digit.")
     tier = st.session_state.get(TIER, "quick")
-    cols = st.columns([1, 1, 3])
     more_help = "Contexts up to 1,024 tokens, a longer prompt, more repeats (about a minute on 2 CPU cores)"
-    if tier == "quick" and cols[0].button("Measure more", key="kv_more", help=more_help):
-        st.session_state[TIER] = tier = "more"
-    if cols[1].button("Measure again", key="kv_again", help="Throw away these results and time everything afresh"):
-        st.session_state.pop(RESULTS, None)
-    cols[2].caption("Quick sizes now: contexts up to 256 tokens." if tier == "quick"
-                    else "Larger sizes: contexts up to 1,024 tokens.")
-    return TIERS[tier]
+    with st.container(horizontal=True, vertical_alignment="center"):
+        if tier == "quick" and st.button("Measure more", key="kv_more", help=more_help):
+            st.session_state[TIER] = tier = "more"
+        if st.button("Measure again", key="kv_again", help="Throw away these results and time everything afresh"):
+            st.session_state.pop(RESULTS, None)
+        sizes = TIERS[tier]
+        st.caption(f"Now measuring contexts up to {max(sizes.cache_lengths):,} tokens.")
+    return sizes
 
 
 def cache_section(lm: LoadedModel, sizes: Sizes) -> None:

@@ -93,16 +93,15 @@ def start_over() -> None:
 
 
 def walk_controls(generation: Generation, stage: int) -> None:
-    cols = st.columns([1, 1, 4, 1])
-    cols[0].button("◀ Previous", key="lesson_previous", on_click=go_previous, disabled=stage == 0,
-                   width="stretch")
+    """Previous / Next / Start over in one row (wrapping, never truncating, in large type), then progress."""
     last = stage == len(STAGES) - 1
-    label = "Next token ▶" if last else "Next ▶"
-    cols[1].button(label, key="lesson_next", on_click=go_next, type="primary", width="stretch",
-                   disabled=last and generation.finished)
-    cols[2].progress((stage + 1) / len(STAGES), text=f"Stage {stage + 1} of {len(STAGES)}: **{STAGES[stage]}**"
-                     + (f" · token {len(generation.steps)}" if generation.steps else ""))
-    cols[3].button("Start over", key="lesson_restart", on_click=start_over, width="stretch")
+    with st.container(horizontal=True):
+        st.button("◀ Previous", key="lesson_previous", on_click=go_previous, disabled=stage == 0)
+        st.button("Next token ▶" if last else "Next ▶", key="lesson_next", on_click=go_next, type="primary",
+                  disabled=last and generation.finished)
+        st.button("Start over", key="lesson_restart", on_click=start_over)
+    st.progress((stage + 1) / len(STAGES), text=f"Stage {stage + 1} of {len(STAGES)}: **{STAGES[stage]}**"
+                + (f" · token {len(generation.steps)}" if generation.steps else ""))
 
 
 def stage_tokens(lm: LoadedModel, generation: Generation) -> None:

@@ -256,7 +256,7 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
     st.markdown(f"The engine draws one uniform number u from a seeded generator and picks the token whose band "
                 f"of the cumulative distribution contains u. Done {DRAWS:,} times, the share of draws each token "
                 "gets should sit close to its final probability: typically within 1–3 percentage points at this count.")
-    cols = st.columns([2, 1, 1])
+    cols = st.columns([2, 1])
     # B (top-k 10) by default: a few kept tokens draw fast, since each draw sorts only those
     name = cols[0].selectbox("Sampler", list(named), index=min(1, len(named) - 1), key="lab_draw_sampler")
     seed = int(cols[1].number_input("seed", 0, 2**31 - 1, 0, key="lab_draw_seed"))
@@ -264,7 +264,7 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
         return
     outcome = named[name]
     key = (*step_key, "draws", outcome.settings, seed)
-    if cols[2].button(f"Draw {DRAWS:,} times", key="lab_draw_button"):
+    if st.button(f"Draw {DRAWS:,} times", key="lab_draw_button", type="primary"):
         with st.spinner(f"Drawing {DRAWS:,} tokens…"):
             memo(key, lambda: draw_many(outcome.chain.final_probs, DRAWS, seed))
     counts = st.session_state.get("lab_memo", {}).get(key)

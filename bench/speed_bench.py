@@ -35,6 +35,7 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def main() -> None:
+    """Measure, print, check the goals, save the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the page's first-visit sizes")
     sizes = QUICK if parser.parse_args().quick else MORE

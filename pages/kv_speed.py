@@ -56,6 +56,7 @@ def measured(lm: LoadedModel, what: str, run: Callable[[], Any]) -> Any:
 
 
 def header(lm: LoadedModel) -> Sizes:
+    """Title, what is measured, and the buttons that measure more or again; returns the sizes."""
     page_style()
     st.title("KV cache & speed")
     st.markdown(
@@ -76,6 +77,7 @@ def header(lm: LoadedModel) -> Sizes:
 
 
 def cache_section(lm: LoadedModel, sizes: Sizes) -> None:
+    """Per-step time with and without the KV cache as the context grows, and their ratio."""
     st.header("1 · With the KV cache, or recompute everything?")
     st.markdown(
         "Attention at every layer needs a **key** and a **value** vector for every earlier position. They never "
@@ -98,6 +100,7 @@ def cache_section(lm: LoadedModel, sizes: Sizes) -> None:
 
 
 def prefill_section(lm: LoadedModel, sizes: Sizes) -> None:
+    """Time per token when the prompt is read in one pass against one token per pass."""
     st.header("2 · Prefill against decode")
     st.markdown(
         "**Prefill** reads the whole prompt in one forward pass: all its positions go through each weight "
@@ -130,6 +133,7 @@ def kv_rows(lm: LoadedModel, measured_per_position: int) -> list[KVRow]:
 
 
 def kv_table(rows: list[KVRow], positions: int) -> pd.DataFrame:
+    """The KV rows as a table: shape, bytes per position and for the chosen context."""
     return pd.DataFrame([{
         "model": r.name, "layers": r.shape.layers, "KV heads": r.shape.kv_heads, "head dim": r.shape.head_dim,
         "dtype": r.shape.dtype, "per position": nbytes(r.per_position),
@@ -137,6 +141,7 @@ def kv_table(rows: list[KVRow], positions: int) -> pd.DataFrame:
 
 
 def memory_section(lm: LoadedModel) -> None:
+    """KV bytes per position measured from real cache tensors, beside published models."""
     st.header("3 · How much memory the cache takes")
     snapshot = measured(lm, "KV cache size", lambda: measure_kv(lm, KV_SAMPLE_POSITIONS))
     per_position = snapshot.bytes // snapshot.positions
@@ -159,6 +164,7 @@ def memory_section(lm: LoadedModel) -> None:
 
 
 def intensity_section(lm: LoadedModel, sizes: Sizes) -> None:
+    """The decode step's FLOPs per byte against the device's measured balance point."""
     st.header("4 · What bounds a decode step: compute or memory?")
     device = measured(lm, "device compute and bandwidth", lambda: measure_device(lm.device, lm.dtype))
     step = measured(lm, "one decode step",
@@ -192,6 +198,7 @@ def intensity_section(lm: LoadedModel, sizes: Sizes) -> None:
 
 
 def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
+    """Time per token at batch 1, 4 and 16, and why batching helps."""
     st.header("5 · Batching: many sequences, one pass over the weights")
     points = measured(lm, "batched decode",
                       lambda: measure_batching(lm, (1, 4, 16), sizes.batch_context, sizes.repeats))
@@ -216,6 +223,7 @@ def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
 
 
 def main() -> None:
+    """The page, top to bottom."""
     lm = current_model()
     sizes = header(lm)
     cache_section(lm, sizes)

@@ -78,10 +78,12 @@ def go_next() -> None:
 
 
 def go_previous() -> None:
+    """Previous screen (the step stays; only the view goes back)."""
     st.session_state[STAGE] = max(0, st.session_state.get(STAGE, 0) - 1)
 
 
 def run_to_end() -> None:
+    """Step until a termination condition fires, then show the check screen."""
     generation = st.session_state[WALK][1]
     for _ in generation.run():
         pass
@@ -89,6 +91,7 @@ def run_to_end() -> None:
 
 
 def start_over() -> None:
+    """Forget the walk; the next run starts the chosen preset afresh."""
     st.session_state.pop(WALK, None)
 
 
@@ -105,6 +108,7 @@ def walk_controls(generation: Generation, stage: int) -> None:
 
 
 def stage_tokens(lm: LoadedModel, generation: Generation) -> None:
+    """Screen 1: the prompt as the model reads it, token by token."""
     st.markdown(
         "A model never sees letters. A **tokenizer** cuts the text into pieces from a fixed vocabulary "
         f"({lm.vocab_size:,} pieces for this model) and the model reads each piece's number, its **token id**. "
@@ -120,6 +124,7 @@ def stage_tokens(lm: LoadedModel, generation: Generation) -> None:
 
 
 def stage_logits(lm: LoadedModel, generation: Generation, step: StepRecord) -> None:
+    """Screen 2: the forward pass and the logits it produced."""
     first = step.index == 1
     st.markdown(
         f"The model ran one **forward pass**: the {step.forward_tokens} token"
@@ -140,6 +145,7 @@ def stage_logits(lm: LoadedModel, generation: Generation, step: StepRecord) -> N
 
 
 def stage_softmax(lm: LoadedModel, step: StepRecord) -> None:
+    """Screen 3: softmax turns the logits into probabilities."""
     st.markdown("**Softmax** turns the logits into probabilities: raise e to each logit, then divide by the sum "
                 "over the whole vocabulary, so every probability is positive and they add up to 1.")
     st.latex(rf"p_i = \frac{{e^{{z_i}}}}{{\sum_{{j=1}}^{{{lm.vocab_size:,}}} e^{{z_j}}}}")
@@ -154,6 +160,7 @@ def stage_softmax(lm: LoadedModel, step: StepRecord) -> None:
 
 
 def stage_sampling(lm: LoadedModel, step: StepRecord) -> None:
+    """Screen 4: the decoder picks one token (greedily here)."""
     st.markdown(
         "The **decoder** now picks one token. This lesson decodes **greedily** (temperature 0): it takes the most "
         "probable token, so the same prompt always gives the same text. With a temperature above 0 it would "
@@ -166,6 +173,7 @@ def stage_sampling(lm: LoadedModel, step: StepRecord) -> None:
 
 
 def stage_append(lm: LoadedModel, generation: Generation, step: StepRecord) -> None:
+    """Screen 5: the pick joins the context; what the KV cache holds."""
     kv = step.kv
     st.markdown(
         f"The pick joins the context, which is now **{len(generation.prompt_ids) + step.index} tokens** (the ringed "
@@ -185,6 +193,7 @@ def stage_append(lm: LoadedModel, generation: Generation, step: StepRecord) -> N
 
 
 def stage_check(generation: Generation, step: StepRecord) -> None:
+    """Screen 6: the four termination conditions, and the result once one fires."""
     term = step.termination
     stops = ", ".join(f"“{s.sequence}”: " + ("found" if s.matched else f"{s.partial} character(s) started")
                       for s in term.stops) or "none set"
@@ -211,6 +220,7 @@ def stage_check(generation: Generation, step: StepRecord) -> None:
 
 
 def guided_walk(lm: LoadedModel) -> None:
+    """The guided walk: preset, controls, and the current stage's screen."""
     chosen = walk(lm)
     if chosen is None:
         return
@@ -252,6 +262,7 @@ def predict_generation(lm: LoadedModel) -> Generation | None:
 
 
 def reveal(step: StepRecord) -> None:
+    """Score the visitor's choice for this step and show the distribution."""
     choice = st.session_state.get(f"lesson_guess_{step.index}")
     if choice is None:
         return
@@ -260,6 +271,7 @@ def reveal(step: StepRecord) -> None:
 
 
 def next_round() -> None:
+    """Let the model's pick stand and hide the next step's distribution."""
     generation = st.session_state[PREDICT][1]
     if not generation.finished:
         generation.step()
@@ -267,6 +279,7 @@ def next_round() -> None:
 
 
 def show_tally(guesses: list[Guess]) -> None:
+    """Matches and probability given up, over every round so far."""
     result = tally(guesses)
     cols = st.columns(3)
     cols[0].metric("rounds", result.rounds)
@@ -282,6 +295,7 @@ def show_tally(guesses: list[Guess]) -> None:
 
 
 def predict_exercise(lm: LoadedModel) -> None:
+    """Predict the next token, then reveal what the model thought."""
     st.markdown("Read the text, choose the token **you** think comes next, then reveal the model's distribution. "
                 "The model picks greedily (its most probable token). Over several rounds: how often do you match "
                 "it, and how much probability does your choice give up?")
@@ -319,6 +333,7 @@ def predict_exercise(lm: LoadedModel) -> None:
 
 
 def main() -> None:
+    """The page, top to bottom."""
     page_style()
     st.title("Lesson: one generation, stage by stage")
     st.markdown("A language model writes by repeating one loop: **read** the context, **score** every possible next "

@@ -130,6 +130,7 @@ def shown_tokens(step: FrozenStep, outcomes: list[Outcome]) -> list[int]:
 
 
 def texts(lm: LoadedModel, ids: list[int]) -> dict[int, str]:
+    """Each token's visible text, by id."""
     return {i: lm.texts.piece(i).text for i in ids}
 
 
@@ -147,6 +148,7 @@ def kept_table(lm: LoadedModel, step: FrozenStep, ids: list[int], named: dict[st
 
 
 def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str, Outcome]:
+    """Three sampler columns on the frozen logits: their picks, a chart and the kept sets."""
     st.subheader("Three samplers on the same logits")
     draw = "the step's own random draw" if u is None else f"the random number u = {u:.3f}"
     st.markdown(f"Each column reshapes **the same raw logits** with its own settings, then picks with **{draw}**. "
@@ -172,6 +174,7 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
 
 
 def sweeps(step: FrozenStep, step_key: tuple) -> None:
+    """Temperature, top-p and min-p swept one at a time over the frozen logits."""
     st.subheader("Sweeps: one knob at a time")
     t_tab, p_tab, m_tab = st.tabs(["Temperature", "Top-p (nucleus)", "Min-p"])
     with t_tab:
@@ -204,6 +207,7 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
 
 
 def chain_settings(vocab_size: int) -> SamplerSettings | None:
+    """One set of settings for the chain-order comparison; None (reason shown) if invalid."""
     cols = st.columns(4)
     temperature = cols[0].slider("temperature", 0.05, 3.0, 1.5, 0.05, key="lab_chain_temperature")
     top_k = cols[1].number_input("top-k (0 = off)", 0, vocab_size, 40, key="lab_chain_top_k")
@@ -217,6 +221,7 @@ def chain_settings(vocab_size: int) -> SamplerSettings | None:
 
 
 def chain_orders(lm: LoadedModel, step: FrozenStep) -> None:
+    """The same settings under transformers', vLLM's and llama.cpp's stage orders."""
     st.subheader("Same settings, three engines' chain orders")
     st.markdown("Engines apply the same stages in different orders. **transformers**: temperature → top-k → "
                 "top-p → min-p. **vLLM**: temperature → min-p → top-k → top-p. **llama.cpp**: top-k → top-p → "
@@ -252,6 +257,7 @@ def chain_orders(lm: LoadedModel, step: FrozenStep) -> None:
 
 
 def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: dict[str, Outcome]) -> None:
+    """1,000 draws with the engine's own draw, against the final distribution."""
     st.subheader(f"Check: {DRAWS:,} draws from the engine's sampler")
     st.markdown(f"The engine draws one uniform number u from a seeded generator and picks the token whose band "
                 f"of the cumulative distribution contains u. Done {DRAWS:,} times, the share of draws each token "
@@ -283,6 +289,7 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
 
 
 def main() -> None:
+    """The page, top to bottom."""
     page_style()
     st.title("Sampler lab")
     st.markdown("The model's forward pass ends in one score (logit) per vocabulary token. Here that output is "

@@ -87,6 +87,8 @@ def apply(step: FrozenStep, settings: SamplerSettings, u: float | None = None) -
 
 @dataclass(frozen=True)
 class TemperaturePoint:
+    """The final distribution's spread at one temperature."""
+
     temperature: float
     entropy_bits: float
     top_prob: float
@@ -103,6 +105,8 @@ def temperature_sweep(step: FrozenStep, temperatures: Sequence[float]) -> tuple[
 
 @dataclass(frozen=True)
 class CutPoint:
+    """How many tokens a top-p or min-p setting keeps."""
+
     value: float  # the top-p or min-p setting
     kept: int  # tokens left with non-zero probability
     threshold: float  # min-p only: the probability below which tokens are cut (0 for top-p)

@@ -117,6 +117,8 @@ def score(step: StepRecord, guess_id: int) -> Guess:
 
 @dataclass(frozen=True)
 class Tally:
+    """The exercise's score so far."""
+
     rounds: int
     matches: int
     gave_up_total: float

@@ -107,6 +107,7 @@ def legend_html() -> str:
     return (f'<div class="tbt-legend"><span>generated, by raw probability: low {swatches} high</span>'
             '<span class="tbt-chip tbt-prompt">prompt</span>'
             '<span class="tbt-chip tbt-special">special</span>'
+            '<span class="tbt-chip tbt-bytes">&lt;0xF0&gt; byte</span>'
             '<span class="tbt-chip tbt-newest">newest</span>'
             '<span class="tbt-chip tbt-forced">forced</span>'
             '<span>␣ space · ↵ newline</span></div>')

@@ -125,7 +125,7 @@ def decision_html(decision: Decision, distribution: Distribution) -> str:
         how = (f"A uniform random number <b>u = {draw.u:.6f}</b> from this generation's seeded generator. "
                f"Lined up by final probability, the tokens fill [0, 1); u falls in "
                f"[{draw.cdf_low:.6f}, {draw.cdf_high:.6f}), the band of rank {draw.rank}: "
-               f"<b>{esc(sampler_pick)}</b> (final p {pct(draw.cdf_high - draw.cdf_low, 2)}).")
+               f"<b>{esc(sampler_pick)}</b>.")
     else:  # torch.multinomial's method: no single u, but the pick still owns one band
         draw = decision.draw
         band = f" It owns the band [{draw.cdf_low:.6f}, {draw.cdf_high:.6f}), rank {draw.rank}." if draw else ""

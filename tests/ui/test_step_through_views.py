@@ -153,3 +153,10 @@ def test_presets_are_valid_and_cover_chat_sampling_and_stop_sequences() -> None:
     assert any(p.chat for p in presets)
     assert any(not p.sampler.greedy for p in presets)
     assert any(p.stop.stop_sequences for p in presets)
+
+
+def test_partial_byte_tokens_get_their_own_chip_style(lm: LoadedModel) -> None:
+    pieces = Generation(lm, "I love 🍕").prompt_pieces
+    html = prompt_chips(pieces)
+    assert html.count("tbt-bytes") == sum(p.partial_bytes for p in pieces) >= 2
+    assert "&lt;0x8D&gt;" in html  # a stray byte is written out, not dropped

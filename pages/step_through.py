@@ -126,16 +126,20 @@ def on_trace_upload() -> None:
     try:
         trace = parse_trace(upload.getvalue())
         result = replay(current_model(), trace)
-    except TraceError as exc:
+    except (TraceError, PromptError) as exc:
         keys.set_message(S, "trace_error", f"{upload.name}: {exc}")
         return
+    if problem := keys.write_generation(S, result.generation):
+        keys.set_message(S, "trace_error", f"{upload.name}: {problem}")
+        return
     keys.set_message(S, "trace_error", None)
-    keys.write_generation(S, result.generation)
     note = f"Loaded {upload.name}: {len(result.generation.steps)} steps replayed."
     if result.mismatched_steps:
         note += f" Steps {', '.join(map(str, result.mismatched_steps))} sampled differently here and were forced."
-    if trace.get("model", {}).get("name") not in (None, current_model().name):
-        note += f" The trace was recorded with {trace['model']['name']}; it is replayed on {current_model().name}."
+    model = trace.get("model")
+    recorded = model.get("name") if isinstance(model, dict) else None
+    if recorded not in (None, current_model().name):
+        note += f" The trace was recorded with {recorded}; it is replayed on {current_model().name}."
     keys.set_message(S, "trace", note)
 
 
@@ -166,7 +170,9 @@ def apply_link_once() -> None:
     except (ShareError, SettingsError, TraceError, PromptError) as exc:
         keys.set_message(S, "link", f"This link cannot be opened: {exc}")
         return
-    keys.write_generation(S, result.generation)
+    if problem := keys.write_generation(S, result.generation):
+        keys.set_message(S, "link", f"This link cannot be opened: {problem}")
+        return
     if result.mismatched_steps:
         keys.set_message(S, "link", "Steps " + ", ".join(map(str, result.mismatched_steps))
                          + " sampled differently on this machine and were forced to the linked tokens.")
@@ -196,7 +202,7 @@ def setup_controls() -> None:
         st.toggle("Chat template", key=keys.CHAT, persist_state="session",
                   help="Wrap the prompt as a user message in the model's chat template.")
     with more_col:
-        st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=keys.SEED,
+        st.number_input("Seed", **_range(keys.SEED), key=keys.SEED,
                         persist_state="session", help="Seeds this generation's own random generator.")
         stop_controls()
     if S.get(keys.PRESET):
@@ -220,7 +226,7 @@ def stop_controls() -> None:
     label = f"Stop: max {S[keys.MAX_NEW]}" + (f" · {stops} seq." if stops else "") + (
         " · no EOS" if S[keys.IGNORE_EOS] else "")
     with st.popover(label, width="stretch", help="Termination: max new tokens, stop sequences, end of sequence"):
-        st.number_input("Max new tokens", min_value=1, max_value=4096, step=1, key=keys.MAX_NEW,
+        st.number_input("Max new tokens", **_range(keys.MAX_NEW), key=keys.MAX_NEW,
                         persist_state="session")
         st.text_area("Stop sequences (one per line, up to 4; write a newline as \\n)", key=keys.STOPS,
                      height=100, persist_state="session")
@@ -344,19 +350,25 @@ def presentation() -> bool:
 # ---- sampler controls, distribution, decision, candidates (nested fragment) ------------------
 
 
+def _range(key: str) -> dict:
+    """A widget's min, max and step, from the one table links and traces are checked against."""
+    low, high, step = keys.RANGES[key]
+    return {"min_value": low, "max_value": high, "step": step}
+
+
 def sampler_controls() -> None:
     st.markdown("#### Sampler")
-    st.slider("Temperature", 0.0, 2.0, step=0.05, key=keys.TEMPERATURE, persist_state="session",
+    st.slider("Temperature", **_range(keys.TEMPERATURE), key=keys.TEMPERATURE, persist_state="session",
               help="0 = greedy (argmax). Below 1 sharpens the distribution, above 1 flattens it.")
-    st.slider("Top-k", 0, 100, step=1, key=keys.TOP_K, persist_state="session",
+    st.slider("Top-k", **_range(keys.TOP_K), key=keys.TOP_K, persist_state="session",
               help="Keep the k most probable tokens (0 = off).")
-    st.slider("Top-p", 0.0, 1.0, step=0.01, key=keys.TOP_P, persist_state="session",
+    st.slider("Top-p", **_range(keys.TOP_P), key=keys.TOP_P, persist_state="session",
               help="Keep the most probable tokens until their mass reaches p (1 = off).")
     if presentation():
         return
-    st.slider("Min-p", 0.0, 1.0, step=0.01, key=keys.MIN_P, persist_state="session",
+    st.slider("Min-p", **_range(keys.MIN_P), key=keys.MIN_P, persist_state="session",
               help="Drop tokens below min-p × the top token's probability (0 = off).")
-    st.slider("Repetition penalty", 0.5, 2.0, step=0.05, key=keys.REPETITION, persist_state="session",
+    st.slider("Repetition penalty", **_range(keys.REPETITION), key=keys.REPETITION, persist_state="session",
               help="Above 1 makes tokens already in the context less likely (1 = off).")
     st.selectbox("Chain order", list(CHAINS), key=keys.CHAIN, persist_state="session",
                  help="The order the stages run in, as in each engine: " + "; ".join(

@@ -39,6 +39,15 @@ WIDGET_DEFAULTS: dict[str, Any] = {
     CHART_MODE: "probability", SEQ_BASIS: "raw",
 }
 
+# The widgets' ranges (min, max, step). Settings from a link or a trace must fit them: a
+# widget cannot show a value outside its range.
+RANGES: dict[str, tuple[float, float, float]] = {
+    TEMPERATURE: (0.0, 2.0, 0.05), TOP_K: (0, 100, 1), TOP_P: (0.0, 1.0, 0.01), MIN_P: (0.0, 1.0, 0.01),
+    REPETITION: (0.5, 2.0, 0.05), MAX_NEW: (1, 4096, 1), SEED: (0, 2**31 - 1, 1),
+}
+RANGE_NAMES = {TEMPERATURE: "temperature", TOP_K: "top_k", TOP_P: "top_p", MIN_P: "min_p",
+               REPETITION: "repetition_penalty", MAX_NEW: "max_new_tokens", SEED: "seed"}
+
 
 @dataclass(frozen=True)
 class Setup:
@@ -118,12 +127,28 @@ def write_stop(state: MutableMapping[str, Any], stop: StopSettings) -> None:
                   IGNORE_EOS: stop.ignore_eos})
 
 
-def write_generation(state: MutableMapping[str, Any], generation: Generation) -> None:
-    """Make the widgets describe `generation` and make it the visitor's current one."""
-    state.update({PROMPT: generation.prompt, CHAT: generation.chat, SEED: generation.seed})
-    write_sampler(state, generation.sampler)
-    write_stop(state, generation.stop)
+def outside_ranges(values: dict[str, Any]) -> str | None:
+    """What does not fit the widgets' ranges, in words, or None when everything fits."""
+    for key, (low, high, _) in RANGES.items():
+        if key in values and not low <= values[key] <= high:
+            return (f"{RANGE_NAMES[key]} = {values[key]!r} is outside what this page's controls allow "
+                    f"({low:g} to {high:g}).")
+    return None
+
+
+def write_generation(state: MutableMapping[str, Any], generation: Generation) -> str | None:
+    """Make the widgets describe `generation` and make it the visitor's current one. Returns
+    why not (and changes nothing) when a setting does not fit a widget's range."""
+    values: dict[str, Any] = {PROMPT: generation.prompt, CHAT: generation.chat, SEED: generation.seed}
+    scratch: dict[str, Any] = {}
+    write_sampler(scratch, generation.sampler)
+    write_stop(scratch, generation.stop)
+    values.update(scratch)
+    if problem := outside_ranges(values):
+        return problem
+    state.update(values)
     state[GENERATION] = generation
+    return None
 
 
 def set_message(state: MutableMapping[str, Any], control: str, message: str | None) -> None:

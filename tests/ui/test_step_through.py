@@ -359,3 +359,10 @@ def test_take_step_again_replaces_the_pick_under_the_new_settings(at: AppTest) -
     step = generation(at).steps[-1]
     assert len(generation(at).steps) == 1
     assert step.token_id == would_pick and step.decision.settings.temperature == 1.5
+
+
+def test_link_with_a_setting_beyond_the_sliders_shows_a_message() -> None:
+    at = open_app({"prompt": "Hello", "sampler": "5.0/0/1.0/0.0/1.0/transformers"})
+    assert any("temperature = 5.0 is outside what this page's controls allow (0 to 2)" in w.value
+               for w in at.warning)
+    assert generation(at).sampler.temperature == 0.0 and generation(at).prompt == "The capital of France is"

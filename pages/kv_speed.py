@@ -62,8 +62,9 @@ def header(lm: LoadedModel) -> Sizes:
     st.markdown(
         "Every number on this page is **measured now, on this machine** "
         f"(`{lm.device}`, {str(lm.dtype).removeprefix('torch.')}), with the loaded model "
-        f"({lm.parameters / 1e6:.0f} M parameters). Times are medians of a few repeats after a warm-up pass; "
-        "other work on the machine makes them wobble, so compare shapes and ratios rather than the last digit.")
+        f"({lm.parameters / 1e6:.0f} M parameters). Each time is the fastest of a few repeats after a warm-up "
+        "pass: other work on the machine can only slow a run down. Compare shapes and ratios rather than the last "
+        "digit.")
     tier = st.session_state.get(TIER, "quick")
     more_help = "Contexts up to 1,024 tokens, a longer prompt, more repeats (about a minute on 2 CPU cores)"
     with st.container(horizontal=True, vertical_alignment="center"):

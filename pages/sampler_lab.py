@@ -77,7 +77,7 @@ def memo(key: tuple, compute: Callable[[], Any]) -> Any:
 
 def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
     """The frozen step: the visitor's live generation if there is one, else a preset."""
-    generation = live_generation(st.session_state)
+    generation = live_generation(st.session_state, lm)
     options = ([LIVE] if generation is not None else []) + list(PRESETS)
     choice = st.selectbox("Distribution to study", options, key="lab_source",
                           help="Take a step on the Step-through page to bring its distribution here.")

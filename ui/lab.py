@@ -65,11 +65,12 @@ def freeze_prompt(lm: LoadedModel, prompt: str, chat: bool, seed: int = 0) -> Fr
     return freeze_generation(generation, f"{kind} “{prompt}”, first new token")
 
 
-def live_generation(state: Mapping[str, Any]) -> Generation | None:
-    """The visitor's generation from the Step-through page, if it has taken a step."""
+def live_generation(state: Mapping[str, Any], lm: LoadedModel) -> Generation | None:
+    """The visitor's generation from the Step-through page, if it has taken a step on the
+    model now loaded (after a model switch its token ids would mean other tokens)."""
     for key in GENERATION_KEYS:
         generation = state.get(key)
-        if isinstance(generation, Generation) and generation.steps:
+        if isinstance(generation, Generation) and generation.steps and generation.lm.source == lm.source:
             return generation
     return None
 

@@ -45,7 +45,7 @@ def test_sampler_lab_shows_three_samplers_and_draws_a_thousand_times(page):
     shoot(page, "teaching_sampler_lab_draws", height=1100)
 
 
-def test_lesson_walks_forward_and_back_through_the_stages(page):
+def test_lesson_walks_the_stages_and_scores_a_prediction(page):
     open_page(page, "Lesson")
     page.get_by_role("heading", name="Prompt → tokens").wait_for(timeout=SLOW)
     settle(page)
@@ -64,11 +64,7 @@ def test_lesson_walks_forward_and_back_through_the_stages(page):
     page.get_by_role("heading", name="Append → context and KV cache").wait_for(timeout=SLOW)
     settle(page)
     shoot(page, "teaching_lesson_kv", height=1100)
-
-
-def test_lesson_prediction_round_reveals_the_distribution(page):
-    open_page(page, "Lesson")
-    settle(page)
+    # the prediction exercise, in the same session
     page.get_by_text("Predict the next token").click()
     page.get_by_text("Your prediction for the next token").wait_for(timeout=SLOW)
     settle(page)

@@ -173,3 +173,14 @@ def test_draw_button_shows_the_engines_thousand_draws(lm, frozen):
     counts = draw_many(apply(frozen, COLUMN_DEFAULTS["B"]).chain.final_probs, 1000, seed=0)
     assert len(counts) > 1
     assert any(m.value.startswith(f"{len(counts):,} different tokens came up") for m in at.markdown)
+
+
+def test_a_chosen_draw_of_zero_makes_every_sampler_pick_its_most_probable_token(lm, frozen):
+    at = lab()
+    at.checkbox(key="lab_own_draw").uncheck().run()
+    at.slider(key="lab_u").set_value(0.0).run()
+    assert not at.exception
+    expected = [quoted(lm.texts.piece(int(apply(frozen, s).chain.final_probs.argmax())).text)
+                for s in COLUMN_DEFAULTS.values()]
+    assert picks(at) == expected
+    assert "u = 0.000" in " ".join(m.value for m in at.markdown)

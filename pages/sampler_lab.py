@@ -116,7 +116,8 @@ def show_outcome(lm: LoadedModel, outcome: Outcome) -> None:
     """The pick and the size and spread of the final distribution."""
     decision = outcome.decision
     st.metric("picks", quoted(lm.texts.piece(decision.token_id).text))
-    st.markdown(f"final probability **{pct(decision.final_prob)}** · tokens kept **{decision.final_kept:,}** "
+    rank = f" · its rank **#{decision.draw.rank}**" if decision.draw is not None else " · greedy: the top token"
+    st.markdown(f"final probability **{pct(decision.final_prob)}**{rank} · tokens kept **{decision.final_kept:,}** "
                 f"· entropy **{decision.final_entropy_bits:.2f} bits**")
 
 
@@ -152,7 +153,8 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
     st.subheader("Three samplers on the same logits")
     draw = "the step's own random draw" if u is None else f"the random number u = {u:.3f}"
     st.markdown(f"Each column reshapes **the same raw logits** with its own settings, then picks with **{draw}**. "
-                "Only the settings differ, so any difference in the pick comes from them.")
+                "Only the settings differ, so any difference in the pick comes from them. A draw near 1 reaches "
+                "far down the list: a sampler that cuts nothing can then pick a rare token.")
     named: dict[str, Outcome] = {}
     for column, slot in zip(COLUMNS, st.columns(len(COLUMNS)), strict=True):
         with slot:

@@ -48,20 +48,25 @@ def context_panel(gen: Generation, prompt_html: str, legend: bool = True) -> Non
                                     eos_names(gen.lm)))
 
 
+def heading(title: str, caption: str) -> None:
+    """A panel's title and its plain-words caption as one element (each element costs the
+    browser a re-render on every rerun, so panels keep their count low)."""
+    st.markdown(f"#### {title}\n:small[:gray[{caption}]]")
+
+
 def distribution_panel(record: StepRecord, decision: Decision, distribution: Distribution, *,
                        mode_key: str, chart_key: str, font_size: int = 13) -> None:
     """The next-token distribution of the latest step: raw and final side by side."""
-    st.markdown(f"#### Next-token distribution at step {record.index}")
     vocabulary = record.distribution.others_count + len(record.distribution.top)
-    st.caption(f"The model scores all {vocabulary:,} tokens of its vocabulary. "
-               f"**Blue: {RAW_NAME}**, the softmax of its logits. **Orange: {FINAL_NAME}**, after the "
-               "sampler chain reshaped it. The highlighted row (▶) is the pick.")
+    heading(f"Next-token distribution at step {record.index}",
+            f"The model scores all {vocabulary:,} tokens of its vocabulary. **Blue: {RAW_NAME}**, the softmax "
+            f"of its logits. **Orange: {FINAL_NAME}**, after the sampler chain reshaped it. The highlighted row "
+            f"(▶) is the pick. Entropy (uncertainty, 0 = certain): raw {distribution.raw_entropy_bits:.2f} bits, "
+            f"final {distribution.final_entropy_bits:.2f} bits.")
     mode = st.segmented_control("Scale", list(MODES), key=mode_key, label_visibility="collapsed",
                                 persist_state="session") or MODES[0]
     figure = distribution_figure(distribution, decision.token_id, mode=mode, top_n=10, font_size=font_size)
     st.plotly_chart(figure, config=CHART_CONFIG, key=chart_key)
-    st.caption(f"Entropy (uncertainty, 0 = certain): raw {distribution.raw_entropy_bits:.2f} bits · "
-               f"final {distribution.final_entropy_bits:.2f} bits.")
 
 
 def resample_note(record: StepRecord, decision: Decision, distribution: Distribution,
@@ -79,23 +84,21 @@ def resample_note(record: StepRecord, decision: Decision, distribution: Distribu
 
 def decision_panel(decision: Decision, distribution: Distribution) -> None:
     """The sampler chain stage by stage, then the draw (or argmax, or the forced token)."""
-    st.markdown("#### Sampler decision")
-    st.caption(f"Stages in {decision.settings.chain} order. Each one removes tokens or reshapes the "
-               "distribution; the last one leaves the final distribution the pick is drawn from.")
+    heading("Sampler decision", f"Stages in {decision.settings.chain} order. Each one removes tokens or reshapes "
+            "the distribution; the last one leaves the final distribution the pick is drawn from.")
     st.html(stages_html(decision) + decision_html(decision, distribution))
 
 
 def candidates_panel(record: StepRecord, distribution: Distribution, on_branch: Callable[[int], None],
                      key_prefix: str) -> None:
     """Buttons that replace the latest step's pick with another candidate (a branch)."""
-    st.markdown("#### Branch")
-    st.caption(f"What if another token had been picked? Click one to force it as step {record.index}'s token; "
-               "Step then continues from there.")
+    heading("Branch", f"What if another token had been picked? Click one to force it as step "
+            f"{record.index}'s token; Step then continues from there.")
     row = st.container(horizontal=True)
     for candidate in distribution.top[:CANDIDATES_SHOWN]:
         row.button(f"{quoted(candidate.text)} {pct(candidate.prob)}", key=f"{key_prefix}{candidate.token_id}",
                    on_click=on_branch, args=(candidate.token_id,), disabled=candidate.token_id == record.token_id,
-                   help=f"id {candidate.token_id} · raw p {pct(candidate.prob)} · final p {pct(candidate.final_prob)}")
+                   help=f"id {candidate.token_id} · raw p {pct(candidate.prob)}")
 
 
 def termination_panel(gen: Generation) -> None:

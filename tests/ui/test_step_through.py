@@ -52,6 +52,19 @@ def chart_spec(at: AppTest, key: str = "st_distribution_chart") -> dict:
     return json.loads(chart.proto.spec)
 
 
+def slide(at: AppTest, key: str, value: float) -> AppTest:
+    """Move a sampler control, then rerun the page: the control's own rerun covers only the
+    sampler view, and AppTest then holds only that view's elements."""
+    at.slider(key=key).set_value(value).run()
+    assert not at.exception, at.exception
+    at.run()
+    return at
+
+
+def branch(at: AppTest, token_id: int) -> AppTest:
+    return click(at, f"st_force_{token_id}")
+
+
 def use_preset(at: AppTest, name: str) -> AppTest:
     at.selectbox(key=keys.PRESET).select(name).run()
     assert not at.exception, at.exception
@@ -135,8 +148,8 @@ def test_slider_change_resamples_the_shown_step_without_a_forward_pass(at: AppTe
 
 def test_next_step_uses_the_new_sampler_settings(at: AppTest) -> None:
     click(at, "st_step")
-    at.slider(key=keys.TEMPERATURE).set_value(0.7).run()
-    at.slider(key=keys.TOP_K).set_value(5).run()
+    slide(at, keys.TEMPERATURE, 0.7)
+    slide(at, keys.TOP_K, 5)
     click(at, "st_step")
     settings = generation(at).steps[-1].decision.settings
     assert (settings.temperature, settings.top_k) == (0.7, 5)
@@ -158,7 +171,7 @@ def test_back_rewinds_one_step_and_reset_starts_over(at: AppTest) -> None:
 def test_branch_forces_a_candidate_as_the_latest_token(at: AppTest) -> None:
     click(at, "st_step")
     alternative = generation(at).steps[0].distribution.top[1]
-    click(at, f"st_force_{alternative.token_id}")
+    branch(at, alternative.token_id)
     step = generation(at).steps[-1]
     assert len(generation(at).steps) == 1
     assert step.token_id == alternative.token_id and step.decision.forced
@@ -225,14 +238,14 @@ def test_five_stop_sequences_show_a_message_and_keep_the_stop_settings(at: AppTe
 
 
 def test_share_link_reproduces_steps_settings_and_forced_tokens(at: AppTest) -> None:
-    at.slider(key=keys.TEMPERATURE).set_value(0.9).run()
+    slide(at, keys.TEMPERATURE, 0.9)
     at.number_input(key=keys.SEED).set_value(7).run()
     click(at, "st_step")
     click(at, "st_step")
-    at.slider(key=keys.TOP_P).set_value(0.8).run()
+    slide(at, keys.TOP_P, 0.8)
     click(at, "st_step")
     forced = generation(at).steps[-1].distribution.top[2].token_id
-    click(at, f"st_force_{forced}")
+    branch(at, forced)
     original = generation(at)
     assert at.query_params == {k: v for k, v in to_params(from_generation(original, "")).items()}
 
@@ -254,7 +267,7 @@ def test_broken_share_link_shows_a_message_and_starts_normally() -> None:
 
 
 def test_trace_download_then_upload_replays_the_same_steps(at: AppTest) -> None:
-    at.slider(key=keys.TEMPERATURE).set_value(1.0).run()
+    slide(at, keys.TEMPERATURE, 1.0)
     click(at, "st_step")
     click(at, "st_step")
     trace = json.dumps(to_trace(generation(at))).encode()
@@ -285,7 +298,7 @@ def test_presentation_mode_enlarges_type_and_drops_the_detail_tabs(at: AppTest) 
     assert not at.get("tab")  # no detail tabs: termination and sequence probability shown directly
     assert any("fires when picked" in h.proto.body for h in at.get("html"))
     assert any(m.label == "log P(sequence)" for m in at.metric)
-    assert not [b for b in at.button if b.key and b.key.startswith("st_force_")]
+    assert not [b for b in at.button if b.key and b.key.startswith("st_force_")]  # no branching on the projector
 
 
 def test_sidebar_shows_the_model_device_and_dtype(at: AppTest) -> None:

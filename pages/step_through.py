@@ -263,7 +263,6 @@ def sync_generation(lm: LoadedModel) -> None:
 # ---- the workspace fragment ------------------------------------------------------------------
 
 
-
 def button_row(gen: Generation) -> None:
     """Step, Run, Back, Reset; while a Run goes on, Run turns into Stop and the others wait."""
     running, finished = bool(S.get(keys.RUNNING)), gen.finished

@@ -2,8 +2,9 @@
 
 The page is a view of the visitor's Generation (in session_state). Two fragments keep it
 fast: the workspace (buttons and every panel) reruns on Step / Back / Reset, and inside it
-the sampler view (chart and decision) reruns alone when a sampler control moves,
-re-sampling the kept logits with no forward pass; the controls themselves are not redrawn.
+the sampler view (controls, chart, decision) reruns alone when a sampler control moves,
+re-sampling the kept logits with no forward pass. (A slider callback that reruns only the
+chart was measured slower in the browser than this nested fragment.)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ui.views import PANEL_CSS
 
 S = st.session_state
 WORKSPACE_KEY = "st_workspace"  # the fragment a branch or a re-pick reruns
-SAMPLER_VIEW_KEY = "st_sampler"  # the fragment a sampler control reruns
+SAMPLER_VIEW_KEY = "st_sampler"  # the fragment a sampler control reruns, nested in the workspace
 # Less empty space above the title; presentation mode scales every rem-sized thing up.
 PAGE_CSS = """<style>[data-testid="stMainBlockContainer"]{padding-top:2.2rem}</style>"""
 PRESENTATION_CSS = """<style>
@@ -327,14 +328,7 @@ def workspace() -> None:
         advance_run(gen)
     button_row(gen)
     panels.context_panel(gen, _prompt_chips(gen), legend=not presentation())
-    view_col, control_col = st.columns([3, 1.3], gap="medium")
-    with control_col:
-        sampler_controls()
-        if gen.steps and not presentation():
-            # raw probabilities only: the candidates do not change when a slider moves
-            panels.candidates_panel(gen.steps[-1], gen.steps[-1].distribution, on_branch, key_prefix="st_force_")
-    with view_col:
-        sampler_view()
+    sampler_view()
     if presentation():
         left, right = st.columns(2, gap="medium")
         with left:
@@ -363,31 +357,21 @@ def _range(key: str) -> dict:
     return {"min_value": low, "max_value": high, "step": step}
 
 
-def on_sampler_change() -> None:
-    """A sampler control moved: rerun only the sampler view (the chart, the note and the
-    decision), not the controls themselves nor anything else."""
-    st.rerun(scope=SAMPLER_VIEW_KEY)
-
-
-# every sampler control: its value survives page switches, a change reruns only the view
-_LIVE = {"persist_state": "session", "on_change": on_sampler_change}
-
-
 def sampler_controls() -> None:
     st.markdown("#### Sampler")
-    st.slider("Temperature", **_range(keys.TEMPERATURE), key=keys.TEMPERATURE, **_LIVE,
+    st.slider("Temperature", **_range(keys.TEMPERATURE), key=keys.TEMPERATURE, persist_state="session",
               help="0 = greedy (argmax). Below 1 sharpens the distribution, above 1 flattens it.")
-    st.slider("Top-k", **_range(keys.TOP_K), key=keys.TOP_K, **_LIVE,
+    st.slider("Top-k", **_range(keys.TOP_K), key=keys.TOP_K, persist_state="session",
               help="Keep the k most probable tokens (0 = off).")
-    st.slider("Top-p", **_range(keys.TOP_P), key=keys.TOP_P, **_LIVE,
+    st.slider("Top-p", **_range(keys.TOP_P), key=keys.TOP_P, persist_state="session",
               help="Keep the most probable tokens until their mass reaches p (1 = off).")
     if presentation():
         return
-    st.slider("Min-p", **_range(keys.MIN_P), key=keys.MIN_P, **_LIVE,
+    st.slider("Min-p", **_range(keys.MIN_P), key=keys.MIN_P, persist_state="session",
               help="Drop tokens below min-p × the top token's probability (0 = off).")
-    st.slider("Repetition penalty", **_range(keys.REPETITION), key=keys.REPETITION, **_LIVE,
+    st.slider("Repetition penalty", **_range(keys.REPETITION), key=keys.REPETITION, persist_state="session",
               help="Above 1 makes tokens already in the context less likely (1 = off).")
-    st.selectbox("Chain order", list(CHAINS), key=keys.CHAIN, **_LIVE,
+    st.selectbox("Chain order", list(CHAINS), key=keys.CHAIN, persist_state="session",
                  help="The order the stages run in, as in each engine: " + "; ".join(
                      f"{name}: {' → '.join(stages)}" for name, stages in CHAINS.items()))
 
@@ -407,20 +391,23 @@ def resample_cached(gen: Generation, sampler: SamplerSettings) -> Resampled:
 
 @st.fragment(key=SAMPLER_VIEW_KEY)
 def sampler_view() -> None:
-    """Distribution, re-sample note and decision for the latest step under the current sampler
-    settings: reruns alone when a sampler control moves, re-sampling the step's kept logits
-    (no forward pass). The next Step uses the same settings."""
+    """Sampler controls, distribution, re-sample note, decision and branch buttons: reruns
+    alone when a control moves, re-sampling the latest step's kept logits (no forward pass).
+    The next Step uses the same settings."""
     gen = _generation()
+    view_col, control_col = st.columns([3, 1.3], gap="medium")
+    with control_col:
+        sampler_controls()
     try:
         sampler = keys.sampler_from(S)
     except SettingsError as exc:
-        st.error(str(exc), icon="✋")
+        control_col.error(str(exc), icon="✋")
         sampler = gen.sampler
     gen.sampler = sampler
     publish_link(gen)
     if not gen.steps:
-        st.info("Press **Step**: the first forward pass reads the whole prompt at once (prefill) and "
-                "gives the distribution for the first new token.")
+        view_col.info("Press **Step**: the first forward pass reads the whole prompt at once (prefill) and "
+                      "gives the distribution for the first new token.")
         return
     record = gen.steps[-1]
     changed = sampler != record.decision.settings
@@ -429,11 +416,15 @@ def sampler_view() -> None:
         decision, distribution = resampled.decision, resampled.distribution
     else:
         decision, distribution = record.decision, record.distribution
-    panels.distribution_panel(record, decision, distribution, mode_key=keys.CHART_MODE,
-                              chart_key="st_distribution_chart", font_size=20 if presentation() else 13)
-    if changed:
-        panels.resample_note(record, decision, distribution, on_repick, "st_repick")
-    panels.decision_panel(decision, distribution)
+    with view_col:
+        panels.distribution_panel(record, decision, distribution, mode_key=keys.CHART_MODE,
+                                  chart_key="st_distribution_chart", font_size=20 if presentation() else 13)
+        if changed:
+            panels.resample_note(record, decision, distribution, on_repick, "st_repick")
+        panels.decision_panel(decision, distribution)
+    if not presentation():
+        with control_col:
+            panels.candidates_panel(record, distribution, on_branch, key_prefix="st_force_")
 
 
 # ---- the detail tabs (only the open one is computed) -----------------------------------------

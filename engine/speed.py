@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import DynamicCache
@@ -174,6 +174,13 @@ class Sizes:
     decode_steps: int
     batch_context: int  # tokens per sequence when batching
     repeats: int  # timed repeats per figure (after one warm-up)
+
+    def fitted(self, context_window: int) -> Sizes:
+        """The same sizes, with every context kept inside a model's context window."""
+        most = context_window - 1
+        lengths = tuple(n for n in self.cache_lengths if n <= most) or (min(most, self.cache_lengths[0]),)
+        return replace(self, cache_lengths=lengths, prompt_tokens=min(self.prompt_tokens, most),
+                       batch_context=min(self.batch_context, most))
 
 
 # Small enough for a first visit to finish in seconds on 2 CPU cores; "more" for a closer look.

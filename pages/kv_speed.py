@@ -72,7 +72,7 @@ def header(lm: LoadedModel) -> Sizes:
             st.session_state[TIER] = tier = "more"
         if st.button("Measure again", key="kv_again", help="Throw away these results and time everything afresh"):
             st.session_state.pop(RESULTS, None)
-        sizes = TIERS[tier]
+        sizes = TIERS[tier].fitted(lm.context_window)
         st.caption(f"Now measuring contexts up to {max(sizes.cache_lengths):,} tokens.")
     return sizes
 
@@ -144,7 +144,7 @@ def kv_table(rows: list[KVRow], positions: int) -> pd.DataFrame:
 def memory_section(lm: LoadedModel) -> None:
     """KV bytes per position measured from real cache tensors, beside published models."""
     st.header("3 · How much memory the cache takes")
-    snapshot = measured(lm, "KV cache size", lambda: measure_kv(lm, KV_SAMPLE_POSITIONS))
+    snapshot = measured(lm, "KV cache size", lambda: measure_kv(lm, min(KV_SAMPLE_POSITIONS, lm.context_window - 1)))
     per_position = snapshot.bytes // snapshot.positions
     st.markdown(
         f"Measured: a real cache holding **{snapshot.positions} positions** weighs **{snapshot.bytes:,} bytes**, "

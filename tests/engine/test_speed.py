@@ -10,6 +10,8 @@ import torch
 from engine import Generation, SamplerSettings, SettingsError
 from engine.speed import (
     KNOWN_CONFIGS,
+    MORE,
+    QUICK,
     batch_step_logits,
     decode_flops,
     loaded_kv_config,
@@ -133,3 +135,12 @@ def test_engine_speed_does_not_import_streamlit():
     import engine.speed as module
 
     assert "streamlit" not in Path(module.__file__).read_text()
+
+
+def test_measurement_sizes_fit_inside_a_small_context_window():
+    fitted = MORE.fitted(context_window=300)
+    assert fitted.cache_lengths == (16, 64, 128, 256)
+    assert fitted.prompt_tokens == 256 and fitted.batch_context == 64
+    tiny = QUICK.fitted(context_window=10)
+    assert tiny.cache_lengths == (9,) and tiny.prompt_tokens == 9 and tiny.batch_context == 9
+    assert QUICK.fitted(context_window=8192) == QUICK

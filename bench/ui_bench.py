@@ -112,6 +112,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     chromium = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
+    load_before = os.getloadavg()
     process, url = _serve()
     try:
         with sync_playwright() as playwright:
@@ -136,9 +137,13 @@ def main() -> None:
         verdict = "ok" if row["median_ms"] <= row["target_ms"] else "OVER TARGET"
         print(f"{name:>6}: median {row['median_ms']:.0f} ms over {REPEATS} (min {row['min_ms']:.0f}, "
               f"max {row['max_ms']:.0f}); target <= {row['target_ms']:.0f} ms: {verdict}")
+    load = os.getloadavg()
+    print(f"load average before/after: {load_before[0]:.2f} / {load[0]:.2f} on {os.cpu_count()} CPUs "
+          "(other work on the machine inflates every number)")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "ui_bench.json"
-    out.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **summary}, indent=1))
+    out.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                               "load_average_1min": [load_before[0], load[0]], **summary}, indent=1))
     print(f"written to {out.relative_to(ROOT)}")
 
 

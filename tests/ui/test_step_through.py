@@ -293,6 +293,8 @@ def test_malformed_trace_file_shows_a_message_and_keeps_the_generation(at: AppTe
 def test_presentation_mode_enlarges_type_and_drops_the_detail_tabs(at: AppTest) -> None:
     at.toggle(key=keys.PRESENTATION).set_value(True).run()
     assert any("html{font-size:22px}" in h.proto.body for h in at.get("html"))
+    at.toggle(key=keys.CHAT).set_value(True).run()  # the templated text inside the folded setup
+    assert not at.exception and any("<|im_start|>user" in c.value for c in at.code)
     assert [s.key for s in at.slider] == [keys.TEMPERATURE, keys.TOP_K, keys.TOP_P]  # fewer controls
     click(at, "st_step")
     assert not at.get("tab")  # no detail tabs: termination and sequence probability shown directly

@@ -28,6 +28,7 @@ test: lint
 
 bench: install
 	$(BIN)/python -m bench.engine_bench
+	$(BIN)/python -m bench.speed_bench --quick
 	$(BIN)/python -m bench.ui_bench
 
 clean:

@@ -393,32 +393,35 @@ def resample_cached(gen: Generation, sampler: SamplerSettings) -> Resampled:
 def sampler_view() -> None:
     """Sampler controls, distribution, re-sample note, decision and branch buttons: reruns
     alone when a control moves, re-sampling the latest step's kept logits (no forward pass).
-    The next Step uses the same settings."""
+    The next Step uses the same settings. The chart is drawn first: the browser shows the
+    elements in the order they arrive, and the chart is what a student is watching."""
     gen = _generation()
     view_col, control_col = st.columns([3, 1.3], gap="medium")
-    with control_col:
-        sampler_controls()
     try:
-        sampler = keys.sampler_from(S)
+        sampler = keys.sampler_from(S)  # the controls' values are in session_state already
+        problem = None
     except SettingsError as exc:
-        control_col.error(str(exc), icon="✋")
-        sampler = gen.sampler
+        sampler, problem = gen.sampler, str(exc)
     gen.sampler = sampler
-    publish_link(gen)
-    if not gen.steps:
+    record = gen.steps[-1] if gen.steps else None
+    changed = record is not None and sampler != record.decision.settings
+    if record is None:
         view_col.info("Press **Step**: the first forward pass reads the whole prompt at once (prefill) and "
                       "gives the distribution for the first new token.")
-        return
-    record = gen.steps[-1]
-    changed = sampler != record.decision.settings
-    if changed:
-        resampled = resample_cached(gen, sampler)  # the kept logits, the same u: no forward pass
-        decision, distribution = resampled.decision, resampled.distribution
     else:
-        decision, distribution = record.decision, record.distribution
+        view = resample_cached(gen, sampler) if changed else record  # the kept logits, the same u
+        decision, distribution = view.decision, view.distribution
+        with view_col:
+            panels.distribution_panel(record, decision, distribution, mode_key=keys.CHART_MODE,
+                                      chart_key="st_distribution_chart", font_size=20 if presentation() else 13)
+    with control_col:
+        sampler_controls()
+        if problem:
+            st.error(problem, icon="✋")
+    publish_link(gen)
+    if record is None:
+        return
     with view_col:
-        panels.distribution_panel(record, decision, distribution, mode_key=keys.CHART_MODE,
-                                  chart_key="st_distribution_chart", font_size=20 if presentation() else 13)
         if changed:
             panels.resample_note(record, decision, distribution, on_repick, "st_repick")
         panels.decision_panel(decision, distribution)

@@ -63,10 +63,10 @@ def distribution_panel(record: StepRecord, decision: Decision, distribution: Dis
             f"of its logits. **Orange: {FINAL_NAME}**, after the sampler chain reshaped it. The highlighted row "
             f"(▶) is the pick. Entropy (uncertainty, 0 = certain): raw {distribution.raw_entropy_bits:.2f} bits, "
             f"final {distribution.final_entropy_bits:.2f} bits.")
-    mode = st.segmented_control("Scale", list(MODES), key=mode_key, label_visibility="collapsed",
-                                persist_state="session") or MODES[0]
+    mode = st.session_state.get(mode_key) or MODES[0]  # the switch is drawn under the chart, read first
     figure = distribution_figure(distribution, decision.token_id, mode=mode, top_n=10, font_size=font_size)
     st.plotly_chart(figure, config=CHART_CONFIG, key=chart_key)
+    st.segmented_control("Scale", list(MODES), key=mode_key, label_visibility="collapsed", persist_state="session")
 
 
 def resample_note(record: StepRecord, decision: Decision, distribution: Distribution,

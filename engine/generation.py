@@ -226,11 +226,18 @@ class Generation:
         return returned_text(self.output_text, stop_sequence_states(self.output_text, self.stop.stop_sequences))
 
     @property
-    def finish_reason(self) -> str | None:
-        """What ends generation under the current stop settings, or None to go on."""
+    def termination(self) -> Termination | None:
+        """The latest step's conditions re-checked under the current stop settings (which
+        may have changed since the step); None before the first step."""
         if not self._steps:
             return None
-        return self._termination(self.generated_ids, self.output_text, eos_prob=0.0).finish_reason
+        return self._termination(self.generated_ids, self.output_text, self._steps[-1].termination.eos_prob)
+
+    @property
+    def finish_reason(self) -> str | None:
+        """What ends generation under the current stop settings, or None to go on."""
+        termination = self.termination
+        return termination.finish_reason if termination else None
 
     @property
     def finished(self) -> bool:

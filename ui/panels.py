@@ -107,14 +107,12 @@ def termination_panel(gen: Generation) -> None:
         st.caption("After every token four conditions are checked: the end-of-sequence token, stop "
                    "sequences, max new tokens and the context window.")
         return
-    record = gen.steps[-1]
-    st.html(termination_html(record.termination, eos_names(gen.lm)))
-    checked = (tuple(s.sequence for s in record.termination.stops), record.termination.max_new_tokens,
-               record.termination.ignore_eos)
-    if checked != (gen.stop.stop_sequences, gen.stop.max_new_tokens, gen.stop.ignore_eos):
-        now = gen.finish_reason
-        st.info("The stop settings changed after this step was checked. Under the new settings "
-                + (f"generation ends here ({now.replace('_', ' ')})." if now else "generation can go on."))
+    termination = gen.termination
+    st.html(termination_html(termination, eos_names(gen.lm)))
+    if termination != gen.steps[-1].termination:
+        st.info("The stop settings changed after this step; the conditions above are re-checked under "
+                "the new settings" + (f": generation ends here ({termination.finish_reason.replace('_', ' ')})."
+                                      if termination.finish_reason else ", and generation can go on."))
 
 
 def sequence_panel(gen: Generation, *, basis_key: str, table: bool = True) -> None:

@@ -107,3 +107,16 @@ def test_returned_text_ends_just_before_the_first_match() -> None:
     states = stop_sequence_states("one. two\n three", ("\n", "two"))
     assert first_match(states).sequence == "two"
     assert returned_text("one. two\n three", states) == "one. "
+
+
+def test_termination_is_rechecked_when_stop_settings_change(lm) -> None:
+    generation = Generation(lm, PARIS, sampler=GREEDY, stop=StopSettings(max_new_tokens=10))
+    generation.step()
+    generation.step()
+    assert generation.termination == generation.steps[-1].termination
+    generation.stop = StopSettings(max_new_tokens=10, stop_sequences=("s.\n",))
+    rechecked = generation.termination
+    assert rechecked.stops[0].partial == 2 and rechecked.finish_reason is None
+    assert rechecked.eos_prob == generation.steps[-1].termination.eos_prob
+    generation.stop = StopSettings(max_new_tokens=2)
+    assert generation.termination.finish_reason == "max_tokens" == generation.finish_reason

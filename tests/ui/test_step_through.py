@@ -381,3 +381,16 @@ def test_link_with_a_setting_beyond_the_sliders_shows_a_message() -> None:
     assert any("temperature = 5.0 is outside what this page's controls allow (0 to 2)" in w.value
                for w in at.warning)
     assert generation(at).sampler.temperature == 0.0 and generation(at).prompt == "The capital of France is"
+
+
+def test_raising_max_tokens_after_a_finish_rechecks_termination_and_allows_a_step(at: AppTest) -> None:
+    use_preset(at, "The capital of France is")
+    click(at, "st_run")
+    assert generation(at).finish_reason == "max_tokens"
+    at.number_input(key=keys.MAX_NEW).set_value(20).run()
+    assert not at.exception, at.exception
+    assert generation(at).finish_reason is None
+    assert not at.button(key="st_step").disabled
+    assert any("re-checked under the new settings, and generation can go on" in i.value for i in at.info)
+    click(at, "st_step")
+    assert len(generation(at).steps) == 13

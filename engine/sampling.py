@@ -24,6 +24,7 @@ import torch
 from engine.settings import CHAINS, SamplerSettings
 
 NEG_INF = float("-inf")
+FILTERS = ("top_k", "top_p", "min_p")  # the stages that remove tokens
 
 
 def penalize_repetition(logits: torch.Tensor, context_ids: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -203,8 +204,13 @@ def run_chain(logits: torch.Tensor, context_ids: torch.Tensor, settings: Sampler
             stages.append(_skipped_record(name, settings, kept, "off"))
         else:
             after = _apply_stage(name, current, context_ids, settings)
-            stages.append(_stage_record(name, settings, current, after))
-            current, kept = after, stages[-1].kept
+            if name in FILTERS:
+                stages.append(_stage_record(name, settings, current, after))
+                kept = stages[-1].kept
+            else:  # reshapes only: every token stays possible
+                stages.append(StageRecord(name=name, label=_stage_label(name, settings), active=True,
+                                          kept=kept, removed=0, removed_mass=0.0))
+            current = after
     if settings.greedy:
         final_probs = torch.zeros_like(current)
         final_probs[torch.argmax(current)] = 1.0
@@ -219,26 +225,42 @@ def draw_uniform(generator: torch.Generator) -> float:
     return float(torch.rand((), generator=generator, dtype=torch.float64))
 
 
-def _cdf(final_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids by final probability (highest first, ties by id) and their running total."""
-    order = torch.sort(final_probs, descending=True, stable=True).indices  # [vocab]
-    cdf = final_probs[order].double().cumsum(dim=0)
-    return order, cdf / cdf[-1]
+def _ranked(final_probs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """`ids` ordered by final probability, highest first, ties by id."""
+    by_id = ids.sort().values
+    return by_id[torch.sort(final_probs[by_id], descending=True, stable=True).indices]
 
 
-def _draw_record(order: torch.Tensor, cdf: torch.Tensor, rank0: int, u: float | None, method: str) -> Draw:
-    low = float(cdf[rank0 - 1]) if rank0 > 0 else 0.0
-    return Draw(u=u, cdf_low=low, cdf_high=float(cdf[rank0]), rank=rank0 + 1, method=method)
+def _leading_cdf(final_probs: torch.Tensor, u: float, total: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The leading tokens in CDF order and their running mass, far enough to pass u.
+
+    Sorting the whole vocabulary costs milliseconds on a CPU; the mass is usually in a few
+    hundred tokens, so grow a top-k until its exact prefix (tokens strictly above the k-th
+    value, so ties at the cut never reorder) reaches u.
+    """
+    alive = int((final_probs > 0).sum())
+    k = 64
+    while True:
+        k = min(k, alive)
+        if k == alive:
+            head = (final_probs > 0).nonzero().flatten()
+        else:
+            head = (final_probs > torch.topk(final_probs, k).values[-1]).nonzero().flatten()
+        order = _ranked(final_probs, head)
+        cdf = final_probs[order].double().cumsum(dim=0) / total
+        if k == alive or (len(cdf) > 0 and u < float(cdf[-1])):
+            return order, cdf
+        k *= 4
 
 
 def pick_by_cdf(final_probs: torch.Tensor, u: float) -> tuple[int, Draw]:
     """Inverse-CDF sampling: order tokens by probability, lay their masses end to end on
     [0, 1), and pick the token whose band contains u."""
-    order, cdf = _cdf(final_probs)
+    order, cdf = _leading_cdf(final_probs, u, final_probs.double().sum())
     rank0 = int(torch.searchsorted(cdf, torch.tensor([u], dtype=torch.float64), right=True))
-    # float rounding must never land u beyond the last token that has any probability
-    rank0 = min(rank0, int((final_probs > 0).sum()) - 1)
-    return int(order[rank0]), _draw_record(order, cdf, rank0, u, "cdf")
+    rank0 = min(rank0, len(order) - 1)  # float rounding must never land u past the last token
+    low = float(cdf[rank0 - 1]) if rank0 > 0 else 0.0
+    return int(order[rank0]), Draw(u=u, cdf_low=low, cdf_high=float(cdf[rank0]), rank=rank0 + 1, method="cdf")
 
 
 def pick_like_multinomial(final_probs: torch.Tensor, generator: torch.Generator) -> tuple[int, Draw]:
@@ -247,9 +269,14 @@ def pick_like_multinomial(final_probs: torch.Tensor, generator: torch.Generator)
     reproduces `generate(do_sample=True)` after `torch.manual_seed`, token for token."""
     waits = torch.empty_like(final_probs).exponential_(1, generator=generator)  # [vocab]
     token = int(torch.argmax(final_probs / waits))
-    order, cdf = _cdf(final_probs)
-    rank0 = int((order == token).nonzero()[0, 0])
-    return token, _draw_record(order, cdf, rank0, None, "multinomial")
+    # the pick's band: every token ahead of it in CDF order (higher probability, or tied with a lower id)
+    mine = final_probs[token]
+    ahead = (final_probs > mine) | ((final_probs == mine) & (torch.arange(final_probs.numel()) < token))
+    probs = final_probs.double()
+    total = probs.sum()
+    low = float(probs[ahead].sum() / total)
+    high = low + float(probs[token] / total)
+    return token, Draw(u=None, cdf_low=low, cdf_high=high, rank=int(ahead.sum()) + 1, method="multinomial")
 
 
 DRAW_METHODS = ("cdf", "multinomial")

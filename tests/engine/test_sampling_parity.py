@@ -15,7 +15,16 @@ from transformers.generation.logits_process import (
 )
 
 from engine import Generation, SamplerSettings
-from engine.sampling import keep_min_p, keep_top_k, keep_top_p, penalize_repetition, run_chain, scale_temperature
+from engine.sampling import (
+    keep_min_p,
+    keep_top_k,
+    keep_top_p,
+    penalize_repetition,
+    pick_by_cdf,
+    pick_like_multinomial,
+    run_chain,
+    scale_temperature,
+)
 
 VOCAB = 1000
 
@@ -173,3 +182,37 @@ def test_other_chain_orders_apply_the_same_stages_in_their_order(chain_name: str
     assert_same_logits(ours.final_logits, current)
     assert [s.name for s in ours.stages][1:] == (["temperature", "min_p", "top_k", "top_p"] if chain_name == "vllm"
                                                   else ["top_k", "top_p", "min_p", "temperature"])
+
+
+def full_sort_pick(probs: torch.Tensor, u: float) -> tuple[int, float, float]:
+    """Inverse CDF the slow, obvious way: sort every token (ties by id), accumulate, search."""
+    order = sorted(range(probs.numel()), key=lambda i: (-float(probs[i]), i))
+    total = probs.double().sum()
+    cdf = probs[order].double().cumsum(0) / total
+    rank0 = min(int((cdf <= u).sum()), int((probs > 0).sum()) - 1)
+    return order[rank0], float(cdf[rank0 - 1]) if rank0 else 0.0, float(cdf[rank0])
+
+
+@pytest.mark.parametrize("probs", [
+    random_logits(5, vocab=3000).softmax(-1),
+    (random_logits(6, vocab=3000) * 0.05).softmax(-1),  # nearly flat: u often lands far down
+    torch.zeros(3000).softmax(-1),  # all tied
+    keep_top_p(tied_logits(), 0.7).softmax(-1),  # ties and zeros
+])
+def test_inverse_cdf_pick_equals_a_full_sort_of_the_vocabulary(probs: torch.Tensor) -> None:
+    generator = torch.Generator().manual_seed(0)
+    for u in [*torch.rand(300, generator=generator, dtype=torch.float64).tolist(), 0.0, 0.5, 1 - 1e-12]:
+        token, draw = pick_by_cdf(probs, u)
+        expected, low, high = full_sort_pick(probs, u)
+        assert token == expected
+        assert (draw.cdf_low, draw.cdf_high) == pytest.approx((low, high), abs=1e-12)
+
+
+def test_multinomial_band_is_the_picks_band_in_cdf_order() -> None:
+    probs = random_logits(7, vocab=2000).softmax(-1)
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(20):
+        token, draw = pick_like_multinomial(probs, generator)
+        _, low, high = full_sort_pick(probs, (draw.cdf_low + draw.cdf_high) / 2)
+        assert (draw.cdf_low, draw.cdf_high) == pytest.approx((low, high), abs=1e-12)
+        assert full_sort_pick(probs, (draw.cdf_low + draw.cdf_high) / 2)[0] == token

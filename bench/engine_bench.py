@@ -1,6 +1,6 @@
 """Engine benchmark: the fully instrumented step against transformers' generate().
 
-    .venv/bin/python -m bench.engine_bench [--tokens 128] [--rounds 3]
+    .venv/bin/python -m bench.engine_bench [--tokens 128] [--rounds 6]
 
 Measures, on this machine and in one run:
   - per-token time of the engine (every record filled) vs generate() on the same model,
@@ -116,20 +116,24 @@ def time_loads() -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--skip-load", action="store_true", help="skip the cold/warm load timing")
     args = parser.parse_args()
 
     lm = load_model()
     engine_totals, generate_totals, engine_steps, generate_steps = [], [], [], []
     generation = None
-    for _ in range(args.rounds):  # interleaved, so drift in machine load hits both alike
-        total, decode, generation = time_engine(lm, args.tokens)
-        engine_totals.append(total)
-        engine_steps += decode
-        total, decode = time_generate(lm, generation.prompt_ids, args.tokens)
-        generate_totals.append(total)
-        generate_steps += decode
+    prompt_ids = Generation(lm, PROMPT).prompt_ids
+    for round_index in range(args.rounds):  # interleaved, each going first in turn, so drift hits both alike
+        for which in ("engine", "generate") if round_index % 2 == 0 else ("generate", "engine"):
+            if which == "engine":
+                total, decode, generation = time_engine(lm, args.tokens)
+                engine_totals.append(total)
+                engine_steps += decode
+            else:
+                total, decode = time_generate(lm, prompt_ids, args.tokens)
+                generate_totals.append(total)
+                generate_steps += decode
     assert generation is not None
     step_ms = statistics.median(engine_steps) * 1e3
     results = {

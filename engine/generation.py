@@ -109,8 +109,9 @@ def describe_distribution(lm: LoadedModel, raw_logits: torch.Tensor, raw_probs: 
     # every token that beats a leader is a leader, so a leader's rank is its first tie's place
     ranks = [logits.index(value) + 1 for value in logits]
     leader_set = set(ids)
-    for extra in torch.topk(chain.final_probs, min(FINAL_TOP_N, raw_logits.numel())).indices.tolist():
-        if extra not in leader_set:
+    final_values, final_ids = torch.topk(chain.final_probs, min(FINAL_TOP_N, raw_logits.numel()))
+    for extra, value in zip(final_ids.tolist(), final_values.tolist(), strict=True):
+        if value > 0 and extra not in leader_set:  # zero-probability "leaders" are no leaders
             ids.append(extra)
             logits.append(float(raw_logits[extra]))
             ranks.append(int((raw_logits > raw_logits[extra]).sum()) + 1)

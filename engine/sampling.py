@@ -174,12 +174,12 @@ def _apply_stage(name: str, logits: torch.Tensor, context_ids: torch.Tensor,
 def _stage_record(name: str, settings: SamplerSettings, before: torch.Tensor,
                   after: torch.Tensor) -> StageRecord:
     """Measure what an applied stage removed (tokens newly at -inf) and the mass they held."""
-    alive_after = torch.isfinite(after)
-    removed = torch.isfinite(before) & ~alive_after
+    gone_after = torch.isneginf(after)  # filters mark removed tokens -inf
+    removed = gone_after & ~torch.isneginf(before)
     removed_count = int(removed.sum())
     removed_mass = float(before.softmax(dim=-1).double()[removed].sum()) if removed_count else 0.0
     return StageRecord(name=name, label=_stage_label(name, settings), active=True,
-                       kept=int(alive_after.sum()), removed=removed_count, removed_mass=removed_mass)
+                       kept=after.numel() - int(gone_after.sum()), removed=removed_count, removed_mass=removed_mass)
 
 
 def _skipped_record(name: str, settings: SamplerSettings, kept: int, note: str) -> StageRecord:
@@ -195,7 +195,7 @@ def run_chain(logits: torch.Tensor, context_ids: torch.Tensor, settings: Sampler
     """
     stages: list[StageRecord] = []
     current = logits
-    kept = int(torch.isfinite(logits).sum())
+    kept = logits.numel() - int(torch.isneginf(logits).sum())
     for name in CHAINS[settings.chain]:
         if settings.greedy and name != "repetition_penalty":
             note = "greedy: the argmax is taken" if name == "temperature" else "not used by greedy"
@@ -216,8 +216,9 @@ def run_chain(logits: torch.Tensor, context_ids: torch.Tensor, settings: Sampler
         final_probs[torch.argmax(current)] = 1.0
     else:
         final_probs = current.softmax(dim=-1)
+    entropy = 0.0 if settings.greedy else entropy_bits(final_probs)  # one certain token: 0 bits
     return ChainOutput(final_logits=current, final_probs=final_probs,
-                       final_entropy_bits=entropy_bits(final_probs), stages=tuple(stages))
+                       final_entropy_bits=entropy, stages=tuple(stages))
 
 
 def draw_uniform(generator: torch.Generator) -> float:

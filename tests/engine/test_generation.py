@@ -194,3 +194,11 @@ def test_multinomial_draw_reproduces_seeded_sampled_generate(lm, settings: Sampl
     expected = out[0, len(generation.prompt_ids):].tolist()
     assert generation.generated_ids[:len(expected)] == expected
     assert all(s.decision.draw.method == "multinomial" and s.decision.draw.u is None for s in generation.steps)
+
+
+def test_greedy_candidates_are_the_raw_leaders_only(lm) -> None:
+    step = Generation(lm, "The capital of France is", sampler=GREEDY).step()
+    top = step.distribution.top
+    assert [c.rank for c in top] == list(range(1, len(top) + 1))  # no zero-probability stragglers
+    assert step.distribution.final_entropy_bits == 0.0
+    assert sum(c.final_prob for c in top) == 1.0

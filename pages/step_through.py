@@ -36,17 +36,14 @@ from ui.model import current_model, current_source, switch_model
 from ui.presets import apply_preset, load_presets, preset_named
 from ui.share import ShareError, from_generation, from_params, replay_trace, to_params
 from ui.state import parse_stop_sequences
+from ui.teaching import PRESENTATION_CSS
 from ui.views import PANEL_CSS
 
 S = st.session_state
 WORKSPACE_KEY = "st_workspace"  # the fragment a branch or a re-pick reruns
 SAMPLER_VIEW_KEY = "st_sampler"  # the fragment a sampler control reruns, nested in the workspace
-# Less empty space above the title; presentation mode scales every rem-sized thing up.
+# Less empty space above the title.
 PAGE_CSS = """<style>[data-testid="stMainBlockContainer"]{padding-top:2.2rem}</style>"""
-PRESENTATION_CSS = """<style>
-html{font-size:22px}
-.tbt-chips{font-size:1.3rem}
-</style>"""
 
 
 # ---- state changes (button callbacks run before the rerun that shows their result) ---------

@@ -1,4 +1,4 @@
-"""What the three teaching pages share on screen: honouring the sidebar's presentation mode."""
+"""Presentation mode (the sidebar toggle), shared by every page: larger type for a projector."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import streamlit as st
 
 from ui.state import PRESENTATION
 
-# Larger type for a projector, the same scale the Step-through page uses in this mode.
+# Every rem-sized thing scales up with the root font.
 PRESENTATION_CSS = "<style>html{font-size:22px}.tbt-chips{font-size:1.3rem}</style>"
 
 

@@ -20,7 +20,9 @@ def open_page(page, title: str) -> None:
 
 
 def settle(page) -> None:
-    """Wait until Streamlit has finished this run (its 'running' indicator is gone)."""
+    """Wait until Streamlit has finished this run (its 'running' indicator is gone). The
+    indicator shows only after a short delay, so give a run time to start first."""
+    page.wait_for_timeout(400)
     page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
     page.wait_for_timeout(500)
 
@@ -35,8 +37,10 @@ def shoot(page, name: str, height: int = 2400) -> None:
 def test_sampler_lab_shows_three_samplers_and_draws_a_thousand_times(page):
     open_page(page, "Sampler lab")
     page.get_by_text("Three samplers on the same logits").wait_for(timeout=SLOW)
+    picks = page.locator("[data-testid='stMetricLabel']", has_text="picks")
+    picks.nth(2).wait_for(timeout=SLOW)  # the heading can arrive before the columns under it
     settle(page)
-    assert page.locator("[data-testid='stMetricLabel']", has_text="picks").count() == 3
+    assert picks.count() == 3
     shoot(page, "teaching_sampler_lab")
     page.get_by_role("button", name="Draw 1,000 times").click()
     page.get_by_text(re.compile("different tokens came up")).wait_for(timeout=SLOW)

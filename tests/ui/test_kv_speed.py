@@ -3,25 +3,18 @@ without measuring again."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.speed import KNOWN_CONFIGS, QUICK, loaded_kv_config
+from tests.ui.apptest import open_page
 from ui.format import nbytes
-
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 @pytest.fixture(scope="module")
 def page() -> AppTest:
     """The page after its first (quick) measurements: taken once for this module."""
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.run()
-    at.switch_page("pages/kv_speed.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page("pages/kv_speed.py", timeout=300)
 
 
 def results(at: AppTest) -> dict:

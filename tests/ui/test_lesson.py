@@ -9,10 +9,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import FINISH_REASONS, Generation
+from tests.ui.apptest import APP, open_page
 from ui.format import quoted
 from ui.lesson_flow import GREEDY, PRESETS, STAGES, candidates, preset_named, score, start, tally
-
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.fires + ("_ignored" if p.stop.ignore_eos else ""))
@@ -57,11 +56,7 @@ def test_candidates_are_the_top_tokens_in_an_order_that_gives_nothing_away(lm):
 
 
 def lesson() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=240)
-    at.run()
-    at.switch_page("pages/lesson.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page("pages/lesson.py")
 
 
 def stage(at: AppTest) -> str:

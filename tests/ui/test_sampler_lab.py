@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
 from engine import CHAINS, Generation, SamplerSettings
 from engine.sampling import decide, draw_uniform, pick_by_cdf
+from tests.ui.apptest import APP, open_page
 from ui.format import quoted
 from ui.lab import (
     GENERATION_KEYS,
@@ -24,7 +23,6 @@ from ui.lab import (
     temperature_sweep,
 )
 
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
 DEFAULT_PROMPT = "The capital of France is"
 COLUMN_DEFAULTS = {  # the page's three columns, as it sets them up
     "A": SamplerSettings(temperature=1.0),
@@ -39,13 +37,7 @@ def frozen(lm):
 
 
 def lab(session: dict | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=240)
-    for key, value in (session or {}).items():
-        at.session_state[key] = value
-    at.run()
-    at.switch_page("pages/sampler_lab.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page("pages/sampler_lab.py", session)
 
 
 def picks(at: AppTest) -> list[str]:

@@ -1,0 +1,21 @@
+"""Open the real app in AppTest the way a visitor reaches a page: the frame first, then the page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+
+
+def open_page(page: str, session: dict | None = None, timeout: float = 240) -> AppTest:
+    """Run app.py (with `session` preset in session_state), switch to `page`, and check that
+    neither run raised."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    for key, value in (session or {}).items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at

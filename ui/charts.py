@@ -1,7 +1,9 @@
 """Plotly figures shared by the pages: the next-token distribution and the KV cache growth.
 
 Figures are kept lean (few traces, no toolbar) because they are redrawn on every step and
-every slider move.
+every slider move. They are written as plain Plotly JSON and wrapped without Plotly's property
+validation (`unchecked_figure`): validating the distribution chart took 8-22 ms of every
+slider move, more than re-sampling itself. The tests validate every figure's JSON instead.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ RAW_NAME = "raw softmax (the model)"
 FINAL_NAME = "final (after the sampler, drawn from)"
 MODES = ("probability", "log probability", "logit")
 CHART_CONFIG = {"displayModeBar": False}
+
+
+def unchecked_figure(data: list[dict], layout: dict) -> go.Figure:
+    """A Figure from plain Plotly JSON, skipping Plotly's per-property validation (slow, and
+    run again by every accessor). Properties must be written nested (`marker=dict(color=...)`,
+    not `marker_color`); tests rebuild each figure with validation to catch a wrong name."""
+    return go.Figure({"data": data, "layout": layout}, _validate=False)
 
 
 @dataclass(frozen=True)
@@ -84,10 +93,10 @@ def distribution_figure(distribution: Distribution, pick_id: int | None = None, 
         log = mode == "log probability"
         largest = max(raw + final)
         axis = dict(title=dict(text="probability" + (" (log scale)" if log else ""), standoff=4),
-                    type="log" if log else "linear", tickformat=".0%" if not log else None,
-                    range=None if log else [0, largest * 1.18])  # room for the labels outside the bars
-    figure = go.Figure(traces)
-    figure.update_layout(
+                    type="log" if log else "linear")
+        if not log:
+            axis.update(tickformat=".0%", range=[0, largest * 1.18])  # room for the labels outside the bars
+    layout = dict(
         barmode="group", bargap=0.2, bargroupgap=0.0,
         # rows, margins and the legend grow with the font so a projector's larger type still fits
         height=height or 3 * font_size + (2.3 * font_size + 4) * len(labels),
@@ -98,40 +107,42 @@ def distribution_figure(distribution: Distribution, pick_id: int | None = None, 
         yaxis=dict(autorange="reversed", automargin=True, type="category"),
         xaxis=dict(automargin=True, gridcolor="#eeeeee", zerolinecolor="#999999", **axis),
         plot_bgcolor="white",
-        shapes=[_pick_band(ids.index(pick_id))] if pick_id in ids else [],
     )
-    return figure
+    if pick_id in ids:
+        layout["shapes"] = [_pick_band(ids.index(pick_id))]
+    return unchecked_figure(traces, layout)
 
 
 def _pick_band(row: int) -> dict:
     """A highlight behind the picked token's row (category rows sit at 0, 1, 2, ...)."""
     return dict(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=row - 0.5, y1=row + 0.5,
-                fillcolor="#ffe066", opacity=0.45, line_width=0, layer="below")
+                fillcolor="#ffe066", opacity=0.45, line=dict(width=0), layer="below")
 
 
 def _bar(name: str, labels: list[str], values: list[float], colour: str, ids: list[int],
-         texts: list[str], font_size: int) -> go.Bar:
-    return go.Bar(name=name, y=labels, x=values, orientation="h", marker_color=colour, text=texts,
-                  textposition="outside", cliponaxis=False, customdata=ids, textfont_size=font_size - 1,
-                  hovertemplate="%{y}<br>" + name + ": %{text}<br>id %{customdata}<extra></extra>")
+         texts: list[str], font_size: int) -> dict:
+    return dict(type="bar", name=name, y=labels, x=values, orientation="h", marker=dict(color=colour),
+                text=texts, textposition="outside", cliponaxis=False, customdata=ids,
+                textfont=dict(size=font_size - 1),
+                hovertemplate="%{y}<br>" + name + ": %{text}<br>id %{customdata}<extra></extra>")
 
 
 def kv_figure(steps: Sequence[StepRecord], height: int = 260) -> go.Figure:
     """KV cache positions (bars) and bytes (line) after each step's forward pass: a jump at
     step 1 (the whole prompt, prefill), then one position per step."""
     x = [s.index for s in steps]
-    figure = go.Figure([
-        go.Bar(name="positions held", x=x, y=[s.kv.positions for s in steps], marker_color=RAW_COLOUR,
-               hovertemplate="step %{x}: %{y} positions<extra></extra>"),
-        go.Scatter(name="MiB", x=x, y=[s.kv.bytes / 1024 ** 2 for s in steps], yaxis="y2",
-                   mode="lines+markers", line=dict(color=FINAL_COLOUR),
-                   hovertemplate="step %{x}: %{y:.3f} MiB<extra></extra>"),
-    ])
-    figure.update_layout(
+    traces = [
+        dict(type="bar", name="positions held", x=x, y=[s.kv.positions for s in steps],
+             marker=dict(color=RAW_COLOUR), hovertemplate="step %{x}: %{y} positions<extra></extra>"),
+        dict(type="scatter", name="MiB", x=x, y=[s.kv.bytes / 1024 ** 2 for s in steps], yaxis="y2",
+             mode="lines+markers", line=dict(color=FINAL_COLOUR),
+             hovertemplate="step %{x}: %{y:.3f} MiB<extra></extra>"),
+    ]
+    layout = dict(
         height=height, margin=dict(l=8, r=8, t=8, b=8), plot_bgcolor="white",
         legend=dict(orientation="h", y=1.12, x=0),
-        xaxis=dict(title="step", dtick=max(1, len(x) // 10) if x else 1),
-        yaxis=dict(title="positions", rangemode="tozero", gridcolor="#eeeeee"),
-        yaxis2=dict(title="MiB", overlaying="y", side="right", rangemode="tozero", showgrid=False),
+        xaxis=dict(title=dict(text="step"), dtick=max(1, len(x) // 10) if x else 1),
+        yaxis=dict(title=dict(text="positions"), rangemode="tozero", gridcolor="#eeeeee"),
+        yaxis2=dict(title=dict(text="MiB"), overlaying="y", side="right", rangemode="tozero", showgrid=False),
     )
-    return figure
+    return unchecked_figure(traces, layout)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
 
+import plotly.graph_objects as go
+import plotly.io as pio
 import pytest
 
 from engine import Generation, LoadedModel, SamplerSettings, StopSettings, Termination, replay
 from engine.stopping import StopSequenceState
-from ui.charts import bar_rows, distribution_figure
+from ui.charts import MODES, bar_rows, distribution_figure, kv_figure
 from ui.chips import generated_chip, prompt_chips
 from ui.format import pct, visible
 from ui.presets import load_presets
@@ -118,6 +121,25 @@ def test_distribution_chart_shows_a_low_ranked_pick_and_rejects_unknown_modes(sa
     assert figure.data[0].y[3].startswith("▶ #")  # the pick is added after the top 3
     with pytest.raises(ValueError, match="mode"):
         distribution_figure(distribution, mode="odds")
+
+
+def _validated_json(figure: go.Figure) -> dict:
+    """The figure as Plotly itself would write it after checking every property."""
+    return json.loads(pio.to_json(go.Figure(figure.to_dict()), validate=True))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("font_size", [13, 20])
+def test_unvalidated_charts_are_exactly_what_plotly_validation_would_send(sampled: Generation, mode: str,
+                                                                          font_size: int) -> None:
+    """The charts skip Plotly's validation for speed: a misspelt property, a bare-string title
+    (plotly.js 3 ignores it) or a None would make the validated JSON differ (or raise)."""
+    record = sampled.steps[-1]
+    figure = distribution_figure(record.distribution, record.token_id, mode=mode, font_size=font_size)
+    assert json.loads(pio.to_json(figure, validate=False)) == _validated_json(figure)
+    assert figure.layout.shapes, "the pick's row is highlighted"
+    kv = kv_figure(sampled.steps)
+    assert json.loads(pio.to_json(kv, validate=False)) == _validated_json(kv)
 
 
 def test_sequence_stats_are_the_sum_of_log_probabilities(sampled: Generation) -> None:

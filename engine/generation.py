@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from engine.cpu_threads import one_cpu_thread
 from engine.errors import GenerationFinished, PromptError, SettingsError
 from engine.kvcache import KVSnapshot, read_kv
 from engine.loading import LoadedModel
@@ -272,10 +273,11 @@ class Generation:
 
         sampling_started = time.perf_counter()
         context = torch.tensor(self.context_ids)
-        decision, chain = self._decide(raw_logits, context, self.sampler, self._generator, force_token_id)
-        raw_probs = raw_logits.softmax(dim=-1)
+        with one_cpu_thread():
+            decision, chain = self._decide(raw_logits, context, self.sampler, self._generator, force_token_id)
+            raw_probs = raw_logits.softmax(dim=-1)
+            distribution = describe_distribution(self.lm, raw_logits, raw_probs, chain)
         pick = decision.token_id
-        distribution = describe_distribution(self.lm, raw_logits, raw_probs, chain)
         eos_prob = float(raw_probs[list(self.lm.eos_ids)].double().sum()) if self.lm.eos_ids else 0.0
 
         generated = [*self.generated_ids, pick]
@@ -315,9 +317,10 @@ class Generation:
         context = torch.tensor(self.prompt_ids + self.generated_ids[:position])
         generator = torch.Generator(device="cpu")
         generator.set_state(kept.rng_state)
-        decision, chain = self._decide(kept.raw_logits, context, sampler, generator)
-        raw_probs = kept.raw_logits.softmax(dim=-1)
-        return Resampled(decision, describe_distribution(self.lm, kept.raw_logits, raw_probs, chain))
+        with one_cpu_thread():
+            decision, chain = self._decide(kept.raw_logits, context, sampler, generator)
+            raw_probs = kept.raw_logits.softmax(dim=-1)
+            return Resampled(decision, describe_distribution(self.lm, kept.raw_logits, raw_probs, chain))
 
     def rewind(self, steps_to_keep: int) -> None:
         """Go back to just after step `steps_to_keep` (0 = only the prompt).

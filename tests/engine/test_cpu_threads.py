@@ -9,6 +9,7 @@ import torch
 
 from engine import Generation, LoadedModel, SamplerSettings
 from engine.cpu_threads import one_cpu_thread
+from engine.sampling import decide
 
 
 def test_one_cpu_thread_inside_and_the_previous_count_after() -> None:
@@ -60,3 +61,21 @@ def test_a_step_and_a_resample_leave_the_thread_count_as_they_found_it(lm: Loade
     gen.step()
     gen.resample(SamplerSettings(temperature=1.3, top_k=20))
     assert torch.get_num_threads() == before
+
+
+def test_a_decision_has_the_same_last_digits_whatever_the_callers_thread_count(lm: LoadedModel) -> None:
+    """A sum over the vocabulary splits by thread count; on two threads the draw's CDF band
+    here came out one bit off the one-thread value the step itself records."""
+    gen = Generation(lm, "Once upon a time", seed=11)
+    gen.step()
+    gen.step()
+    logits, context = gen.raw_logits(), torch.tensor(gen.context_ids[:-1])
+    before = torch.get_num_threads()
+    try:
+        decisions = []
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            decisions.append(decide(logits, context, SamplerSettings(temperature=1.0), 0.3)[0])
+    finally:
+        torch.set_num_threads(before)
+    assert decisions[0] == decisions[1]

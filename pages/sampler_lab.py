@@ -65,14 +65,24 @@ COLUMNS = (
 )
 
 
-def memo(key: tuple, compute: Callable[[], Any]) -> Any:
-    """Keep results for this visitor, so a rerun (any widget move) never recomputes them."""
-    store = st.session_state.setdefault("lab_memo", {})
+REBUILDABLE = "lab_views"  # the memo store for results cheap to rebuild
+
+
+def memo(key: tuple, compute: Callable[[], Any], store_key: str = "lab_memo") -> Any:
+    """Keep results for this visitor, so a rerun (any widget move) never recomputes them.
+    Things cheap to rebuild (charts, chain outcomes) go in their own store, so reading off
+    many values never evicts the visitor's 1,000 draws."""
+    store = st.session_state.setdefault(store_key, {})
     if key not in store:
         if len(store) > 64:  # a long session must not grow without bound
             store.clear()
         store[key] = compute()
     return store[key]
+
+
+def chart(key: tuple, build: Callable[[], Any]) -> Any:
+    """A figure built once per visitor for the values in `key` (building one takes 12-20 ms)."""
+    return memo(key, build, store_key=REBUILDABLE)
 
 
 def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
@@ -187,7 +197,8 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         st.markdown(f"At **T = {marked:g}**: entropy **{here.entropy_bits:.2f} bits**, top token "
                     f"**{pct(here.top_prob)}**. Below 1 the top token takes more of the mass and the entropy "
                     "falls towards 0 (greedy); above 1 the mass spreads over more tokens.")
-        st.plotly_chart(temperature_figure(points, marked), config=CHART_CONFIG, key="lab_temperature_chart")
+        st.plotly_chart(chart((*step_key, "temperature_chart", marked), lambda: temperature_figure(points, marked)),
+                        config=CHART_CONFIG, key="lab_temperature_chart")
     with p_tab:
         marked = st.slider("top-p to read off", 0.05, 1.0, 0.9, 0.01, key="lab_sweep_top_p")
         ps = [round(0.05 * i, 2) for i in range(1, 20)] + [0.97, 0.99, 1.0]
@@ -196,7 +207,8 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         st.markdown(f"Top-p **{marked:g}** keeps **{here.kept:,}** tokens: the fewest most-probable tokens whose "
                     "probabilities add up to at least p (at temperature 1). A confident step needs few tokens to "
                     "reach p; an uncertain one needs many.")
-        st.plotly_chart(cut_figure(points, "top-p", marked), config=CHART_CONFIG, key="lab_top_p_chart")
+        st.plotly_chart(chart((*step_key, "top_p_chart", marked), lambda: cut_figure(points, "top-p", marked)),
+                        config=CHART_CONFIG, key="lab_top_p_chart")
     with m_tab:
         marked = st.slider("min-p to read off", 0.01, 1.0, 0.1, 0.01, key="lab_sweep_min_p")
         ms = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0]
@@ -205,7 +217,8 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         st.markdown(f"Min-p **{marked:g}** cuts every token below **{marked:g} × the top token's probability = "
                     f"{here.threshold:.3g}** and keeps **{here.kept:,}** tokens (at temperature 1). The cut moves "
                     "with the model's confidence: a sure top token raises it.")
-        st.plotly_chart(cut_figure(points, "min-p", marked, log_x=True), config=CHART_CONFIG, key="lab_min_p_chart")
+        figure = chart((*step_key, "min_p_chart", marked), lambda: cut_figure(points, "min-p", marked, log_x=True))
+        st.plotly_chart(figure, config=CHART_CONFIG, key="lab_min_p_chart")
 
 
 def chain_settings(vocab_size: int) -> SamplerSettings | None:
@@ -222,7 +235,7 @@ def chain_settings(vocab_size: int) -> SamplerSettings | None:
         return None
 
 
-def chain_orders(lm: LoadedModel, step: FrozenStep) -> None:
+def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
     """The same settings under transformers', vLLM's and llama.cpp's stage orders."""
     st.subheader("Same settings, three engines' chain orders")
     st.markdown("Engines apply the same stages in different orders. **transformers**: temperature → top-k → "
@@ -232,7 +245,7 @@ def chain_orders(lm: LoadedModel, step: FrozenStep) -> None:
     settings = chain_settings(lm.vocab_size)
     if settings is None:
         return
-    outcomes = chain_outcomes(step, settings)
+    outcomes = memo((*step_key, "chains", settings), lambda: chain_outcomes(step, settings), REBUILDABLE)
     st.dataframe(pd.DataFrame([{
         "chain": name, "order": " → ".join(s.replace("_", "-") for s in CHAINS[name] if s != "repetition_penalty"),
         "tokens kept": o.decision.final_kept, "picks": quoted(lm.texts.piece(o.decision.token_id).text),
@@ -254,7 +267,8 @@ def chain_orders(lm: LoadedModel, step: FrozenStep) -> None:
     kept_any = sorted(frozenset().union(*(o.kept_ids for o in outcomes.values())), key=lambda i: -float(step.logits[i]))
     ids = kept_any[:SHOWN_TOKENS]
     picks = {name: quoted(lm.texts.piece(o.decision.token_id).text) for name, o in outcomes.items()}
-    st.plotly_chart(chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes, picks),
+    st.plotly_chart(chart((*step_key, "chains_chart", settings),
+                          lambda: chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes, picks)),
                     config=CHART_CONFIG, key="lab_chain_chart")
 
 
@@ -282,8 +296,8 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
     ids = torch.topk(outcome.chain.final_probs, min(12, outcome.decision.final_kept)).indices.tolist()
     labels = token_labels(texts(lm, ids), step.logits, ids)
     shown = sum(counts.get(i, 0) for i in ids)
-    st.plotly_chart(draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs), config=CHART_CONFIG,
-                    key="lab_draws_chart")
+    st.plotly_chart(chart((*key, "chart"), lambda: draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs)),
+                    config=CHART_CONFIG, key="lab_draws_chart")
     worst = max(abs(counts.get(i, 0) / DRAWS - float(outcome.chain.final_probs[i])) for i in ids)
     came_up = f"{len(counts):,} different tokens came up" if len(counts) > 1 else "Only one token came up"
     st.markdown(f"{came_up}; the {len(ids)} shown took {shown:,} draws. "
@@ -312,7 +326,7 @@ def main() -> None:
     u = None if own_draw else st.slider("random draw u", 0.0, 0.999, 0.5, 0.001, key="lab_u")
     named = side_by_side(lm, step, u)
     sweeps(step, step_key)
-    chain_orders(lm, step)
+    chain_orders(lm, step, step_key)
     if named:
         empirical_check(lm, step, step_key, named)
 

@@ -185,6 +185,7 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
     return named
 
 
+@st.fragment
 def sweeps(step: FrozenStep, step_key: tuple) -> None:
     """Temperature, top-p and min-p swept one at a time over the frozen logits."""
     st.subheader("Sweeps: one knob at a time")
@@ -235,6 +236,7 @@ def chain_settings(vocab_size: int) -> SamplerSettings | None:
         return None
 
 
+@st.fragment
 def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
     """The same settings under transformers', vLLM's and llama.cpp's stage orders."""
     st.subheader("Same settings, three engines' chain orders")
@@ -304,6 +306,17 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
                 f"Largest gap between share and probability: **{100 * worst:.1f} percentage points**.")
 
 
+# Each section is a fragment: a slider reruns (and the browser redraws) only its own section.
+
+
+@st.fragment
+def samplers_section(lm: LoadedModel, step: FrozenStep, step_key: tuple, u: float | None) -> None:
+    """The three samplers side by side, then 1,000 draws from one of them."""
+    named = side_by_side(lm, step, u)
+    if named:
+        empirical_check(lm, step, step_key, named)
+
+
 def main() -> None:
     """The page, top to bottom."""
     page_style()
@@ -324,11 +337,9 @@ def main() -> None:
     own = f"u = {step.u:.6f}" if step.u is not None else "a multinomial draw, no single u"
     own_draw = st.checkbox(f"Use the step's own random draw ({own})", True, key="lab_own_draw")
     u = None if own_draw else st.slider("random draw u", 0.0, 0.999, 0.5, 0.001, key="lab_u")
-    named = side_by_side(lm, step, u)
+    samplers_section(lm, step, step_key, u)
     sweeps(step, step_key)
     chain_orders(lm, step, step_key)
-    if named:
-        empirical_check(lm, step, step_key, named)
 
 
 main()

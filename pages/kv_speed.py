@@ -26,6 +26,7 @@ from engine.speed import (
 )
 from ui.charts import CHART_CONFIG
 from ui.format import nbytes
+from ui.frame import ensure_app_frame
 from ui.model import current_model
 from ui.teaching import page_style
 from ui.teaching_charts import (
@@ -225,6 +226,7 @@ def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
 
 def main() -> None:
     """The page, top to bottom."""
+    ensure_app_frame()
     lm = current_model()
     sizes = header(lm)
     cache_section(lm, sizes)

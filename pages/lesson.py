@@ -10,6 +10,7 @@ from engine import Generation, GenerationFinished, LoadedModel, PromptError, Ste
 from ui.charts import CHART_CONFIG, FINAL_COLOUR
 from ui.chips import context_html, prompt_chips
 from ui.format import pct, quoted
+from ui.frame import ensure_app_frame
 from ui.lesson_flow import (
     GREEDY,
     PREDICT_PROMPTS,
@@ -334,6 +335,7 @@ def predict_exercise(lm: LoadedModel) -> None:
 
 def main() -> None:
     """The page, top to bottom."""
+    ensure_app_frame()
     page_style()
     st.title("Lesson: one generation, stage by stage")
     st.markdown("A language model writes by repeating one loop: **read** the context, **score** every possible next "

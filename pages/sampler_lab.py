@@ -13,6 +13,7 @@ import torch
 from engine import CHAINS, LoadedModel, PromptError, SamplerSettings, SettingsError
 from ui.charts import CHART_CONFIG
 from ui.format import pct, quoted
+from ui.frame import ensure_app_frame
 from ui.lab import (
     FrozenStep,
     Outcome,
@@ -319,6 +320,7 @@ def samplers_section(lm: LoadedModel, step: FrozenStep, step_key: tuple, u: floa
 
 def main() -> None:
     """The page, top to bottom."""
+    ensure_app_frame()
     page_style()
     st.title("Sampler lab")
     st.markdown("The model's forward pass ends in one score (logit) per vocabulary token. Here that output is "

@@ -32,6 +32,7 @@ from engine import (
 from ui import panels
 from ui import state as keys
 from ui.chips import prompt_chips
+from ui.frame import ensure_app_frame
 from ui.model import current_model, current_source, switch_model
 from ui.presets import apply_preset, load_presets, preset_named
 from ui.share import ShareError, from_generation, from_params, replay_trace, to_params
@@ -467,6 +468,7 @@ def share_panel(gen: Generation) -> None:
 
 
 def main() -> None:
+    ensure_app_frame()
     lm = current_model()
     keys.init_defaults(S)
     apply_link_once()

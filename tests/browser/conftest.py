@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -48,12 +49,12 @@ def _wait_healthy(url: str, process: subprocess.Popen, timeout: float = 120) -> 
     raise RuntimeError(f"streamlit did not answer at {url} within {timeout} s")
 
 
-@pytest.fixture(scope="session")
-def app_url() -> Iterator[str]:
-    """The app served by a real `streamlit run` on a free local port."""
+@contextmanager
+def served_app(log_name: str) -> Iterator[str]:
+    """A fresh `streamlit run app.py` on a free local port; its output goes to test-artifacts/."""
     port = _free_port()
     ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "streamlit.log", "w")  # noqa: SIM115 - closed below
+    log = open(ARTIFACTS / log_name, "w")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
          "--server.headless", "true", "--server.address", "127.0.0.1",
@@ -67,6 +68,13 @@ def app_url() -> Iterator[str]:
         process.terminate()
         process.wait(timeout=20)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def app_url() -> Iterator[str]:
+    """The app served by a real `streamlit run`, shared by the browser tests."""
+    with served_app("streamlit.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

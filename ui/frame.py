@@ -7,6 +7,9 @@ runs a page script straight from its URL. So the first visitor arriving on a pag
 (/lesson, /sampler_lab, /kv_speed) got the page with no model sidebar and an automatic menu of
 file names. Every page calls `ensure_app_frame()` first: it switches that mode off (exactly what
 `st.navigation` does) and reruns, and the rerun goes through app.py to the same page.
+
+Only a visitor's first run is rerun: a rerun drops the run's button clicks, and a first run has
+none. (Streamlit's AppTest starts every run in that mode; its later runs stay as they are.)
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager  # pinned Streamlit (1.67): see requirements.txt
 
+CHECKED_KEY = "frame_checked"
+
 
 def ensure_app_frame() -> None:
-    """Rerun through app.py if Streamlit ran this page script on its own."""
-    if PagesManager.uses_pages_directory:
+    """On a visitor's first run, rerun through app.py if Streamlit ran this page on its own."""
+    if PagesManager.uses_pages_directory and not st.session_state.get(CHECKED_KEY):
+        st.session_state[CHECKED_KEY] = True
         PagesManager.uses_pages_directory = False
         st.rerun()

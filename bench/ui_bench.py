@@ -132,7 +132,7 @@ def measure_lab_slider(page) -> list[float]:
     side-by-side chart (the first on the page) shows the new final distribution."""
     page.get_by_role("link", name="Sampler lab").click()
     page.get_by_text("Three samplers on the same logits").wait_for(timeout=120_000)
-    page.wait_for_function(f"{LAB_BARS} !== undefined", timeout=120_000)
+    page.wait_for_function("document.querySelector('.js-plotly-plot')?.data !== undefined", timeout=120_000)
     page.wait_for_timeout(2000)  # the sections below the first chart finish drawing
     thumb = page.locator("[data-testid='stSlider']").filter(has_text="temperature").first.get_by_role("slider")
     thumb.focus()

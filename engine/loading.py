@@ -175,7 +175,26 @@ def _dequantise_to_cache(path: Path, key: dict[str, object], folder: Path
         staging.rename(folder)
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)  # a read-only cache only costs speed
+    else:
+        prune_stale_copies(folder, path)
     return model, tokenizer
+
+
+def prune_stale_copies(kept: Path, path: Path) -> list[Path]:
+    """Delete other cached copies of this GGUF that nothing can load any more: those made from
+    the same file before it changed (or before a library upgrade), and those whose file is gone
+    (a deleted checkout or virtual environment). Each is the model's full float32 size.
+    Copies of another file that still exists are kept. Returns what was deleted."""
+    removed = []
+    for folder in kept.parent.glob(f"{path.stem}-*"):
+        manifest = _read_manifest(folder) if folder != kept and folder.is_dir() else None
+        if manifest is None:  # the kept copy, someone's half-written staging folder, or not ours
+            continue
+        source = Path(str(manifest.get("gguf", "")))
+        if source == path.resolve() or not source.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def _load_gguf(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, bool]:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 from engine import Generation, ModelLoadError, SamplerSettings, load_model, resolve_source
-from engine.loading import _gguf_cache_dir, _gguf_cache_key, bundled_gguf_path
+from engine.loading import _gguf_cache_dir, _gguf_cache_key, bundled_gguf_path, prune_stale_copies
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,36 @@ def test_a_changed_gguf_or_library_version_makes_the_cache_stale(gguf_copy) -> N
         os.utime(gguf_copy, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     other_version = json.loads(json.dumps(key)) | {"transformers": "0.0.0"}
     assert _gguf_cache_dir(gguf_copy, other_version) != _gguf_cache_dir(gguf_copy, key)
+
+
+def test_cached_copies_nothing_can_load_are_pruned_and_live_ones_kept(tmp_path) -> None:
+    """After a new copy is written: a copy of the same file from before it changed, and a copy
+    of a file that is gone, go; a copy of another file that exists, a half-written staging
+    folder and another model's copy stay."""
+    def gguf(name: str) -> Path:
+        path = tmp_path / name / "model.gguf"
+        path.parent.mkdir()
+        path.write_bytes(b"gguf")
+        return path
+
+    def cached(name: str, source: object) -> Path:
+        folder = tmp_path / "cache" / name
+        folder.mkdir(parents=True)
+        if source is not None:
+            (folder / "manifest.json").write_text(json.dumps({"gguf": str(source)}))
+        return folder
+
+    ours, elsewhere = gguf("checkout"), gguf("other-checkout")
+    kept = cached("model-new", ours.resolve())
+    superseded = cached("model-old", ours.resolve())
+    gone = cached("model-gone", tmp_path / "deleted" / "model.gguf")
+    live = cached("model-live", elsewhere.resolve())
+    staging = cached("model-new.tmp-123", None)
+    another_model = cached("other-gone", tmp_path / "deleted" / "other.gguf")
+
+    assert sorted(prune_stale_copies(kept, ours)) == sorted([superseded, gone])
+    assert [f.exists() for f in (kept, superseded, gone, live, staging, another_model)] == [
+        True, False, False, True, True, True]
 
 
 def test_bundled_source_is_the_default() -> None:

@@ -10,6 +10,7 @@ chart was measured slower in the browser than this nested fragment.)
 from __future__ import annotations
 
 import json
+import time
 from urllib.parse import urlencode
 
 import streamlit as st
@@ -43,6 +44,7 @@ from ui.views import PANEL_CSS
 S = st.session_state
 WORKSPACE_KEY = "st_workspace"  # the fragment a branch or a re-pick reruns
 SAMPLER_VIEW_KEY = "st_sampler"  # the fragment a sampler control reruns, nested in the workspace
+
 # Less empty space above the title.
 PAGE_CSS = """<style>[data-testid="stMainBlockContainer"]{padding-top:2.2rem}</style>"""
 
@@ -301,6 +303,7 @@ def _prompt_chips(gen: Generation) -> str:
 def advance_run(gen: Generation) -> None:
     """One token of a Run. Streamlit does not interrupt a fragment for another fragment's
     click, so Run takes one step per rerun: a Stop click is handled between two tokens."""
+    S[keys.RUN_FRAME_STARTED] = time.monotonic()
     if not gen.finished:
         _act(gen.step)
     if gen.finished or keys.message(S, "buttons"):
@@ -308,7 +311,10 @@ def advance_run(gen: Generation) -> None:
 
 
 def continue_run() -> None:
-    """Queue the next token of a Run (a full rerun when this run was not a fragment run)."""
+    """Queue the next token of a Run (a full rerun when this run was not a fragment run),
+    once this token has been on screen for RUN_FRAME_S (ui/state.py)."""
+    started = S.get(keys.RUN_FRAME_STARTED, time.monotonic())
+    time.sleep(max(0.0, keys.RUN_FRAME_S - (time.monotonic() - started)))
     try:
         st.rerun(scope="fragment")
     except StreamlitAPIException:

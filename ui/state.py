@@ -30,6 +30,12 @@ PRESENTATION = "app_presentation"  # app-wide: the sidebar's presentation-mode t
 GENERATION = "st_generation"
 MESSAGES = "st_messages"  # control name -> message shown beside that control
 RUNNING = "st_running"
+RUN_FRAME_STARTED = "st_run_frame_started"  # when the Run's current token began
+
+# A Run shows each token for at least this long. The server makes a token in ~60 ms, but a
+# browser on a small machine needs ~250 ms of main-thread work to draw the workspace: unpaced,
+# tokens queued up in the browser, it fell seconds behind the server, and Stop seemed ignored.
+RUN_FRAME_S = 0.3
 
 DEFAULT_PROMPT = "The capital of France is"
 WIDGET_DEFAULTS: dict[str, Any] = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -179,11 +180,15 @@ def test_branch_forces_a_candidate_as_the_latest_token(at: AppTest) -> None:
     assert "tbt-forced" in chips(at)
 
 
-def test_run_steps_until_max_new_tokens_and_disables_step(at: AppTest) -> None:
+def test_run_steps_until_max_new_tokens_and_disables_step(at: AppTest, monkeypatch) -> None:
     use_preset(at, "The capital of France is")
+    monkeypatch.setattr(keys, "RUN_FRAME_S", 0.4)  # unpaced, these 12 tokens take ~2.5 s here
+    started = time.monotonic()
     click(at, "st_run")
     gen = generation(at)
     assert len(gen.steps) == 12 and gen.finish_reason == "max_tokens"
+    # paced: each token stays a frame, so a browser can draw it (a lower bound, not a speed goal)
+    assert time.monotonic() - started >= 11 * 0.4
     assert at.button(key="st_step").disabled
     assert "tbt-fired" in html_with(at, "max new tokens")
     assert any("finished: max tokens" in m.value for m in at.markdown)

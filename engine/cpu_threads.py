@@ -1,45 +1,69 @@
-"""Run the sampler's small tensor work on one CPU thread.
+"""Run the sampler's small tensor work on a thread of its own that uses one CPU thread.
 
 The sampler works on one vocabulary-sized vector (49,152 floats for SmolLM2). That is just
 over torch's parallel grain size, so every element-wise op splits across the intra-op
 threads, and each split waits for all its threads. When another process holds a core (the
 browser drawing the chart, on a 2-core machine) that wait is a whole scheduler slice:
 re-sampling measured 7.5 ms median and 129 ms worst with two threads against 2.7 ms and
-3.0 ms with one (`python -m bench.engine_bench` machine, one busy process beside it). The
-forward pass keeps every thread: its matrix products do gain from them.
+3.0 ms with one, with one busy process beside it.
 
-The count is shared: with torch's OpenMP build, a count set on any thread holds for every
-thread the program started (Streamlit runs each visitor's script on one). So concurrent callers
-share it: the first to enter lowers it, the last to leave restores it, and a forward pass that
-overlaps someone's sampling runs on one thread for that while (slower, never different).
+Why a thread of its own: with torch's OpenMP build, each thread keeps its own thread count,
+and the last count set anywhere becomes the one threads started later begin with. Lowering
+and restoring the count around each call on the caller's thread let concurrent visitors leave
+each other's threads (and later ones) on one thread, and a forward pass on one thread gives
+other digits (decode logits differ by up to 2.6e-5). Here the count is set once, on the
+sampler's own worker; every other thread keeps the count it would have had.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
 
 import torch
 
-_lock = threading.Lock()
-_depth = 0  # how many callers are inside one_cpu_thread() right now
-_restore_to = 1
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_start_lock = threading.Lock()
+_worker: ThreadPoolExecutor | None = None
+_on_worker = threading.local()  # .active is True on the sampler's worker thread
 
 
-@contextmanager
-def one_cpu_thread() -> Iterator[None]:
-    """Inside, torch's CPU ops run on one thread; the previous count comes back after."""
-    global _depth, _restore_to
-    with _lock:
-        if _depth == 0:
-            _restore_to = torch.get_num_threads()
-        _depth += 1
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                torch.set_num_threads(_restore_to)
+def _become_single_threaded() -> None:
+    # a thread takes the current default count the first time it asks for one or runs a
+    # parallel op; have that happen now, so the count set next is not overwritten later
+    torch.get_num_threads()
+    torch.ones(2 ** 16).add_(1)
+    torch.set_num_threads(1)
+    _on_worker.active = True
+
+
+def _sampler_worker() -> ThreadPoolExecutor:
+    global _worker
+    with _start_lock:
+        if _worker is None:
+            default = torch.get_num_threads()
+            worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler",
+                                        initializer=_become_single_threaded)
+            worker.submit(lambda: None).result()  # its set-up has run
+            # setting the worker's count also set the one new threads begin with: put it back
+            torch.set_num_threads(default)
+            _worker = worker
+        return _worker
+
+
+def on_sampler_thread(function: Callable[P, R]) -> Callable[P, R]:
+    """Decorator: run `function` on the sampler's single-threaded worker and wait for it
+    (directly when already there). Its exceptions reach the caller unchanged."""
+
+    @functools.wraps(function)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        if getattr(_on_worker, "active", False):
+            return function(*args, **kwargs)
+        return _sampler_worker().submit(function, *args, **kwargs).result()
+
+    return run

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from engine.cpu_threads import one_cpu_thread
+from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, PromptError, SettingsError
 from engine.kvcache import KVSnapshot, read_kv
 from engine.loading import LoadedModel
@@ -273,10 +273,8 @@ class Generation:
 
         sampling_started = time.perf_counter()
         context = torch.tensor(self.context_ids)
-        with one_cpu_thread():
-            decision, chain = self._decide(raw_logits, context, self.sampler, self._generator, force_token_id)
-            raw_probs = raw_logits.softmax(dim=-1)
-            distribution = describe_distribution(self.lm, raw_logits, raw_probs, chain)
+        decision, raw_probs, distribution = self._sample(raw_logits, context, self.sampler, self._generator,
+                                                         force_token_id)
         pick = decision.token_id
         eos_prob = float(raw_probs[list(self.lm.eos_ids)].double().sum()) if self.lm.eos_ids else 0.0
 
@@ -317,10 +315,8 @@ class Generation:
         context = torch.tensor(self.prompt_ids + self.generated_ids[:position])
         generator = torch.Generator(device="cpu")
         generator.set_state(kept.rng_state)
-        with one_cpu_thread():
-            decision, chain = self._decide(kept.raw_logits, context, sampler, generator)
-            raw_probs = kept.raw_logits.softmax(dim=-1)
-            return Resampled(decision, describe_distribution(self.lm, kept.raw_logits, raw_probs, chain))
+        decision, _, distribution = self._sample(kept.raw_logits, context, sampler, generator)
+        return Resampled(decision, distribution)
 
     def rewind(self, steps_to_keep: int) -> None:
         """Go back to just after step `steps_to_keep` (0 = only the prompt).
@@ -346,6 +342,15 @@ class Generation:
         del self._kept[steps_to_keep:]
 
     # ---- inside a step ---------------------------------------------------------------------
+
+    @on_sampler_thread
+    def _sample(self, raw_logits: torch.Tensor, context: torch.Tensor, sampler: SamplerSettings,
+                generator: torch.Generator, force_token_id: int | None = None
+                ) -> tuple[Decision, torch.Tensor, Distribution]:
+        """The decision, the raw softmax and the distribution summary, all on the sampler's thread."""
+        decision, chain = self._decide(raw_logits, context, sampler, generator, force_token_id)
+        raw_probs = raw_logits.softmax(dim=-1)
+        return decision, raw_probs, describe_distribution(self.lm, raw_logits, raw_probs, chain)
 
     def _decide(self, logits: torch.Tensor, context: torch.Tensor, sampler: SamplerSettings,
                 generator: torch.Generator, force_token_id: int | None = None) -> tuple[Decision, ChainOutput]:

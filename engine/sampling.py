@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
-# the sampler's entry points run on one CPU thread: the same last digits however they are
-# called (a sum's order follows the thread count), and no waiting on a core another process holds
-from engine.cpu_threads import one_cpu_thread
+# the sampler's entry points run on the sampler's one-CPU-thread worker: the same last digits
+# however they are called (a sum's order follows the thread count), no waiting on a core
+# another process holds, and no caller's own thread count touched
+from engine.cpu_threads import on_sampler_thread
 from engine.settings import CHAINS, SamplerSettings
 
 NEG_INF = float("-inf")
@@ -190,7 +191,7 @@ def _skipped_record(name: str, settings: SamplerSettings, kept: int, note: str) 
                        removed=0, removed_mass=0.0, note=note)
 
 
-@one_cpu_thread()
+@on_sampler_thread
 def run_chain(logits: torch.Tensor, context_ids: torch.Tensor, settings: SamplerSettings) -> ChainOutput:
     """Apply the sampler stages in the chain's order and record what each one did.
 
@@ -258,7 +259,7 @@ def _leading_cdf(final_probs: torch.Tensor, u: float, total: torch.Tensor) -> tu
         k *= 4
 
 
-@one_cpu_thread()
+@on_sampler_thread
 def pick_by_cdf(final_probs: torch.Tensor, u: float) -> tuple[int, Draw]:
     """Inverse-CDF sampling: order tokens by probability, lay their masses end to end on
     [0, 1), and pick the token whose band contains u."""
@@ -269,7 +270,7 @@ def pick_by_cdf(final_probs: torch.Tensor, u: float) -> tuple[int, Draw]:
     return int(order[rank0]), Draw(u=u, cdf_low=low, cdf_high=float(cdf[rank0]), rank=rank0 + 1, method="cdf")
 
 
-@one_cpu_thread()
+@on_sampler_thread
 def pick_like_multinomial(final_probs: torch.Tensor, generator: torch.Generator) -> tuple[int, Draw]:
     """Sample exactly as `torch.multinomial(probs, 1)` does on the CPU: one Exp(1) waiting
     time per token, pick the largest probability / time. With the same generator state this
@@ -289,7 +290,7 @@ def pick_like_multinomial(final_probs: torch.Tensor, generator: torch.Generator)
 DRAW_METHODS = ("cdf", "multinomial")
 
 
-@one_cpu_thread()
+@on_sampler_thread
 def decide(logits: torch.Tensor, context_ids: torch.Tensor, settings: SamplerSettings,
            u: float | None, force_token_id: int | None = None, *,
            generator: torch.Generator | None = None) -> tuple[Decision, ChainOutput]:

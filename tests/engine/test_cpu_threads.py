@@ -1,66 +1,71 @@
-"""The sampler's single-thread window: one thread inside, the caller's count back after,
-also when two visitors' windows overlap."""
+"""The sampler runs on its own one-CPU-thread worker: the same digits however it is called,
+and no caller's thread count (nor the count later threads begin with) is ever changed."""
 
 from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 
-from engine import Generation, LoadedModel, SamplerSettings
-from engine.cpu_threads import one_cpu_thread
+from engine import Generation, LoadedModel, SamplerSettings, SettingsError
+from engine.cpu_threads import on_sampler_thread
 from engine.sampling import decide
 
 
-def test_one_cpu_thread_inside_and_the_previous_count_after() -> None:
+@on_sampler_thread
+def _threads_here() -> int:
+    return torch.get_num_threads()
+
+
+@on_sampler_thread
+def _fail() -> None:
+    raise SettingsError("top_p", 2.0, "a number from 0 to 1")
+
+
+def _in_a_new_thread(work) -> object:
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(work()))
+    thread.start()
+    thread.join(30)
+    return result[0]
+
+
+def test_sampler_work_runs_on_one_thread_and_the_callers_count_stays() -> None:
     before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        with one_cpu_thread():
-            assert torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
-
-
-def test_overlapping_windows_on_two_threads_restore_the_count_once_both_have_left() -> None:
-    """Thread A enters, B enters, A leaves (B still inside: still one thread), B leaves."""
-    seen: dict[str, int] = {}
-    a_inside, b_inside, a_left = threading.Event(), threading.Event(), threading.Event()
-
-    def visitor_a() -> None:
-        with one_cpu_thread():
-            a_inside.set()
-            b_inside.wait(5)
-        a_left.set()
-
-    def visitor_b() -> None:
-        a_inside.wait(5)
-        with one_cpu_thread():
-            b_inside.set()
-            a_left.wait(5)
-            seen["b after a left"] = torch.get_num_threads()
-        seen["b after both left"] = torch.get_num_threads()
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        threads = [threading.Thread(target=visitor_a), threading.Thread(target=visitor_b)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(10)
-        assert seen == {"b after a left": 1, "b after both left": 2}
-    finally:
-        torch.set_num_threads(before)
-
-
-def test_a_step_and_a_resample_leave_the_thread_count_as_they_found_it(lm: LoadedModel) -> None:
-    before = torch.get_num_threads()
-    gen = Generation(lm, "The capital of France is", sampler=SamplerSettings(temperature=0.8, top_p=0.9), seed=3)
-    gen.step()
-    gen.resample(SamplerSettings(temperature=1.3, top_k=20))
+    assert _threads_here() == 1
     assert torch.get_num_threads() == before
+    assert _in_a_new_thread(torch.get_num_threads) == before  # what threads started later begin with
+
+
+def test_an_error_on_the_sampler_thread_reaches_the_caller_unchanged() -> None:
+    with pytest.raises(SettingsError, match="top_p"):
+        _fail()
+
+
+def test_two_visitors_sampling_at_once_leave_every_thread_as_it_was(lm: LoadedModel) -> None:
+    """Two threads (two visitors' script runs) step and re-sample concurrently; afterwards
+    each still has its own count, and a thread started later begins with the default."""
+    default = torch.get_num_threads()
+    seen: dict[str, int] = {}
+    barrier = threading.Barrier(2)
+
+    def visitor(name: str, seed: int) -> None:
+        gen = Generation(lm, "Once upon a time", sampler=SamplerSettings(temperature=0.9, top_p=0.9), seed=seed)
+        barrier.wait(10)
+        for _ in range(3):
+            gen.step()
+            gen.resample(SamplerSettings(temperature=1.4, top_k=20))
+        seen[name] = torch.get_num_threads()
+
+    threads = [threading.Thread(target=visitor, args=(name, seed)) for name, seed in (("a", 1), ("b", 2))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert seen == {"a": default, "b": default}
+    assert torch.get_num_threads() == default
+    assert _in_a_new_thread(torch.get_num_threads) == default
 
 
 def test_a_decision_has_the_same_last_digits_whatever_the_callers_thread_count(lm: LoadedModel) -> None:

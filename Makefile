@@ -17,8 +17,10 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 
 install: $(BIN)/.installed
 
+# OpenMP threads sleep between parallel regions instead of spinning on the cores the server's
+# event loop and a local browser need (see ui/__init__.py, which sets it too when app.py loads first)
 run: install
-	$(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.headless true
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.headless true
 
 lint: install
 	$(BIN)/python -m ruff check .

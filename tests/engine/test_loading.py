@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -67,34 +68,40 @@ def test_a_changed_gguf_or_library_version_makes_the_cache_stale(gguf_copy) -> N
     assert _gguf_cache_dir(gguf_copy, other_version) != _gguf_cache_dir(gguf_copy, key)
 
 
-def test_cached_copies_nothing_can_load_are_pruned_and_live_ones_kept(tmp_path) -> None:
-    """After a new copy is written: a copy of the same file from before it changed, and a copy
-    of a file that is gone, go; a copy of another file that exists, a half-written staging
-    folder and another model's copy stay."""
-    def gguf(name: str) -> Path:
-        path = tmp_path / name / "model.gguf"
-        path.parent.mkdir()
+def test_cached_copies_nothing_should_load_are_pruned_and_the_rest_kept(tmp_path) -> None:
+    """After a new copy is written: an older copy of the same file goes, and so does a copy of
+    a file that is gone once it has been unused for a month. A recent copy of a missing file
+    (maybe another machine's), a copy of another existing file, a half-written staging folder,
+    a similarly named model's copy and a folder with a broken manifest stay."""
+    def gguf(folder: str, name: str = "model.gguf") -> Path:
+        path = tmp_path / folder / name
+        path.parent.mkdir(exist_ok=True)
         path.write_bytes(b"gguf")
         return path
 
-    def cached(name: str, source: object) -> Path:
+    def cached(name: str, manifest: object, age_days: float = 0) -> Path:
         folder = tmp_path / "cache" / name
         folder.mkdir(parents=True)
-        if source is not None:
-            (folder / "manifest.json").write_text(json.dumps({"gguf": str(source)}))
+        if manifest is not None:
+            (folder / "manifest.json").write_text(json.dumps(manifest))
+            then = time.time() - age_days * 24 * 3600
+            os.utime(folder / "manifest.json", (then, then))
         return folder
 
     ours, elsewhere = gguf("checkout"), gguf("other-checkout")
-    kept = cached("model-new", ours.resolve())
-    superseded = cached("model-old", ours.resolve())
-    gone = cached("model-gone", tmp_path / "deleted" / "model.gguf")
-    live = cached("model-live", elsewhere.resolve())
-    staging = cached("model-new.tmp-123", None)
-    another_model = cached("other-gone", tmp_path / "deleted" / "other.gguf")
+    missing = str(tmp_path / "deleted" / "model.gguf")
+    kept = cached("model-" + "a" * 16, {"gguf": str(ours.resolve())})
+    superseded = cached("model-" + "b" * 16, {"gguf": str(ours.resolve()), "mtime_ns": 1})
+    abandoned = cached("model-" + "c" * 16, {"gguf": missing}, age_days=40)
+    recent_missing = cached("model-" + "d" * 16, {"gguf": missing}, age_days=2)
+    live = cached("model-" + "e" * 16, {"gguf": str(elsewhere.resolve())})
+    staging = cached("model-" + "b" * 16 + ".tmp-123", {"gguf": str(ours.resolve())})
+    similar_name = cached("model-v2-" + "f" * 16, {"gguf": str(ours.resolve())})
+    broken = cached("model-" + "0" * 16, ["not", "a", "manifest"])
 
-    assert sorted(prune_stale_copies(kept, ours)) == sorted([superseded, gone])
-    assert [f.exists() for f in (kept, superseded, gone, live, staging, another_model)] == [
-        True, False, False, True, True, True]
+    assert sorted(prune_stale_copies(kept, ours)) == sorted([superseded, abandoned])
+    survivors = [kept, recent_missing, live, staging, similar_name, broken]
+    assert [f.name for f in survivors if not f.exists()] == []
 
 
 def test_bundled_source_is_the_default() -> None:

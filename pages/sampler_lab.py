@@ -83,8 +83,9 @@ def memo(key: tuple, compute: Callable[[], Any], store_key: str = "lab_memo") ->
     return store[key]
 
 
-def chart(key: tuple, build: Callable[[], Any]) -> Any:
-    """A figure built once per visitor for the values in `key` (building one takes 12-20 ms)."""
+def rebuildable(key: tuple, build: Callable[[], Any]) -> Any:
+    """A chart or chain outcome built once per visitor for the values in `key` (a chart takes
+    12-20 ms to build), kept where evicting it costs only a rebuild."""
     return memo(key, build, store_key=REBUILDABLE)
 
 
@@ -201,8 +202,8 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         st.markdown(f"At **T = {marked:g}**: entropy **{here.entropy_bits:.2f} bits**, top token "
                     f"**{pct(here.top_prob)}**. Below 1 the top token takes more of the mass and the entropy "
                     "falls towards 0 (greedy); above 1 the mass spreads over more tokens.")
-        st.plotly_chart(chart((*step_key, "temperature_chart", marked), lambda: temperature_figure(points, marked)),
-                        config=CHART_CONFIG, key="lab_temperature_chart")
+        figure = rebuildable((*step_key, "temperature_chart", marked), lambda: temperature_figure(points, marked))
+        st.plotly_chart(figure, config=CHART_CONFIG, key="lab_temperature_chart")
     with p_tab:
         marked = st.slider("top-p to read off", 0.05, 1.0, 0.9, 0.01, key="lab_sweep_top_p")
         ps = [round(0.05 * i, 2) for i in range(1, 20)] + [0.97, 0.99, 1.0]
@@ -211,8 +212,8 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         st.markdown(f"Top-p **{marked:g}** keeps **{here.kept:,}** tokens: the fewest most-probable tokens whose "
                     "probabilities add up to at least p (at temperature 1). A confident step needs few tokens to "
                     "reach p; an uncertain one needs many.")
-        st.plotly_chart(chart((*step_key, "top_p_chart", marked), lambda: cut_figure(points, "top-p", marked)),
-                        config=CHART_CONFIG, key="lab_top_p_chart")
+        figure = rebuildable((*step_key, "top_p_chart", marked), lambda: cut_figure(points, "top-p", marked))
+        st.plotly_chart(figure, config=CHART_CONFIG, key="lab_top_p_chart")
     with m_tab:
         marked = st.slider("min-p to read off", 0.01, 1.0, 0.1, 0.01, key="lab_sweep_min_p")
         ms = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0]
@@ -221,7 +222,8 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         st.markdown(f"Min-p **{marked:g}** cuts every token below **{marked:g} × the top token's probability = "
                     f"{here.threshold:.3g}** and keeps **{here.kept:,}** tokens (at temperature 1). The cut moves "
                     "with the model's confidence: a sure top token raises it.")
-        figure = chart((*step_key, "min_p_chart", marked), lambda: cut_figure(points, "min-p", marked, log_x=True))
+        figure = rebuildable((*step_key, "min_p_chart", marked),
+                             lambda: cut_figure(points, "min-p", marked, log_x=True))
         st.plotly_chart(figure, config=CHART_CONFIG, key="lab_min_p_chart")
 
 
@@ -250,7 +252,7 @@ def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
     settings = chain_settings(lm.vocab_size)
     if settings is None:
         return
-    outcomes = memo((*step_key, "chains", settings), lambda: chain_outcomes(step, settings), REBUILDABLE)
+    outcomes = rebuildable((*step_key, "chains", settings), lambda: chain_outcomes(step, settings))
     st.dataframe(pd.DataFrame([{
         "chain": name, "order": " → ".join(s.replace("_", "-") for s in CHAINS[name] if s != "repetition_penalty"),
         "tokens kept": o.decision.final_kept, "picks": quoted(lm.texts.piece(o.decision.token_id).text),
@@ -272,7 +274,7 @@ def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
     kept_any = sorted(frozenset().union(*(o.kept_ids for o in outcomes.values())), key=lambda i: -float(step.logits[i]))
     ids = kept_any[:SHOWN_TOKENS]
     picks = {name: quoted(lm.texts.piece(o.decision.token_id).text) for name, o in outcomes.items()}
-    st.plotly_chart(chart((*step_key, "chains_chart", settings),
+    st.plotly_chart(rebuildable((*step_key, "chains_chart", settings),
                           lambda: chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes, picks)),
                     config=CHART_CONFIG, key="lab_chain_chart")
 
@@ -301,8 +303,8 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
     ids = torch.topk(outcome.chain.final_probs, min(12, outcome.decision.final_kept)).indices.tolist()
     labels = token_labels(texts(lm, ids), step.logits, ids)
     shown = sum(counts.get(i, 0) for i in ids)
-    st.plotly_chart(chart((*key, "chart"), lambda: draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs)),
-                    config=CHART_CONFIG, key="lab_draws_chart")
+    figure = rebuildable((*key, "chart"), lambda: draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs))
+    st.plotly_chart(figure, config=CHART_CONFIG, key="lab_draws_chart")
     worst = max(abs(counts.get(i, 0) / DRAWS - float(outcome.chain.final_probs[i])) for i in ids)
     came_up = f"{len(counts):,} different tokens came up" if len(counts) > 1 else "Only one token came up"
     st.markdown(f"{came_up}; the {len(ids)} shown took {shown:,} draws. "

@@ -44,7 +44,6 @@ from ui.views import PANEL_CSS
 S = st.session_state
 WORKSPACE_KEY = "st_workspace"  # the fragment a branch or a re-pick reruns
 SAMPLER_VIEW_KEY = "st_sampler"  # the fragment a sampler control reruns, nested in the workspace
-
 # Less empty space above the title.
 PAGE_CSS = """<style>[data-testid="stMainBlockContainer"]{padding-top:2.2rem}</style>"""
 

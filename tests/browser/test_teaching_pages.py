@@ -27,6 +27,13 @@ def settle(page) -> None:
     page.wait_for_timeout(500)
 
 
+def click_to_heading(page, button: str, heading: str) -> None:
+    """Click a button and wait until the heading it leads to is drawn and the run is over."""
+    page.get_by_role("button", name=button).click()
+    page.get_by_role("heading", name=heading).wait_for(timeout=SLOW)
+    settle(page)
+
+
 def shoot(page, name: str, height: int = 2400) -> None:
     page.set_viewport_size({"width": 1280, "height": height})
     page.wait_for_timeout(500)
@@ -54,19 +61,13 @@ def test_lesson_walks_the_stages_and_scores_a_prediction(page):
     page.get_by_role("heading", name="Prompt → tokens").wait_for(timeout=SLOW)
     settle(page)
     shoot(page, "teaching_lesson_tokens", height=1300)
-    page.get_by_role("button", name="Next ▶").click()
-    page.get_by_role("heading", name="Forward pass → logits").wait_for(timeout=SLOW)
-    settle(page)
+    click_to_heading(page, "Next ▶", "Forward pass → logits")
     shoot(page, "teaching_lesson_logits", height=1300)
     for heading in ("Softmax → probabilities", "Sampling → one token", "Append → context and KV cache",
                     "Check → stop or go round again"):
-        page.get_by_role("button", name="Next ▶").click()
-        page.get_by_role("heading", name=heading).wait_for(timeout=SLOW)
-        settle(page)
+        click_to_heading(page, "Next ▶", heading)
     shoot(page, "teaching_lesson_check", height=1100)
-    page.get_by_role("button", name="◀ Previous").click()
-    page.get_by_role("heading", name="Append → context and KV cache").wait_for(timeout=SLOW)
-    settle(page)
+    click_to_heading(page, "◀ Previous", "Append → context and KV cache")
     shoot(page, "teaching_lesson_kv", height=1100)
     # the prediction exercise, in the same session
     page.get_by_text("Predict the next token").click()

@@ -31,7 +31,7 @@ def model_sidebar() -> None:
             if st.form_submit_button("Load model"):
                 switch_model(source)
         if ERROR_KEY in st.session_state:
-            st.error(st.session_state[ERROR_KEY] + " The previous model stays loaded.", icon="✋")
+            st.error(st.session_state[ERROR_KEY] + " The previous model stays loaded.", icon=":material/back_hand:")
         st.divider()
         st.toggle("Presentation mode", key=PRESENTATION, persist_state="session",
                   help="Large type and fewer panels, for a projector.")

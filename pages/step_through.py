@@ -211,7 +211,7 @@ def setup_controls() -> None:
         st.caption(f"Preset: {preset_named(S[keys.PRESET]).about}")
     for control in ("prompt", "stop"):
         if problem := keys.message(S, control):
-            st.error(problem, icon="✋")
+            st.error(problem, icon=":material/back_hand:")
 
 
 def templated_text() -> None:
@@ -279,7 +279,7 @@ def button_row(gen: Generation) -> None:
     row.button("Reset", key="st_reset", on_click=on_reset, disabled=running, help="Start over from the prompt.")
     row.markdown(status_text(gen) + (" · running…" if running else ""))
     if problem := keys.message(S, "buttons"):
-        st.warning(problem, icon="✋")
+        st.warning(problem, icon=":material/back_hand:")
 
 
 def status_text(gen: Generation) -> str:
@@ -420,14 +420,14 @@ def sampler_view() -> None:
     with control_col:
         sampler_controls()
         if problem:
-            st.error(problem, icon="✋")
+            st.error(problem, icon=":material/back_hand:")
     publish_link(gen)
     if record is None:
         return
     with view_col:
         if changed:
-            panels.resample_note(record, decision, distribution, on_repick, "st_repick")
-        panels.decision_panel(decision, distribution)
+            panels.resample_note(record, decision, gen.lm.texts, on_repick, "st_repick")
+        panels.decision_panel(decision, distribution, gen.lm.texts)
     if not presentation():
         with control_col:
             panels.candidates_panel(record, distribution, on_branch, key_prefix="st_force_")
@@ -464,7 +464,7 @@ def share_panel(gen: Generation) -> None:
     st.file_uploader("Load a trace", type=["json"], key="st_trace_upload", on_change=on_trace_upload,
                      help="A trace downloaded from this app; its steps are replayed on the current model.")
     if problem := keys.message(S, "trace_error"):
-        st.error(problem, icon="✋")
+        st.error(problem, icon=":material/back_hand:")
     elif note := keys.message(S, "trace"):
         st.success(note)
 
@@ -482,7 +482,7 @@ def main() -> None:
     st.caption("One click = one token. Each step runs the model on the context, turns its scores into a "
                "distribution over the whole vocabulary, picks one token, appends it, and checks whether to stop.")
     if problem := keys.message(S, "link"):
-        st.warning(problem, icon="🔗")
+        st.warning(problem, icon=":material/link:")
     sync_generation(lm)  # widget values are already in session_state; messages then show beside them
     # on a projector the setup folds away so the generation gets the screen
     with st.expander("Prompt and settings") if presentation() else st.container():

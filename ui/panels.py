@@ -12,6 +12,7 @@ import streamlit as st
 
 from engine import Decision, Distribution, Generation, LoadedModel, StepRecord
 from engine.stopping import stop_sequence_states
+from engine.tokens import TokenTexts
 from ui.charts import CHART_CONFIG, FINAL_NAME, MODES, RAW_NAME, distribution_figure, kv_figure
 from ui.chips import context_html
 from ui.format import pct, quoted
@@ -24,6 +25,7 @@ from ui.views import (
     sequence_table_html,
     stages_html,
     termination_html,
+    token_name,
 )
 
 CANDIDATES_SHOWN = 8
@@ -32,11 +34,6 @@ CANDIDATES_SHOWN = 8
 def eos_names(lm: LoadedModel) -> str:
     """The model's end-of-sequence token(s), as text."""
     return " ".join(lm.texts.piece(i).text for i in lm.eos_ids)
-
-
-def token_text(distribution: Distribution, token_id: int) -> str:
-    """A token's text when it is among the recorded candidates, else its id."""
-    return next((c.text for c in distribution.top if c.token_id == token_id), f"id {token_id}")
 
 
 def context_panel(gen: Generation, prompt_html: str, legend: bool = True) -> None:
@@ -69,24 +66,23 @@ def distribution_panel(record: StepRecord, decision: Decision, distribution: Dis
     st.segmented_control("Scale", list(MODES), key=mode_key, label_visibility="collapsed", persist_state="session")
 
 
-def resample_note(record: StepRecord, decision: Decision, distribution: Distribution,
+def resample_note(record: StepRecord, decision: Decision, texts: TokenTexts,
                   on_repick: Callable[[], None], button_key: str) -> None:
     """Say what a slider change did to the latest step, and offer to take the step again."""
     same = decision.token_id == record.token_id
     verdict = ("still picks " + quoted(record.token.text) if same else
-               f"would pick {quoted(token_text(distribution, decision.token_id))} instead of "
-               f"{quoted(record.token.text)}")
+               f"would pick {token_name(texts, decision.token_id)} instead of {quoted(record.token.text)}")
     st.info(f"Re-sampled step {record.index} from its kept logits with the new settings (no forward pass, "
-            f"the same random number u): it {verdict}. The next Step uses these settings.", icon="🎛️")
+            f"the same random number u): it {verdict}. The next Step uses these settings.", icon=":material/tune:")
     if not same:
         st.button(f"Take step {record.index} again with these settings", key=button_key, on_click=on_repick)
 
 
-def decision_panel(decision: Decision, distribution: Distribution) -> None:
+def decision_panel(decision: Decision, distribution: Distribution, texts: TokenTexts) -> None:
     """The sampler chain stage by stage, then the draw (or argmax, or the forced token)."""
     heading("Sampler decision", f"Stages in {decision.settings.chain} order. Each one removes tokens or reshapes "
             "the distribution; the last one leaves the final distribution the pick is drawn from.")
-    st.html(stages_html(decision) + decision_html(decision, distribution))
+    st.html(stages_html(decision) + decision_html(decision, distribution, texts))
 
 
 def candidates_panel(record: StepRecord, distribution: Distribution, on_branch: Callable[[int], None],

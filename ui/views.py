@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from engine import Decision, Distribution, KVSnapshot, StepRecord, Termination
 from engine.generation import Candidate
 from engine.stopping import first_match
+from engine.tokens import TokenTexts
 from ui.charts import FINAL_COLOUR, RAW_COLOUR
 from ui.format import esc, logp, nbytes, pct, prob, quoted
 
@@ -65,12 +66,10 @@ def _table(headers: Sequence[str], rows: Sequence[str]) -> str:
     return f'<table class="tbt-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
-def _token_text(distribution: Distribution, token_id: int) -> str:
-    """A candidate's visible text, or its id when it is outside the recorded leaders."""
-    for candidate in distribution.top:
-        if candidate.token_id == token_id:
-            return quoted(candidate.text)
-    return f"id {token_id}"
+def token_name(texts: TokenTexts, token_id: int) -> str:
+    """Any token's visible text, quoted, read from the model's own vocabulary (a pick far down
+    the list is not among the distribution's recorded leaders)."""
+    return quoted(texts.piece(token_id).text)
 
 
 # ---- sampler decision -----------------------------------------------------------------------
@@ -114,9 +113,9 @@ def cdf_strip_html(decision: Decision, distribution: Distribution) -> str:
             "</div>")
 
 
-def decision_html(decision: Decision, distribution: Distribution) -> str:
+def decision_html(decision: Decision, distribution: Distribution, texts: TokenTexts) -> str:
     """How the pick was made: greedy argmax, a random draw on the CDF, or forced."""
-    sampler_pick = _token_text(distribution, decision.sampler_token_id)
+    sampler_pick = token_name(texts, decision.sampler_token_id)
     if decision.greedy:
         how = (f"Greedy (temperature 0): the argmax is taken, no random number is drawn. "
                f"The sampler picks <b>{esc(sampler_pick)}</b>.")
@@ -133,7 +132,7 @@ def decision_html(decision: Decision, distribution: Distribution) -> str:
                f"relative to its probability wins): <b>{esc(sampler_pick)}</b>.{band}")
     forced = ""
     if decision.forced:
-        forced = (f'<div class="tbt-pick">Forced by you: <b>{esc(_token_text(distribution, decision.token_id))}</b>'
+        forced = (f'<div class="tbt-pick">Forced by you: <b>{esc(token_name(texts, decision.token_id))}</b>'
                   f" (final p {pct(decision.final_prob)}); the sampler's own pick is shown below.</div>")
     return (forced + f'<div>{how}</div>' + cdf_strip_html(decision, distribution)
             + f'<div class="tbt-note">{_tokens(decision.final_kept)} can be drawn · final entropy '

@@ -8,16 +8,19 @@ import math
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
+import torch
 
 from engine import Generation, LoadedModel, SamplerSettings, StopSettings, Termination, replay
+from engine.generation import describe_distribution
+from engine.sampling import decide
 from engine.stopping import StopSequenceState
 from ui.charts import MODES, bar_rows, distribution_figure, kv_figure
 from ui.chips import generated_chip, prompt_chips
-from ui.format import pct, visible
+from ui.format import esc, pct, quoted, visible
 from ui.presets import load_presets
 from ui.share import SharedState, SharedStep, ShareError, from_generation, from_params, replay_trace, to_params
 from ui.state import format_stop_sequences, parse_stop_sequences
-from ui.views import factorisation_html, sequence_stats, termination_html
+from ui.views import decision_html, factorisation_html, sequence_stats, termination_html
 
 GREEDY = SamplerSettings(temperature=0.0)
 WARM = SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, chain="vllm")
@@ -140,6 +143,20 @@ def test_unvalidated_charts_are_exactly_what_plotly_validation_would_send(sample
     assert figure.layout.shapes, "the pick's row is highlighted"
     kv = kv_figure(sampled.steps)
     assert json.loads(pio.to_json(kv, validate=False)) == _validated_json(kv)
+
+
+def test_a_pick_far_below_the_recorded_leaders_is_named_by_its_text_not_its_id(lm: LoadedModel) -> None:
+    """At temperature 2 a draw near 1 lands far down the list, outside the recorded leaders;
+    the decision still names the token (it used to say 'id 14344')."""
+    gen = Generation(lm, "The capital of France is", sampler=SamplerSettings(temperature=2.0))
+    gen.step()
+    logits, context = gen.raw_logits(), torch.tensor(gen.context_ids[:-1])
+    decision, chain = decide(logits, context, SamplerSettings(temperature=2.0), 0.9999)
+    distribution = describe_distribution(lm, logits, logits.softmax(dim=-1), chain)
+    assert decision.token_id not in {c.token_id for c in distribution.top}
+    html = decision_html(decision, distribution, lm.texts)
+    assert esc(quoted(lm.texts.piece(decision.token_id).text)) in html
+    assert f"id {decision.token_id}" not in html
 
 
 def test_sequence_stats_are_the_sum_of_log_probabilities(sampled: Generation) -> None:

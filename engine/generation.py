@@ -1,12 +1,13 @@
 """The autoregressive loop, one token at a time, with a record of everything at each step.
 
-One step is the four stages of the loop:
+One step is the four stages of the loop, then its record (`Generation.step` reads as this):
   1. forward pass: feed the tokens the KV cache has not seen yet (the whole prompt on the
      first step, then the previous pick) and read the logits at the last position;
   2. sample: softmax over the whole vocabulary, the sampler chain, the pick;
   3. append: the pick joins the context (its keys and values enter the cache on the next
      forward pass, when the model reads it);
-  4. check: EOS, stop sequences, max new tokens, context window.
+  4. check: EOS, stop sequences, max new tokens, context window;
+  5. record: every number of the step, kept with its logits for re-sampling and rewinding.
 """
 
 from __future__ import annotations
@@ -16,13 +17,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
 from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, PromptError, SettingsError
+from engine.forward import crop_cache, forward_one, new_cache
 from engine.kvcache import KVSnapshot, read_kv
 from engine.loading import LoadedModel
-from engine.sampling import DRAW_METHODS, ChainOutput, Decision, decide, draw_uniform, entropy_bits
+from engine.sampling import (
+    DRAW_METHODS,
+    ChainOutput,
+    Decision,
+    DrawStrategy,
+    InverseCdf,
+    Multinomial,
+    decide,
+    draw_uniform,
+    entropy_bits,
+)
 from engine.settings import SamplerSettings, StopSettings
 from engine.stopping import Termination, finish_reason, returned_text, stop_sequence_states
 from engine.tokens import TokenPiece
@@ -57,8 +68,8 @@ class Distribution:
 
 @dataclass(frozen=True)
 class Timing:
-    forward_ms: float
-    sampling_ms: float  # sampler chain, draw and the record's instrumentation
+    forward_ms: float  # the pass whose logits the step used (a step taken again reuses its pass)
+    sampling_ms: float  # sampler chain, draw and the distribution summary
     step_ms: float  # the whole step, wall time
 
 
@@ -76,7 +87,7 @@ class StepRecord:
     decision: Decision
     distribution: Distribution
     kv: KVSnapshot  # the cache after this step's forward pass
-    forward_tokens: int  # tokens fed to the forward pass: the prompt on step 1, then 1
+    forward_tokens: int  # tokens that pass read: the prompt on step 1, then 1
     termination: Termination
     output_text: str  # the decoded output so far, before any stop-sequence cut
     timing: Timing
@@ -92,6 +103,36 @@ class Resampled:
 
     decision: Decision
     distribution: Distribution
+
+
+@dataclass(frozen=True)
+class _Sampled:
+    """What the sampler stage returns to the loop."""
+
+    decision: Decision
+    raw_probs: torch.Tensor  # [vocab], softmax of the raw logits
+    distribution: Distribution
+    eos_prob: float  # raw probability of every end token together
+    sampling_ms: float  # the chain, the draw and the distribution summary
+
+
+@dataclass(frozen=True)
+class _PendingLogits:
+    """Logits kept from an earlier forward pass, for the next step to use again."""
+
+    logits: torch.Tensor  # [vocab]
+    forward_tokens: int  # what that pass read
+    forward_ms: float
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    """The generation's mutable state before a step, to undo a step that fails part-way."""
+
+    cache_length: int
+    rng_state: torch.Tensor
+    pending: _PendingLogits | None
+    started: float  # perf_counter at the step's start
 
 
 @dataclass(frozen=True)
@@ -189,10 +230,10 @@ class Generation:
         self.stop = stop or StopSettings()
         self.prompt_text, self.prompt_ids = build_prompt(lm, prompt, chat, system_prompt)
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
-        self._cache = DynamicCache(config=lm.model.config)
+        self._cache = new_cache(lm)
         self._steps: list[StepRecord] = []
         self._kept: list[_StepTensors] = []
-        self._pending_logits: torch.Tensor | None = None  # logits no step has used yet
+        self._pending: _PendingLogits | None = None  # kept logits the next step uses instead of a pass
         self._text_cache: tuple[int, str] = (-1, "")
 
     # ---- what the pages read -------------------------------------------------------------
@@ -260,42 +301,22 @@ class Generation:
         """Run one step of the loop and return its record.
 
         `force_token_id` replaces the sampler's pick (a branch); the sampler still runs and
-        its own choice is recorded beside the forced one.
+        its own choice is recorded beside the forced one. A step is atomic: if anything in
+        it fails, the context, the KV cache, the random generator and the records are as
+        they were before it.
         """
-        if self.finished:
-            raise GenerationFinished(f"Generation has finished ({self.finish_reason}); "
-                                     "go Back, change the stop settings, or Reset.")
-        if force_token_id is not None and not 0 <= force_token_id < self.lm.vocab_size:
-            raise SettingsError("force_token_id", force_token_id, f"a token id from 0 to {self.lm.vocab_size - 1}")
-        started = time.perf_counter()
-        rng_state = self._generator.get_state()
-        raw_logits, forward_tokens, forward_ms = self._next_logits()  # [vocab]
-
-        sampling_started = time.perf_counter()
-        context = torch.tensor(self.context_ids)
-        decision, raw_probs, distribution = self._sample(raw_logits, context, self.sampler, self._generator,
-                                                         force_token_id)
-        pick = decision.token_id
-        eos_prob = float(raw_probs[list(self.lm.eos_ids)].double().sum()) if self.lm.eos_ids else 0.0
-
-        generated = [*self.generated_ids, pick]
-        text = self.lm.tokenizer.decode(generated, skip_special_tokens=True)
-        termination = self._termination(generated, text, eos_prob)
-        kv = self.kv
-        index = len(generated)
-        now = time.perf_counter()
-        record = StepRecord(
-            index=index, position=len(self.prompt_ids) + index - 1, token=self.lm.texts.piece(pick),
-            logit=float(raw_logits[pick]), prob=float(raw_probs[pick]),
-            rank=int((raw_logits > raw_logits[pick]).sum()) + 1, final_prob=decision.final_prob,
-            decision=decision, distribution=distribution, kv=kv, forward_tokens=forward_tokens,
-            termination=termination, output_text=text,
-            timing=Timing(forward_ms, (now - sampling_started) * 1e3, (now - started) * 1e3),
-        )
-        self._steps.append(record)
-        self._kept.append(_StepTensors(raw_logits=raw_logits, rng_state=rng_state))
-        self._text_cache = (len(self._steps), text)
-        return record
+        self._check_can_step(force_token_id)
+        before = self._checkpoint()
+        try:
+            logits, fed, forward_ms = self._forward_pass()  # 1. forward pass: logits [vocab]
+            sampled = self._sample(logits, torch.tensor(self.context_ids), self.sampler,  # 2. sample
+                                   self._generator, force_token_id)
+            generated, text = self._appended(sampled.decision.token_id)  # 3. append
+            termination = self._termination(generated, text, sampled.eos_prob)  # 4. check
+            return self._record(sampled, logits, before, fed, forward_ms, termination, text)  # 5. record
+        except BaseException:
+            self._restore(before)
+            raise
 
     def run(self, max_steps: int | None = None) -> Iterator[StepRecord]:
         """Step until a termination condition fires (or `max_steps`), yielding each record."""
@@ -315,8 +336,8 @@ class Generation:
         context = torch.tensor(self.prompt_ids + self.generated_ids[:position])
         generator = torch.Generator(device="cpu")
         generator.set_state(kept.rng_state)
-        decision, _, distribution = self._sample(kept.raw_logits, context, sampler, generator)
-        return Resampled(decision, distribution)
+        sampled = self._sample(kept.raw_logits, context, sampler, generator)
+        return Resampled(sampled.decision, sampled.distribution)
 
     def rewind(self, steps_to_keep: int) -> None:
         """Go back to just after step `steps_to_keep` (0 = only the prompt).
@@ -324,81 +345,149 @@ class Generation:
         The KV cache is cropped, not recomputed; the random generator returns to its state
         at that point, so stepping again repeats what happened unless settings change.
         """
-        if not 0 <= steps_to_keep <= len(self._steps):
+        if not _is_whole(steps_to_keep) or not 0 <= steps_to_keep <= len(self._steps):
             raise SettingsError("steps_to_keep", steps_to_keep, f"a whole number from 0 to {len(self._steps)}")
         if steps_to_keep == len(self._steps):
             return
-        following = self._kept[steps_to_keep]
-        self._generator.set_state(following.rng_state)
-        if steps_to_keep == 0:
-            # the prompt's logits are kept, so the prompt is not read again
-            self._crop_cache(len(self.prompt_ids))
-            self._pending_logits = following.raw_logits
-        else:
-            # the last kept token is read again on the next step, exactly as before
-            self._crop_cache(len(self.prompt_ids) + steps_to_keep - 1)
-            self._pending_logits = None
+        self._generator.set_state(self._kept[steps_to_keep].rng_state)
+        self._rewind_cache(steps_to_keep)
         del self._steps[steps_to_keep:]
         del self._kept[steps_to_keep:]
 
+    def branch(self, token_id: int) -> StepRecord:
+        """Replace the latest step's pick with `token_id` (the sampler's own choice is still
+        recorded): the step is taken again from the same logits, with that token forced."""
+        self._step_position(None)
+        self._check_token_id("token_id", token_id)
+        return self._retake_latest(token_id)
+
+    def repick(self) -> StepRecord:
+        """Take the latest step again under the current sampler settings (same logits, same
+        random draw), as if those settings had been in force then."""
+        self._step_position(None)
+        return self._retake_latest(None)
+
     # ---- inside a step ---------------------------------------------------------------------
+
+    def _check_can_step(self, force_token_id: int | None) -> None:
+        if self.finished:
+            raise GenerationFinished(f"Generation has finished ({self.finish_reason}); "
+                                     "go Back, change the stop settings, or Reset.")
+        if force_token_id is not None:
+            self._check_token_id("force_token_id", force_token_id)
+
+    def _check_token_id(self, parameter: str, token_id: object) -> None:
+        if not _is_whole(token_id) or not 0 <= token_id < self.lm.vocab_size:
+            raise SettingsError(parameter, token_id, f"a token id, a whole number from 0 to {self.lm.vocab_size - 1}")
+
+    def _checkpoint(self) -> _Checkpoint:
+        return _Checkpoint(self._cache.get_seq_length(), self._generator.get_state(), self._pending,
+                           time.perf_counter())
+
+    def _restore(self, checkpoint: _Checkpoint) -> None:
+        """Undo a step that failed part-way: the cache loses what its forward pass wrote."""
+        crop_cache(self._cache, checkpoint.cache_length)
+        self._generator.set_state(checkpoint.rng_state)
+        self._pending = checkpoint.pending
+
+    def _forward_pass(self) -> tuple[torch.Tensor, int, float]:
+        """Logits `[vocab]` for the next position, the tokens fed and the pass's time: a forward
+        pass over the tokens the cache has not seen (the whole prompt on the first step, then
+        the previous pick), or the kept logits of a pass already made for this position (the
+        step is being taken again), reported with that pass's size and time."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            return pending.logits, pending.forward_tokens, pending.forward_ms
+        unseen = self.context_ids[self._cache.get_seq_length():]
+        started = time.perf_counter()
+        logits = forward_one(self.lm, unseen, self._cache)
+        return logits, len(unseen), (time.perf_counter() - started) * 1e3
 
     @on_sampler_thread
     def _sample(self, raw_logits: torch.Tensor, context: torch.Tensor, sampler: SamplerSettings,
-                generator: torch.Generator, force_token_id: int | None = None
-                ) -> tuple[Decision, torch.Tensor, Distribution]:
-        """The decision, the raw softmax and the distribution summary, all on the sampler's thread."""
-        decision, chain = self._decide(raw_logits, context, sampler, generator, force_token_id)
+                generator: torch.Generator, force_token_id: int | None = None) -> _Sampled:
+        """The sampler's decision, the raw softmax and the distribution summary. The one place
+        a step or a re-sample enters the sampler: it runs on the sampler's one-thread worker
+        (engine/cpu_threads.py), so every caller gets the same digits."""
+        started = time.perf_counter()
+        decision, chain = decide(raw_logits, context, sampler, self._draw_strategy(generator), force_token_id)
         raw_probs = raw_logits.softmax(dim=-1)
-        return decision, raw_probs, describe_distribution(self.lm, raw_logits, raw_probs, chain)
+        eos_prob = float(raw_probs[list(self.lm.eos_ids)].double().sum()) if self.lm.eos_ids else 0.0
+        distribution = describe_distribution(self.lm, raw_logits, raw_probs, chain)
+        return _Sampled(decision, raw_probs, distribution, eos_prob, (time.perf_counter() - started) * 1e3)
 
-    def _decide(self, logits: torch.Tensor, context: torch.Tensor, sampler: SamplerSettings,
-                generator: torch.Generator, force_token_id: int | None = None) -> tuple[Decision, ChainOutput]:
-        """The sampler's decision; a sampling step always consumes its draw, forced or not,
-        so the random stream stays the same whatever the visitor forces."""
-        if sampler.greedy:
-            return decide(logits, context, sampler, None, force_token_id)
+    def _draw_strategy(self, generator: torch.Generator) -> DrawStrategy:
+        """How this generation draws. A sampling step always consumes its draw, forced or
+        not, so the random stream stays the same whatever the visitor forces."""
         if self.draw == "multinomial":
-            return decide(logits, context, sampler, None, force_token_id, generator=generator)
-        return decide(logits, context, sampler, draw_uniform(generator), force_token_id)
+            return Multinomial(generator)
+        return InverseCdf(draw_uniform(generator))
+
+    def _appended(self, token_id: int) -> tuple[list[int], str]:
+        """The generated ids with the pick appended, and their decoded text."""
+        generated = [*self.generated_ids, token_id]
+        return generated, self.lm.tokenizer.decode(generated, skip_special_tokens=True)
+
+    def _record(self, sampled: _Sampled, raw_logits: torch.Tensor, before: _Checkpoint, forward_tokens: int,
+                forward_ms: float, termination: Termination, text: str) -> StepRecord:
+        """Build the step's record from what the stages returned and keep it with its logits."""
+        decision, pick = sampled.decision, sampled.decision.token_id
+        index = len(self._steps) + 1
+        record = StepRecord(
+            index=index, position=len(self.prompt_ids) + index - 1, token=self.lm.texts.piece(pick),
+            logit=float(raw_logits[pick]), prob=float(sampled.raw_probs[pick]),
+            rank=int((raw_logits > raw_logits[pick]).sum()) + 1, final_prob=decision.final_prob,
+            decision=decision, distribution=sampled.distribution, kv=self.kv, forward_tokens=forward_tokens,
+            termination=termination, output_text=text,
+            timing=Timing(forward_ms, sampled.sampling_ms, (time.perf_counter() - before.started) * 1e3),
+        )
+        self._steps.append(record)
+        self._kept.append(_StepTensors(raw_logits=raw_logits, rng_state=before.rng_state))
+        self._text_cache = (len(self._steps), text)
+        return record
+
+    def _rewind_cache(self, steps_to_keep: int) -> None:
+        """Crop the cache for a rewind. Back to the prompt, the prefill's logits are kept, so
+        the prompt is not read again; otherwise the last kept token is read again on the
+        next step, exactly as before (its keys and values enter the cache when it is read)."""
+        if steps_to_keep == 0:
+            crop_cache(self._cache, len(self.prompt_ids))
+            self._pending = self._kept_pass(0)
+        else:
+            crop_cache(self._cache, len(self.prompt_ids) + steps_to_keep - 1)
+            self._pending = None
+
+    def _kept_pass(self, position: int) -> _PendingLogits:
+        """Step `position + 1`'s logits with the size and time of the pass that made them."""
+        record = self._steps[position]
+        return _PendingLogits(self._kept[position].raw_logits, record.forward_tokens, record.timing.forward_ms)
+
+    def _retake_latest(self, force_token_id: int | None) -> StepRecord:
+        """Take the latest step again from its kept logits and random state: the cache is not
+        touched (the latest pick never entered it). On failure the latest step stays."""
+        latest, kept, generator_state = self._steps[-1], self._kept[-1], self._generator.get_state()
+        pending, retaken = self._pending, self._kept_pass(len(self._steps) - 1)
+        del self._steps[-1]
+        del self._kept[-1]
+        self._generator.set_state(kept.rng_state)
+        self._pending = retaken
+        try:
+            return self.step(force_token_id=force_token_id)
+        except BaseException:
+            self._steps.append(latest)
+            self._kept.append(kept)
+            self._generator.set_state(generator_state)
+            self._pending = pending
+            raise
 
     def _step_position(self, index: int | None) -> int:
         if not self._steps:
             raise SettingsError("step", index, "a step that has happened (take a step first)")
         if index is None:
             return len(self._steps) - 1
-        if not 1 <= index <= len(self._steps):
+        if not _is_whole(index) or not 1 <= index <= len(self._steps):
             raise SettingsError("step", index, f"a step from 1 to {len(self._steps)}")
         return index - 1
-
-    def _crop_cache(self, length: int) -> None:
-        excess = self._cache.get_seq_length() - length
-        if excess > 0:
-            self._cache.crop(-excess)
-
-    def _next_logits(self) -> tuple[torch.Tensor, int, float]:
-        """Logits for the next position: kept ones after a rewind, else a forward pass over
-        the tokens the cache has not seen."""
-        if self._pending_logits is not None:
-            logits, self._pending_logits = self._pending_logits, None
-            return logits, 0, 0.0
-        unseen = self.context_ids[self._cache.get_seq_length():]
-        started = time.perf_counter()
-        logits = self._forward(unseen)
-        return logits, len(unseen), (time.perf_counter() - started) * 1e3
-
-    @torch.inference_mode()
-    def _forward(self, token_ids: list[int]) -> torch.Tensor:
-        device = self.lm.device
-        input_ids = torch.tensor([token_ids], device=device)
-        attention_mask = torch.ones((1, self._cache.get_seq_length() + len(token_ids)),
-                                    dtype=torch.long, device=device)
-        out = self.lm.model(input_ids=input_ids, attention_mask=attention_mask,
-                            past_key_values=self._cache, use_cache=True, logits_to_keep=1)
-        logits = out.logits[0, -1].to(device="cpu", dtype=torch.float32)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return logits  # [vocab]
 
     def _termination(self, generated: list[int], text: str, eos_prob: float) -> Termination:
         """Every condition's state once `generated` (whose decoded text is `text`) is out."""
@@ -409,3 +498,7 @@ class Generation:
                      context_tokens=len(self.prompt_ids) + len(generated),
                      context_window=self.lm.context_window)
         return Termination(eos_ids=self.lm.eos_ids, eos_prob=eos_prob, finish_reason=finish_reason(**state), **state)
+
+
+def _is_whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -17,18 +17,14 @@ Filtered tokens get -inf, exactly as transformers' warpers do.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-# the sampler's entry points run on the sampler's one-CPU-thread worker: the same last digits
-# however they are called (a sum's order follows the thread count), no waiting on a core
-# another process holds, and no caller's own thread count touched
-from engine.cpu_threads import on_sampler_thread
 from engine.settings import CHAINS, SamplerSettings
 
 NEG_INF = float("-inf")
-FILTERS = ("top_k", "top_p", "min_p")  # the stages that remove tokens
 
 
 def penalize_repetition(logits: torch.Tensor, context_ids: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -75,6 +71,40 @@ def keep_min_p(logits: torch.Tensor, min_p: float, min_tokens_to_keep: int = 1) 
     keep_ids = torch.topk(probs, min(min_tokens_to_keep, probs.numel())).indices
     drop[keep_ids] = False
     return logits.masked_fill(drop, NEG_INF)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One sampler stage, the way transformers has one class per transform.
+
+    Args:
+        name: its key in `engine.settings.CHAINS`.
+        apply: (logits `[vocab]`, context ids, settings) -> new logits; never in place.
+        is_neutral: True when the settings turn the stage off.
+        label: the stage and its setting, for people.
+        removes_tokens: a filter (tokens leave at -inf) rather than a reshape.
+    """
+
+    name: str
+    apply: Callable[[torch.Tensor, torch.Tensor, SamplerSettings], torch.Tensor]
+    is_neutral: Callable[[SamplerSettings], bool]
+    label: Callable[[SamplerSettings], str]
+    removes_tokens: bool
+
+
+STAGES: dict[str, Stage] = {stage.name: stage for stage in (
+    Stage("repetition_penalty",
+          lambda logits, context, s: penalize_repetition(logits, context, s.repetition_penalty),
+          lambda s: s.repetition_penalty == 1.0, lambda s: f"repetition penalty {s.repetition_penalty:g}", False),
+    Stage("temperature", lambda logits, _, s: scale_temperature(logits, s.temperature),
+          lambda s: s.temperature == 1.0, lambda s: f"temperature {s.temperature:g}", False),
+    Stage("top_k", lambda logits, _, s: keep_top_k(logits, s.top_k, s.min_tokens_to_keep),
+          lambda s: s.top_k == 0, lambda s: f"top-k {s.top_k}", True),
+    Stage("top_p", lambda logits, _, s: keep_top_p(logits, s.top_p, s.min_tokens_to_keep),
+          lambda s: s.top_p >= 1.0, lambda s: f"top-p {s.top_p:g}", True),
+    Stage("min_p", lambda logits, _, s: keep_min_p(logits, s.min_p, s.min_tokens_to_keep),
+          lambda s: s.min_p == 0.0, lambda s: f"min-p {s.min_p:g}", True),
+)}
 
 
 @dataclass(frozen=True)
@@ -139,83 +169,51 @@ def entropy_bits(probs: torch.Tensor) -> float:
     return float(torch.special.entr(probs.double()).sum()) / math.log(2)  # entr(0) = 0
 
 
-def _stage_label(name: str, settings: SamplerSettings) -> str:
-    labels = {
-        "repetition_penalty": f"repetition penalty {settings.repetition_penalty:g}",
-        "temperature": f"temperature {settings.temperature:g}",
-        "top_k": f"top-k {settings.top_k}",
-        "top_p": f"top-p {settings.top_p:g}",
-        "min_p": f"min-p {settings.min_p:g}",
-    }
-    return labels[name]
-
-
-def _is_neutral(name: str, settings: SamplerSettings) -> bool:
-    neutral = {
-        "repetition_penalty": settings.repetition_penalty == 1.0,
-        "temperature": settings.temperature == 1.0,
-        "top_k": settings.top_k == 0,
-        "top_p": settings.top_p >= 1.0,
-        "min_p": settings.min_p == 0.0,
-    }
-    return neutral[name]
-
-
-def _apply_stage(name: str, logits: torch.Tensor, context_ids: torch.Tensor,
-                 settings: SamplerSettings) -> torch.Tensor:
-    keep = settings.min_tokens_to_keep
-    if name == "repetition_penalty":
-        return penalize_repetition(logits, context_ids, settings.repetition_penalty)
-    if name == "temperature":
-        return scale_temperature(logits, settings.temperature)
-    if name == "top_k":
-        return keep_top_k(logits, settings.top_k, keep)
-    if name == "top_p":
-        return keep_top_p(logits, settings.top_p, keep)
-    return keep_min_p(logits, settings.min_p, keep)
-
-
-def _stage_record(name: str, settings: SamplerSettings, before: torch.Tensor,
-                  after: torch.Tensor) -> StageRecord:
-    """Measure what an applied stage removed (tokens newly at -inf) and the mass they held."""
-    gone_after = torch.isneginf(after)  # filters mark removed tokens -inf
+def _applied_record(stage: Stage, settings: SamplerSettings, before: torch.Tensor, after: torch.Tensor,
+                    kept_before: int) -> StageRecord:
+    """What an applied stage did: a filter's removed tokens (newly at -inf) and the mass they
+    held; a reshape keeps every token possible."""
+    if not stage.removes_tokens:
+        return StageRecord(stage.name, stage.label(settings), active=True, kept=kept_before, removed=0,
+                           removed_mass=0.0)
+    gone_after = torch.isneginf(after)
     removed = gone_after & ~torch.isneginf(before)
     removed_count = int(removed.sum())
     removed_mass = float(before.softmax(dim=-1).double()[removed].sum()) if removed_count else 0.0
-    return StageRecord(name=name, label=_stage_label(name, settings), active=True,
-                       kept=after.numel() - int(gone_after.sum()), removed=removed_count, removed_mass=removed_mass)
+    return StageRecord(stage.name, stage.label(settings), active=True, kept=after.numel() - int(gone_after.sum()),
+                       removed=removed_count, removed_mass=removed_mass)
 
 
-def _skipped_record(name: str, settings: SamplerSettings, kept: int, note: str) -> StageRecord:
-    return StageRecord(name=name, label=_stage_label(name, settings), active=False, kept=kept,
-                       removed=0, removed_mass=0.0, note=note)
+def _skipped_record(stage: Stage, settings: SamplerSettings, kept: int, note: str) -> StageRecord:
+    return StageRecord(stage.name, stage.label(settings), active=False, kept=kept, removed=0, removed_mass=0.0,
+                       note=note)
 
 
-@on_sampler_thread
+def _skip_note(stage: Stage, settings: SamplerSettings) -> str | None:
+    """Why a stage does not run, or None when it does. Greedy keeps only the repetition
+    penalty: it changes which token is the argmax; nothing else can."""
+    if settings.greedy and stage.name != "repetition_penalty":
+        return "greedy: the argmax is taken" if stage.name == "temperature" else "not used by greedy"
+    return "off" if stage.is_neutral(settings) else None
+
+
 def run_chain(logits: torch.Tensor, context_ids: torch.Tensor, settings: SamplerSettings) -> ChainOutput:
     """Apply the sampler stages in the chain's order and record what each one did.
 
     With temperature 0 only the repetition penalty applies; the argmax of the penalised
     logits gets probability 1 (the other filters cannot remove the top token anyway).
     """
-    stages: list[StageRecord] = []
+    records: list[StageRecord] = []
     current = logits
     kept = logits.numel() - int(torch.isneginf(logits).sum())
-    for name in CHAINS[settings.chain]:
-        if settings.greedy and name != "repetition_penalty":
-            note = "greedy: the argmax is taken" if name == "temperature" else "not used by greedy"
-            stages.append(_skipped_record(name, settings, kept, note))
-        elif _is_neutral(name, settings):
-            stages.append(_skipped_record(name, settings, kept, "off"))
-        else:
-            after = _apply_stage(name, current, context_ids, settings)
-            if name in FILTERS:
-                stages.append(_stage_record(name, settings, current, after))
-                kept = stages[-1].kept
-            else:  # reshapes only: every token stays possible
-                stages.append(StageRecord(name=name, label=_stage_label(name, settings), active=True,
-                                          kept=kept, removed=0, removed_mass=0.0))
-            current = after
+    for stage in (STAGES[name] for name in CHAINS[settings.chain]):
+        note = _skip_note(stage, settings)
+        if note is not None:
+            records.append(_skipped_record(stage, settings, kept, note))
+            continue
+        after = stage.apply(current, context_ids, settings)
+        records.append(_applied_record(stage, settings, current, after, kept))
+        kept, current = records[-1].kept, after
     if settings.greedy:
         final_probs = torch.zeros_like(current)
         final_probs[torch.argmax(current)] = 1.0
@@ -223,7 +221,7 @@ def run_chain(logits: torch.Tensor, context_ids: torch.Tensor, settings: Sampler
         final_probs = current.softmax(dim=-1)
     entropy = 0.0 if settings.greedy else entropy_bits(final_probs)  # one certain token: 0 bits
     return ChainOutput(final_logits=current, final_probs=final_probs,
-                       final_entropy_bits=entropy, stages=tuple(stages))
+                       final_entropy_bits=entropy, stages=tuple(records))
 
 
 def draw_uniform(generator: torch.Generator) -> float:
@@ -259,7 +257,6 @@ def _leading_cdf(final_probs: torch.Tensor, u: float, total: torch.Tensor) -> tu
         k *= 4
 
 
-@on_sampler_thread
 def pick_by_cdf(final_probs: torch.Tensor, u: float) -> tuple[int, Draw]:
     """Inverse-CDF sampling: order tokens by probability, lay their masses end to end on
     [0, 1), and pick the token whose band contains u."""
@@ -270,7 +267,6 @@ def pick_by_cdf(final_probs: torch.Tensor, u: float) -> tuple[int, Draw]:
     return int(order[rank0]), Draw(u=u, cdf_low=low, cdf_high=float(cdf[rank0]), rank=rank0 + 1, method="cdf")
 
 
-@on_sampler_thread
 def pick_like_multinomial(final_probs: torch.Tensor, generator: torch.Generator) -> tuple[int, Draw]:
     """Sample exactly as `torch.multinomial(probs, 1)` does on the CPU: one Exp(1) waiting
     time per token, pick the largest probability / time. With the same generator state this
@@ -290,23 +286,44 @@ def pick_like_multinomial(final_probs: torch.Tensor, generator: torch.Generator)
 DRAW_METHODS = ("cdf", "multinomial")
 
 
-@on_sampler_thread
-def decide(logits: torch.Tensor, context_ids: torch.Tensor, settings: SamplerSettings,
-           u: float | None, force_token_id: int | None = None, *,
-           generator: torch.Generator | None = None) -> tuple[Decision, ChainOutput]:
-    """Run the chain and pick: argmax for greedy, else a random draw.
+@dataclass(frozen=True)
+class Argmax:
+    """No draw: the most probable token of the final distribution (greedy decoding)."""
 
-    Pass either `u`, the step's uniform number (inverse-CDF draw), or `generator` to draw
-    the way torch.multinomial does. A forced token replaces the pick but the sampler's own
-    choice is still reported.
-    """
+
+@dataclass(frozen=True)
+class InverseCdf:
+    """One uniform number `u` in [0, 1) picks the token whose CDF band holds it."""
+
+    u: float
+
+
+@dataclass(frozen=True, eq=False)
+class Multinomial:
+    """Draw as torch.multinomial does, from this generator (which advances)."""
+
+    generator: torch.Generator
+
+
+DrawStrategy = Argmax | InverseCdf | Multinomial
+
+
+def pick(final_probs: torch.Tensor, strategy: DrawStrategy) -> tuple[int, Draw | None]:
+    """The token the strategy picks from the final distribution, and its draw (None for argmax)."""
+    if isinstance(strategy, InverseCdf):
+        return pick_by_cdf(final_probs, strategy.u)
+    if isinstance(strategy, Multinomial):
+        return pick_like_multinomial(final_probs, strategy.generator)
+    return int(torch.argmax(final_probs)), None
+
+
+def decide(logits: torch.Tensor, context_ids: torch.Tensor, settings: SamplerSettings, strategy: DrawStrategy,
+           force_token_id: int | None = None) -> tuple[Decision, ChainOutput]:
+    """Run the chain and pick with `strategy`; greedy settings always take the argmax (no
+    draw is made). A forced token replaces the pick, but the sampler's own choice is still
+    reported."""
     chain = run_chain(logits, context_ids, settings)
-    if settings.greedy or (u is None and generator is None):
-        sampler_pick, draw = int(torch.argmax(chain.final_probs)), None
-    elif generator is not None:
-        sampler_pick, draw = pick_like_multinomial(chain.final_probs, generator)
-    else:
-        sampler_pick, draw = pick_by_cdf(chain.final_probs, u)
+    sampler_pick, draw = pick(chain.final_probs, Argmax() if settings.greedy else strategy)
     token_id = sampler_pick if force_token_id is None else force_token_id
     decision = Decision(
         settings=settings, stages=chain.stages, token_id=token_id, greedy=settings.greedy,

@@ -20,7 +20,8 @@ import torch
 from transformers import DynamicCache
 
 from engine.errors import SettingsError
-from engine.kvcache import KVSnapshot, read_kv
+from engine.forward import crop_cache, forward, forward_one, new_cache
+from engine.kvcache import KVGeometry, KVSnapshot, read_kv
 from engine.loading import LoadedModel
 
 # Ordinary English, in our own words: measurements run on real text, not random ids, so the
@@ -82,8 +83,8 @@ class KVConfig:
 
     @property
     def bytes_per_position(self) -> int:
-        """K and V, every layer, every KV head, for one token."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_value
+        """K and V, every layer, every KV head, for one token (the engine's one formula)."""
+        return KVGeometry(self.layers, self.kv_heads, self.head_dim).bytes_for(1, self.bytes_per_value)
 
     def bytes_for(self, positions: int) -> int:
         return self.bytes_per_position * positions
@@ -204,25 +205,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-@torch.inference_mode()
-def _forward(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache | None) -> torch.Tensor:
-    """Logits at the last position, `[batch, vocab]`; with a cache, it grows by the input."""
-    past = cache.get_seq_length() if cache is not None else 0
-    mask = torch.ones((input_ids.shape[0], past + input_ids.shape[1]), dtype=torch.long, device=lm.device)
-    out = lm.model(input_ids=input_ids.to(lm.device), attention_mask=mask, past_key_values=cache,
-                   use_cache=cache is not None, logits_to_keep=1)
-    return out.logits[:, -1].float()
-
-
 def prefill(lm: LoadedModel, sequences: Sequence[Sequence[int]]) -> tuple[DynamicCache, torch.Tensor]:
     """Read equal-length sequences in one pass into a fresh cache; logits `[batch, vocab]`."""
-    cache = DynamicCache(config=lm.model.config)
-    return cache, _forward(lm, torch.tensor([list(s) for s in sequences]), cache)
+    cache = new_cache(lm)
+    return cache, forward(lm, torch.tensor([list(s) for s in sequences]), cache)
 
 
 def decode(lm: LoadedModel, cache: DynamicCache, next_ids: Sequence[int]) -> torch.Tensor:
     """One decode step: one new token per sequence, reading the cache; logits `[batch, vocab]`."""
-    return _forward(lm, torch.tensor([[i] for i in next_ids]), cache)
+    return forward(lm, torch.tensor([[i] for i in next_ids]), cache)
 
 
 def next_logits_cached(lm: LoadedModel, context: Sequence[int]) -> torch.Tensor:
@@ -233,7 +224,7 @@ def next_logits_cached(lm: LoadedModel, context: Sequence[int]) -> torch.Tensor:
 
 def next_logits_recomputed(lm: LoadedModel, context: Sequence[int]) -> torch.Tensor:
     """The same logits `[vocab]` without a cache: the whole context in one pass."""
-    return _forward(lm, torch.tensor([list(context)]), None)[0]
+    return forward_one(lm, list(context), None)
 
 
 def batch_step_logits(lm: LoadedModel, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -270,13 +261,6 @@ def _best_ms(run: Callable[[], object], device: torch.device, repeats: int,
     return min(times)
 
 
-def _crop_to(cache: DynamicCache, length: int) -> None:
-    """Drop the positions a timed step added, so every repeat sees the same context."""
-    excess = cache.get_seq_length() - length
-    if excess > 0:
-        cache.crop(-excess)  # transformers' crop takes a negative count to remove
-
-
 def _require_repeats(repeats: int) -> None:
     if not isinstance(repeats, int) or repeats < 1:
         raise SettingsError("repeats", repeats, "a whole number >= 1")
@@ -300,7 +284,7 @@ def _cache_point(lm: LoadedModel, length: int, repeats: int) -> CachePoint:
     # machine slows both rather than skewing their ratio
     for attempt in range(repeats + 1):
         cached_ms = _time_ms(lambda: decode(lm, cache, [context[-1]]), lm.device)
-        _crop_to(cache, length - 1)
+        crop_cache(cache, length - 1)
         recompute_ms = _time_ms(lambda: next_logits_recomputed(lm, context), lm.device)
         if attempt:
             cached.append(cached_ms)
@@ -383,7 +367,7 @@ def measure_decode_intensity(lm: LoadedModel, context_tokens: int = 64, repeats:
     context = sample_context(lm, context_tokens)
     cache, _ = prefill(lm, [context[:-1]])
     step_ms = _best_ms(lambda: decode(lm, cache, [context[-1]]), lm.device, repeats,
-                         reset=lambda: _crop_to(cache, context_tokens - 1))
+                         reset=lambda: crop_cache(cache, context_tokens - 1))
     decode(lm, cache, [context[-1]])  # once more, untimed, to measure the cache the step reads
     kv = read_kv(cache, lm.geometry, lm.dtype)  # context_tokens positions
     return DecodeIntensity(context_tokens, decode_flops(lm, context_tokens), weight_bytes(lm), kv.bytes, step_ms)
@@ -404,5 +388,5 @@ def _batch_point(lm: LoadedModel, batch: int, context_tokens: int, repeats: int)
     cache, _ = prefill(lm, [s[:-1] for s in sequences])
     last = [s[-1] for s in sequences]
     step_ms = _best_ms(lambda: decode(lm, cache, last), lm.device, repeats,
-                         reset=lambda: _crop_to(cache, context_tokens - 1))
+                         reset=lambda: crop_cache(cache, context_tokens - 1))
     return BatchPoint(batch, context_tokens, step_ms)

@@ -1,6 +1,9 @@
 """The Sampler lab's numbers: one frozen next-token distribution run through several sampler
 settings, sweeps and chain orders. Every number comes from the engine's own sampler
 (`engine.sampling`); nothing here reshapes logits itself. No Streamlit here.
+
+Each public function is one hop onto the sampler's one-thread worker (engine/cpu_threads.py):
+the lab's numbers have a step's own last digits, and 1,000 draws cost one hand-off, not 1,000.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from typing import Any
 import torch
 
 from engine import CHAINS, Generation, LoadedModel, SamplerSettings
-from engine.sampling import ChainOutput, Decision, decide, draw_uniform, pick_by_cdf, run_chain
+from engine.cpu_threads import on_sampler_thread
+from engine.sampling import ChainOutput, Decision, InverseCdf, decide, draw_uniform, pick_by_cdf, run_chain
 
 # Session keys the step page may keep the visitor's generation under (the brief names the
 # first; the step page's own state module uses the second).
@@ -75,6 +79,7 @@ def live_generation(state: Mapping[str, Any], lm: LoadedModel) -> Generation | N
     return None
 
 
+@on_sampler_thread
 def apply(step: FrozenStep, settings: SamplerSettings, u: float | None = None) -> Outcome:
     """The engine's chain on the frozen logits and its pick: with the step's own draw
     (`Generation.resample`, whatever draw method the generation uses), or with `u` if given."""
@@ -82,7 +87,7 @@ def apply(step: FrozenStep, settings: SamplerSettings, u: float | None = None) -
         decision = step.generation.resample(settings, step.index).decision
         chain = run_chain(step.logits, step.context_ids, settings)
     else:
-        decision, chain = decide(step.logits, step.context_ids, settings, u)
+        decision, chain = decide(step.logits, step.context_ids, settings, InverseCdf(u))
     return Outcome(settings, decision, chain)
 
 
@@ -95,6 +100,7 @@ class TemperaturePoint:
     top_prob: float
 
 
+@on_sampler_thread
 def temperature_sweep(step: FrozenStep, temperatures: Sequence[float]) -> tuple[TemperaturePoint, ...]:
     """Entropy and the top token's probability of the final distribution at each T (no filters)."""
     points = []
@@ -117,6 +123,7 @@ def _kept(chain: ChainOutput) -> int:
     return int((chain.final_probs > 0).sum())
 
 
+@on_sampler_thread
 def nucleus_sweep(step: FrozenStep, top_ps: Sequence[float], temperature: float = 1.0) -> tuple[CutPoint, ...]:
     """How many tokens top-p keeps at each p."""
     return tuple(CutPoint(p, _kept(run_chain(step.logits, step.context_ids,
@@ -124,6 +131,7 @@ def nucleus_sweep(step: FrozenStep, top_ps: Sequence[float], temperature: float 
                  for p in top_ps)
 
 
+@on_sampler_thread
 def min_p_sweep(step: FrozenStep, min_ps: Sequence[float], temperature: float = 1.0) -> tuple[CutPoint, ...]:
     """How many tokens min-p keeps at each setting, and the probability it cuts below
     (min-p times the top token's probability after temperature)."""
@@ -133,6 +141,7 @@ def min_p_sweep(step: FrozenStep, min_ps: Sequence[float], temperature: float = 
                  for m in min_ps)
 
 
+@on_sampler_thread
 def chain_outcomes(step: FrozenStep, settings: SamplerSettings) -> dict[str, Outcome]:
     """The same settings under each engine's stage order."""
     return {name: apply(step, replace(settings, chain=name)) for name in CHAINS}
@@ -145,6 +154,7 @@ def disputed_tokens(step: FrozenStep, outcomes: Mapping[str, Outcome]) -> list[i
     return sorted(union - common, key=lambda i: -float(step.logits[i]))
 
 
+@on_sampler_thread
 def draw_many(final_probs: torch.Tensor, count: int, seed: int) -> Counter[int]:
     """`count` picks with the engine's own draw: a seeded torch.Generator, `draw_uniform`,
     then `pick_by_cdf`. The pick runs over the tokens with non-zero probability only (in

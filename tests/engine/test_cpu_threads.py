@@ -10,7 +10,6 @@ import torch
 
 from engine import Generation, LoadedModel, SamplerSettings, SettingsError
 from engine.cpu_threads import on_sampler_thread
-from engine.sampling import decide
 
 
 @on_sampler_thread
@@ -74,13 +73,12 @@ def test_a_decision_has_the_same_last_digits_whatever_the_callers_thread_count(l
     gen = Generation(lm, "Once upon a time", seed=11)
     gen.step()
     gen.step()
-    logits, context = gen.raw_logits(), torch.tensor(gen.context_ids[:-1])
     before = torch.get_num_threads()
     try:
         decisions = []
         for threads in (2, 1):
             torch.set_num_threads(threads)
-            decisions.append(decide(logits, context, SamplerSettings(temperature=1.0), 0.3)[0])
+            decisions.append(gen.resample(SamplerSettings(temperature=1.0)).decision)
     finally:
         torch.set_num_threads(before)
-    assert decisions[0] == decisions[1]
+    assert decisions[0] == decisions[1] == gen.steps[-1].decision

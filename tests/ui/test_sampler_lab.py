@@ -7,7 +7,8 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from engine import CHAINS, Generation, SamplerSettings
-from engine.sampling import decide, draw_uniform, pick_by_cdf
+from engine.cpu_threads import on_sampler_thread
+from engine.sampling import InverseCdf, decide, draw_uniform, pick_by_cdf
 from tests.ui.apptest import APP, open_page
 from ui.format import quoted
 from ui.lab import (
@@ -24,6 +25,10 @@ from ui.lab import (
 )
 
 DEFAULT_PROMPT = "The capital of France is"
+# the engine's sampler on its own one-thread worker, as the lab and every step call it
+decide_here = on_sampler_thread(decide)
+pick_here = on_sampler_thread(pick_by_cdf)
+
 COLUMN_DEFAULTS = {  # the page's three columns, as it sets them up
     "A": SamplerSettings(temperature=1.0),
     "B": SamplerSettings(temperature=1.0, top_k=10),
@@ -56,7 +61,7 @@ def test_frozen_step_keeps_the_generations_draw_so_apply_equals_resample(lm):
         outcome = apply(step, settings)
         assert outcome.decision == generation.resample(settings).decision
         # the step's uniform draw, replayed through the engine's chain, gives the same pick
-        decision, chain = decide(step.logits, step.context_ids, settings, step.u)
+        decision, chain = decide_here(step.logits, step.context_ids, settings, InverseCdf(step.u))
         assert outcome.decision == decision
         assert torch.equal(outcome.chain.final_probs, chain.final_probs)
 
@@ -76,7 +81,7 @@ def test_temperature_sweep_entropy_rises_and_top_probability_falls_with_t(frozen
     tops = [p.top_prob for p in points]
     assert entropies == sorted(entropies) and len(set(entropies)) == len(entropies)
     assert tops == sorted(tops, reverse=True)
-    plain = decide(frozen.logits, frozen.context_ids, SamplerSettings(temperature=1.0), frozen.u)[0]
+    plain = decide_here(frozen.logits, frozen.context_ids, SamplerSettings(temperature=1.0), InverseCdf(frozen.u))[0]
     assert points[2].entropy_bits == pytest.approx(plain.final_entropy_bits)
 
 
@@ -95,8 +100,8 @@ def test_chain_orders_are_the_engines_and_their_kept_sets_can_differ(frozen):
     outcomes = chain_outcomes(frozen, settings)
     assert list(outcomes) == list(CHAINS)
     for name, outcome in outcomes.items():
-        expected = decide(frozen.logits, frozen.context_ids, SamplerSettings(
-            temperature=1.5, top_k=40, top_p=0.9, min_p=0.05, chain=name), frozen.u)[0]
+        expected = decide_here(frozen.logits, frozen.context_ids, SamplerSettings(
+            temperature=1.5, top_k=40, top_p=0.9, min_p=0.05, chain=name), InverseCdf(frozen.u))[0]
         assert outcome.decision == expected
     disputed = disputed_tokens(frozen, outcomes)
     assert disputed, "these settings should make the chains keep different tokens"
@@ -110,7 +115,7 @@ def test_many_draws_pick_exactly_what_pick_by_cdf_picks_on_the_whole_vocabulary(
     generator = torch.Generator().manual_seed(5)
     expected: dict[int, int] = {}
     for _ in range(200):
-        token_id, _draw = pick_by_cdf(final_probs, draw_uniform(generator))
+        token_id, _draw = pick_here(final_probs, draw_uniform(generator))
         expected[token_id] = expected.get(token_id, 0) + 1
     assert dict(counts) == expected and sum(counts.values()) == 200
 

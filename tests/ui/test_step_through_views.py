@@ -12,7 +12,7 @@ import torch
 
 from engine import Generation, LoadedModel, SamplerSettings, StopSettings, Termination, replay
 from engine.generation import describe_distribution
-from engine.sampling import decide
+from engine.sampling import InverseCdf, decide
 from engine.stopping import StopSequenceState
 from ui.charts import MODES, bar_rows, distribution_figure, kv_figure
 from ui.chips import generated_chip, prompt_chips
@@ -151,7 +151,7 @@ def test_a_pick_far_below_the_recorded_leaders_is_named_by_its_text_not_its_id(l
     gen = Generation(lm, "The capital of France is", sampler=SamplerSettings(temperature=2.0))
     gen.step()
     logits, context = gen.raw_logits(), torch.tensor(gen.context_ids[:-1])
-    decision, chain = decide(logits, context, SamplerSettings(temperature=2.0), 0.9999)
+    decision, chain = decide(logits, context, SamplerSettings(temperature=2.0), InverseCdf(0.9999))
     distribution = describe_distribution(lm, logits, logits.softmax(dim=-1), chain)
     assert decision.token_id not in {c.token_id for c in distribution.top}
     html = decision_html(decision, distribution, lm.texts)

@@ -1,0 +1,53 @@
+"""The model's forward pass, the one place the engine runs the model.
+
+Generation, the speed measurements and (later) the batching scheduler all call `forward`:
+feed token ids, read the logits at the last position, and let the KV cache grow by the
+tokens fed. `crop_cache` undoes that growth (Back, speculative decoding's rejected tokens,
+a timed step repeated on the same context).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from engine.loading import LoadedModel
+
+
+def new_cache(lm: LoadedModel) -> DynamicCache:
+    """An empty KV cache for `lm`: one layer of keys and values per model layer, filled as
+    forward passes read tokens."""
+    return DynamicCache(config=lm.model.config)
+
+
+def cache_length(cache: DynamicCache | None) -> int:
+    """Positions the cache holds (0 for no cache)."""
+    return cache.get_seq_length() if cache is not None else 0
+
+
+@torch.inference_mode()
+def forward(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache | None) -> torch.Tensor:
+    """Logits at the last position `[batch, vocab]`, float32 on the CPU, for `input_ids`
+    `[batch, new]` read after the `cache`'s positions (every row the same length). With a
+    cache, it grows by `new` positions; without one, the pass reads only `input_ids`."""
+    device = lm.device
+    mask = torch.ones((input_ids.shape[0], cache_length(cache) + input_ids.shape[1]), dtype=torch.long,
+                      device=device)
+    out = lm.model(input_ids=input_ids.to(device), attention_mask=mask, past_key_values=cache,
+                   use_cache=cache is not None, logits_to_keep=1)
+    logits = out.logits[:, -1].to(device="cpu", dtype=torch.float32)
+    if device.type == "cuda":  # report real durations: the pass has finished when this returns
+        torch.cuda.synchronize(device)
+    return logits
+
+
+def forward_one(lm: LoadedModel, token_ids: list[int], cache: DynamicCache | None) -> torch.Tensor:
+    """One sequence's next-token logits `[vocab]` after reading `token_ids`."""
+    return forward(lm, torch.tensor([token_ids]), cache)[0]
+
+
+def crop_cache(cache: DynamicCache, length: int) -> None:
+    """Keep only the cache's first `length` positions (no-op when it holds no more)."""
+    excess = cache.get_seq_length() - length
+    if excess > 0:
+        cache.crop(-excess)  # transformers' crop takes a negative count to remove

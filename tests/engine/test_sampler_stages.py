@@ -1,0 +1,77 @@
+"""The sampler's stage table and draw strategies, on random logits (no model: fast)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.sampling import STAGES, Argmax, InverseCdf, Multinomial, decide, pick_by_cdf, run_chain
+from engine.settings import CHAINS, SamplerSettings
+
+ACTIVE = SamplerSettings(temperature=0.7, top_k=50, top_p=0.9, min_p=0.05, repetition_penalty=1.3)
+
+
+@pytest.fixture()
+def logits() -> torch.Tensor:
+    return torch.randn(500, generator=torch.Generator().manual_seed(3)) * 3  # [vocab]
+
+
+CONTEXT = torch.tensor([1, 2, 3, 400])
+
+
+def test_every_chain_names_only_stages_in_the_table_and_each_stage_once() -> None:
+    for name, chain in CHAINS.items():
+        assert set(chain) <= set(STAGES), name
+        assert sorted(chain) == sorted(STAGES), name  # every engine runs every stage, once
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_a_stage_at_its_neutral_setting_is_recognised_as_off(stage: str) -> None:
+    assert STAGES[stage].is_neutral(SamplerSettings())
+    assert not STAGES[stage].is_neutral(ACTIVE)
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_filters_only_remove_tokens_and_reshapes_never_do(stage: str, logits: torch.Tensor) -> None:
+    out = STAGES[stage].apply(logits, CONTEXT, ACTIVE)
+    removed = torch.isneginf(out)
+    if STAGES[stage].removes_tokens:
+        assert 0 < int(removed.sum()) < logits.numel()
+        assert torch.equal(out[~removed], logits[~removed])  # survivors untouched
+    else:
+        assert not removed.any() and not torch.equal(out, logits)
+    assert not torch.isneginf(logits).any()  # never in place
+
+
+def test_the_chain_records_one_labelled_stage_per_table_entry_in_order(logits: torch.Tensor) -> None:
+    for name, chain in CHAINS.items():
+        records = run_chain(logits, CONTEXT, SamplerSettings(**{**ACTIVE.__dict__, "chain": name})).stages
+        assert [r.name for r in records] == list(chain)
+        assert [r.label for r in records] == [STAGES[n].label(ACTIVE) for n in chain]
+        assert all(r.removed == 0 for r in records if not STAGES[r.name].removes_tokens)
+
+
+def test_an_unknown_chain_is_refused_before_any_stage_runs() -> None:
+    with pytest.raises(ValueError, match="chain"):
+        SamplerSettings(chain="min_p_first")
+
+
+def test_argmax_takes_the_top_final_token_without_a_draw(logits: torch.Tensor) -> None:
+    decision, chain = decide(logits, CONTEXT, ACTIVE, Argmax())
+    assert decision.draw is None and decision.token_id == int(chain.final_probs.argmax())
+
+
+def test_greedy_settings_take_the_argmax_whatever_strategy_is_given(logits: torch.Tensor) -> None:
+    greedy = SamplerSettings(temperature=0)
+    picks = {decide(logits, CONTEXT, greedy, strategy)[0] for strategy in
+             (Argmax(), InverseCdf(0.999), Multinomial(torch.Generator().manual_seed(1)))}
+    assert len(picks) == 1 and next(iter(picks)).draw is None
+
+
+def test_inverse_cdf_and_multinomial_strategies_draw_as_their_pickers(logits: torch.Tensor) -> None:
+    decision, chain = decide(logits, CONTEXT, ACTIVE, InverseCdf(0.8))
+    assert (decision.token_id, decision.draw) == pick_by_cdf(chain.final_probs, 0.8)
+    generator = torch.Generator().manual_seed(9)
+    decision, _ = decide(logits, CONTEXT, ACTIVE, Multinomial(generator))
+    expected = torch.multinomial(chain.final_probs, 1, generator=torch.Generator().manual_seed(9))
+    assert decision.token_id == int(expected) and decision.draw.method == "multinomial"

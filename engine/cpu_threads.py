@@ -16,8 +16,8 @@ sampler's own worker; every other thread keeps the count it would have had.
 
 The sampling functions themselves (engine/sampling.py) are plain: the hop happens once, where
 work enters the sampler (`Generation._sample` for a step or a re-sample, and the Sampler lab's
-entry points in ui/lab.py), so a breakpoint in a filter stops on the caller's own stack frame
-chain through one hand-off, and 1,000 draws cost one hand-off, not 1,000.
+entry points in ui/lab.py), so a breakpoint in a filter is one hand-off away from its caller,
+and 1,000 draws cost one hand-off, not 1,000.
 """
 
 from __future__ import annotations

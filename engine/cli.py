@@ -6,13 +6,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError
 from engine.generation import Generation, StepRecord
 from engine.loading import load_model
 from engine.settings import CHAINS, SamplerSettings, StopSettings
+from engine.stopping import unescape
 from engine.trace import save_trace
 
 
@@ -31,19 +34,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--draw", default="cdf", choices=["cdf", "multinomial"],
                         help="cdf: one uniform u per step; multinomial: as torch.multinomial / generate()")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--stop", action="append", default=[], help="stop sequence (repeatable, up to 4)")
+    parser.add_argument("--stop", action="append", default=[],
+                        help="stop sequence (repeatable, up to 4); \\n is a newline, \\t a tab, \\\\ a backslash")
     parser.add_argument("--ignore-eos", action="store_true", help="keep going after the end token")
+    parser.add_argument("--allow-special-tokens", action="store_true",
+                        help="with --chat: typed special-token text becomes special tokens (prompt-injection demo)")
     parser.add_argument("--json", metavar="PATH", help="write the full trace as JSON")
     return parser.parse_args(argv)
 
 
 def _show(text: str, width: int = 14) -> str:
     return repr(text)[1:-1][:width]  # newlines and tabs as \n, \t
-
-
-def unescape(text: str) -> str:
-    """Let `--stop "\n"` mean a newline, as a shell user expects."""
-    return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
 
 
 def format_row(step: StepRecord) -> str:
@@ -67,9 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   chain=args.chain)
         stop = StopSettings(max_new_tokens=args.max_new_tokens, stop_sequences=tuple(unescape(s) for s in args.stop),
                             ignore_eos=args.ignore_eos)
+        if args.json:
+            check_writable(Path(args.json))  # before the generation, not after it
         lm = load_model(args.model)
         generation = Generation(lm, args.prompt, chat=args.chat, sampler=sampler, stop=stop, seed=args.seed,
-                                draw=args.draw)
+                                draw=args.draw, allow_special=args.allow_special_tokens)
     except (SettingsError, PromptError, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -83,5 +86,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     print(f"finish_reason: {generation.finish_reason}\ntext: {generation.text!r}")
     if args.json:
-        print(f"trace: {save_trace(generation, args.json)}")
+        try:
+            print(f"trace: {save_trace(generation, args.json)}")
+        except OSError as exc:
+            print(f"error: cannot write the trace to {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0
+
+
+def check_writable(path: Path) -> None:
+    """Refuse a trace path whose folder does not exist or cannot be written."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise SettingsError("--json", str(path), f"a file in an existing folder ({folder} does not exist)")
+    if path.is_dir() or not os.access(folder, os.W_OK):
+        raise SettingsError("--json", str(path), "a file this user can write")

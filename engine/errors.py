@@ -16,7 +16,17 @@ class SettingsError(ValueError):
         self.parameter = parameter
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{parameter} = {value!r} is not allowed: {allowed}.")
+        super().__init__(f"{parameter} = {shown(value)} is not allowed: {allowed}.")
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value as a message shows it: its repr, cut short (a hostile input can be megabytes, or
+    an integer too long for repr to print)."""
+    try:
+        text = repr(value)
+    except ValueError:  # int repr refuses more than 4,300 digits
+        text = f"<a {type(value).__name__} too large to print>"
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 class PromptError(ValueError):

@@ -22,6 +22,7 @@ from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, PromptError, SettingsError
 from engine.forward import crop_cache, forward_one, new_cache
 from engine.kvcache import KVSnapshot, read_kv
+from engine.limits import Limits
 from engine.loading import LoadedModel
 from engine.sampling import (
     DRAW_METHODS,
@@ -39,6 +40,7 @@ from engine.stopping import Termination, finish_reason, returned_text, stop_sequ
 from engine.tokens import TokenPiece
 
 TOP_N = 50  # candidates recorded per step, by raw probability
+MAX_CHARS_PER_TOKEN = 64  # no tokenizer packs more characters into one token on ordinary text
 FINAL_TOP_N = 10  # the final distribution's leaders are always among them
 
 
@@ -172,28 +174,85 @@ def describe_distribution(lm: LoadedModel, raw_logits: torch.Tensor, raw_probs: 
     )
 
 
-def build_prompt(lm: LoadedModel, prompt: str, chat: bool, system_prompt: str | None = None
-                 ) -> tuple[str, list[int]]:
+def build_prompt(lm: LoadedModel, prompt: str, chat: bool, system_prompt: str | None = None, *,
+                 allow_special: bool = False, max_prompt_tokens: int | None = None) -> PromptText:
     """The text the model reads and its token ids; with `chat`, through the chat template
-    (whose special tokens stay in the text, visible)."""
-    if not prompt or not prompt.strip():
-        raise PromptError("The prompt is empty: type some text for the model to continue.")
-    tokenizer = lm.tokenizer
+    (whose own special tokens stay in the text, visible).
+
+    In chat mode, text the visitor typed that spells a special token (`<|im_end|>`, say) stays
+    plain text, as chat servers treat it: tokenized as characters, it cannot close the user's
+    turn or forge a system turn. `allow_special` lets it become the real special token (for a
+    lesson on prompt injection). `max_prompt_tokens` caps the prompt below the context window.
+    """
+    _check_prompt_text("prompt", prompt, allow_empty=False)
+    if system_prompt is not None:
+        _check_prompt_text("system_prompt", system_prompt, allow_empty=True)
+    limit = lm.context_window - 1 if max_prompt_tokens is None else min(max_prompt_tokens, lm.context_window - 1)
+    # tokenizing costs time in proportion to the text: refuse what cannot fit before doing it
+    if len(prompt) + len(system_prompt or "") > limit * MAX_CHARS_PER_TOKEN:
+        raise PromptError(f"The prompt is {len(prompt):,} characters, far more than the {limit:,} tokens allowed: "
+                          "shorten it.")
     if chat:
-        if not lm.has_chat_template:
-            raise PromptError(f"{lm.name} has no chat template: turn the chat template off.")
-        messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-            {"role": "user", "content": prompt}]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        text, ids, found = _chat_prompt(lm, prompt, system_prompt, allow_special)
     else:
-        text = prompt
-        ids = tokenizer(text)["input_ids"]
-    if len(ids) >= lm.context_window:
-        raise PromptError(f"The prompt is {len(ids)} tokens but the context window is "
-                          f"{lm.context_window} tokens, with room needed for at least one new "
-                          f"token: shorten the prompt to under {lm.context_window} tokens.")
-    return text, list(ids)
+        text, ids, found = prompt, lm.tokenizer(prompt)["input_ids"], ()
+    if len(ids) > limit:
+        raise PromptError(f"The prompt is {len(ids):,} tokens but at most {limit:,} are allowed here "
+                          f"(the context window is {lm.context_window:,} tokens, with room needed for at least "
+                          f"one new token): shorten the prompt.")
+    return PromptText(text, list(ids), found)
+
+
+@dataclass(frozen=True)
+class PromptText:
+    """What the model reads, as text and as token ids."""
+
+    text: str
+    ids: list[int]
+    special_text: tuple[str, ...]  # special-token spellings the visitor typed (kept as plain text unless allowed)
+
+
+def _check_prompt_text(parameter: str, text: object, allow_empty: bool) -> None:
+    if not isinstance(text, str):
+        raise PromptError(f"The {parameter} must be text, not {type(text).__name__}.")
+    if not allow_empty and not text.strip():
+        raise PromptError("The prompt is empty: type some text for the model to continue.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: no tokenizer can read it
+        raise PromptError(f"The {parameter} has a character that is not valid Unicode text at position "
+                          f"{exc.start}: remove it.") from exc
+
+
+def special_spellings(lm: LoadedModel, text: str) -> tuple[str, ...]:
+    """The special tokens whose spelling occurs in `text`, in vocabulary order."""
+    return tuple(token for token in lm.tokenizer.all_special_tokens if token and token in text)
+
+
+def _chat_prompt(lm: LoadedModel, prompt: str, system_prompt: str | None, allow_special: bool
+                 ) -> tuple[str, list[int], tuple[str, ...]]:
+    """The chat template around the visitor's messages. The template's own parts are read
+    with their special tokens; the visitor's text, unless `allow_special`, as plain text."""
+    if not lm.has_chat_template:
+        raise PromptError(f"{lm.name} has no chat template: turn the chat template off.")
+    tokenizer = lm.tokenizer
+    found = special_spellings(lm, prompt + (system_prompt or ""))
+    contents = ([system_prompt] if system_prompt else []) + [prompt]
+    # each message is rendered as a marker, then the template's pieces between markers are
+    # tokenized apart from the messages (the markers are only ever searched for in the template)
+    markers = [f"\ue000{i}\ue001" for i in range(len(contents))]
+    roles = (["system"] if system_prompt else []) + ["user"]
+    messages = [{"role": role, "content": marker} for role, marker in zip(roles, markers, strict=True)]
+    template = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ids: list[int] = []
+    text, rest = "", template
+    for marker, content in zip(markers, contents, strict=True):
+        before, _, rest = rest.partition(marker)
+        ids += tokenizer(before, add_special_tokens=False)["input_ids"]
+        ids += tokenizer(content, add_special_tokens=False, split_special_tokens=not allow_special)["input_ids"]
+        text += before + content
+    ids += tokenizer(rest, add_special_tokens=False)["input_ids"]
+    return text + rest, ids, found
 
 
 class Generation:
@@ -211,30 +270,65 @@ class Generation:
             of the cumulative distribution holds it; "multinomial" draws as
             torch.multinomial does, so a seed reproduces `torch.manual_seed(seed)` followed
             by `generate(do_sample=True)` token for token.
+        allow_special: in chat mode, let typed special-token text become special tokens
+            (see `build_prompt`); off by default, as chat servers do.
+        limits: the server's caps on prompt tokens and new tokens (none beyond the model's
+            own by default).
     """
 
     def __init__(self, lm: LoadedModel, prompt: str, *, chat: bool = False,
                  system_prompt: str | None = None, sampler: SamplerSettings | None = None,
-                 stop: StopSettings | None = None, seed: int = 0, draw: str = "cdf") -> None:
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+                 stop: StopSettings | None = None, seed: int = 0, draw: str = "cdf",
+                 allow_special: bool = False, limits: Limits | None = None) -> None:
+        if not _is_whole(seed) or not 0 <= seed < 2**63:
             raise SettingsError("seed", seed, "a whole number from 0 to 2^63 - 1")
-        if draw not in DRAW_METHODS:
+        if not isinstance(draw, str) or draw not in DRAW_METHODS:
             raise SettingsError("draw", draw, f"one of {', '.join(DRAW_METHODS)}")
+        for name, flag in (("chat", chat), ("allow_special", allow_special)):
+            if not isinstance(flag, bool):
+                raise SettingsError(name, flag, "True or False")
         self.draw = draw
         self.lm = lm
+        self.limits = limits or Limits()
         self.prompt = prompt
         self.chat = chat
         self.system_prompt = system_prompt
+        self.allow_special = allow_special
         self.seed = seed
         self.sampler = sampler or SamplerSettings()
         self.stop = stop or StopSettings()
-        self.prompt_text, self.prompt_ids = build_prompt(lm, prompt, chat, system_prompt)
+        built = build_prompt(lm, prompt, chat, system_prompt, allow_special=allow_special,
+                             max_prompt_tokens=self.limits.max_prompt_tokens)
+        self.prompt_text, self.prompt_ids, self.special_text = built.text, built.ids, built.special_text
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
         self._cache = new_cache(lm)
         self._steps: list[StepRecord] = []
         self._kept: list[_StepTensors] = []
         self._pending: _PendingLogits | None = None  # kept logits the next step uses instead of a pass
         self._text_cache: tuple[int, str] = (-1, "")
+
+    # ---- settings that may change between steps -------------------------------------------
+
+    @property
+    def sampler(self) -> SamplerSettings:
+        return self._sampler
+
+    @sampler.setter
+    def sampler(self, sampler: SamplerSettings) -> None:
+        if not isinstance(sampler, SamplerSettings):
+            raise SettingsError("sampler", sampler, "a SamplerSettings")
+        self._sampler = sampler
+
+    @property
+    def stop(self) -> StopSettings:
+        return self._stop
+
+    @stop.setter
+    def stop(self, stop: StopSettings) -> None:
+        if not isinstance(stop, StopSettings):
+            raise SettingsError("stop", stop, "a StopSettings")
+        self.limits.check_new_tokens(stop.max_new_tokens)
+        self._stop = stop
 
     # ---- what the pages read -------------------------------------------------------------
 
@@ -331,6 +425,8 @@ class Generation:
         Uses the same random number the step drew (or would have drawn), so the result is
         exactly what that step would have picked under `sampler`. No forward pass.
         """
+        if not isinstance(sampler, SamplerSettings):
+            raise SettingsError("sampler", sampler, "a SamplerSettings")
         position = self._step_position(index)
         kept = self._kept[position]
         context = torch.tensor(self.prompt_ids + self.generated_ids[:position])

@@ -91,11 +91,27 @@ def bundled_gguf_path() -> Path:
     return path
 
 
+HUB_ID = re.compile(r"(?:[\w.-]{1,96}/)?[\w.-]{1,96}")  # the Hub's own rule for repository ids
+MAX_SOURCE_CHARS = 4096  # the longest path Linux accepts
+
+
 def resolve_source(text: str | None) -> ModelSource:
     """Turn what the visitor typed into a source; empty means the bundled default."""
+    if text is not None and not isinstance(text, str):
+        raise ModelLoadError(f"A model source must be text, not {type(text).__name__}.")
     text = (text or "").strip()
     if text in ("", BUNDLED):
         return ModelSource(BUNDLED, str(bundled_gguf_path()))
+    if len(text) > MAX_SOURCE_CHARS or "\x00" in text:
+        raise ModelLoadError("That model source is not a path or a Hub id: give a .gguf file, a model folder, "
+                             "or a Hub id like HuggingFaceTB/SmolLM2-135M-Instruct.")
+    try:
+        return _resolve_local_or_hub(text)
+    except OSError as exc:  # a name too long for the file system, a folder it may not read
+        raise ModelLoadError(f"'{text[:80]}' cannot be read as a model: {exc.strerror or exc}.") from exc
+
+
+def _resolve_local_or_hub(text: str) -> ModelSource:
     path = Path(text).expanduser()
     if path.is_file():
         if path.suffix.lower() != ".gguf":
@@ -109,7 +125,10 @@ def resolve_source(text: str | None) -> ModelSource:
         return ModelSource("folder", str(path.resolve()))
     looks_like_path = text.startswith((".", "/", "~")) or text.endswith(".gguf") or text.count("/") > 1
     if looks_like_path:
-        raise ModelLoadError(f"No file or folder at '{text}'.")
+        raise ModelLoadError(f"No file or folder at '{text[:80]}'.")
+    if not HUB_ID.fullmatch(text):
+        raise ModelLoadError(f"'{text[:80]}' is not a Hub id (letters, digits, '-', '_' and '.', as owner/name, "
+                             "at most 96 characters each), a .gguf file or a model folder.")
     return ModelSource("hub", text)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.settings import CHAINS, SamplerSettings
+from engine.settings import CHAINS, GREEDY_BELOW_TEMPERATURE, SamplerSettings
 
 NEG_INF = float("-inf")
 
@@ -193,7 +193,11 @@ def _skip_note(stage: Stage, settings: SamplerSettings) -> str | None:
     """Why a stage does not run, or None when it does. Greedy keeps only the repetition
     penalty: it changes which token is the argmax; nothing else can."""
     if settings.greedy and stage.name != "repetition_penalty":
-        return "greedy: the argmax is taken" if stage.name == "temperature" else "not used by greedy"
+        if stage.name != "temperature":
+            return "not used by greedy"
+        if settings.temperature == 0:
+            return "greedy: the argmax is taken"
+        return f"greedy: below {GREEDY_BELOW_TEMPERATURE:g} the argmax is taken (dividing by it would overflow)"
     return "off" if stage.is_neutral(settings) else None
 
 

@@ -21,6 +21,15 @@ CHAINS: dict[str, tuple[str, ...]] = {
 }
 
 MAX_STOP_SEQUENCES = 4
+MAX_STOP_LENGTH = 200  # characters: each step searches the output text for every stop sequence
+MAX_NEW_TOKENS = 1_000_000
+# Below this temperature sampling is greedy, as in vLLM (_SAMPLING_EPS): dividing logits by a
+# smaller number overflows float32 to inf and the softmax to NaN.
+GREEDY_BELOW_TEMPERATURE = 1e-5
+# Dividing a positive logit by a tiny penalty overflows too; a hundredfold either way is
+# already far beyond any useful setting.
+REPETITION_PENALTY_RANGE = (0.01, 100.0)
+MAX_TOP_K = 10_000_000  # beyond any vocabulary; keeps labels and messages printable
 
 
 def _require(condition: bool, parameter: str, value: object, allowed: str) -> None:
@@ -34,6 +43,8 @@ def _is_number(value: object) -> bool:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
 
 
 @dataclass(frozen=True)
@@ -56,23 +67,24 @@ class SamplerSettings:
     def __post_init__(self) -> None:
         _require(_is_number(self.temperature) and 0 <= self.temperature <= 100,
                  "temperature", self.temperature, "a number from 0 to 100 (0 means greedy)")
-        _require(_is_int(self.top_k) and self.top_k >= 0,
-                 "top_k", self.top_k, "a whole number >= 0 (0 turns top-k off)")
+        _require(_is_int(self.top_k) and 0 <= self.top_k <= MAX_TOP_K,
+                 "top_k", self.top_k, f"a whole number from 0 to {MAX_TOP_K:,} (0 turns top-k off)")
         _require(_is_number(self.top_p) and 0 <= self.top_p <= 1,
                  "top_p", self.top_p, "a number from 0 to 1 (1 turns top-p off)")
         _require(_is_number(self.min_p) and 0 <= self.min_p <= 1,
                  "min_p", self.min_p, "a number from 0 to 1 (0 turns min-p off)")
-        _require(_is_number(self.repetition_penalty) and 0 < self.repetition_penalty <= 100,
-                 "repetition_penalty", self.repetition_penalty,
-                 "a number above 0 and at most 100 (1 turns it off)")
-        _require(self.chain in CHAINS, "chain", self.chain, f"one of {', '.join(CHAINS)}")
-        _require(_is_int(self.min_tokens_to_keep) and self.min_tokens_to_keep >= 1,
-                 "min_tokens_to_keep", self.min_tokens_to_keep, "a whole number >= 1")
+        low, high = REPETITION_PENALTY_RANGE
+        _require(_is_number(self.repetition_penalty) and low <= self.repetition_penalty <= high,
+                 "repetition_penalty", self.repetition_penalty, f"a number from {low:g} to {high:g} (1 turns it off)")
+        _require(isinstance(self.chain, str) and self.chain in CHAINS, "chain", self.chain,
+                 f"one of {', '.join(CHAINS)}")
+        _require(_is_int(self.min_tokens_to_keep) and 1 <= self.min_tokens_to_keep <= MAX_TOP_K,
+                 "min_tokens_to_keep", self.min_tokens_to_keep, f"a whole number from 1 to {MAX_TOP_K:,}")
 
     @property
     def greedy(self) -> bool:
-        """Temperature 0 picks the argmax; no random draw is made."""
-        return self.temperature == 0
+        """Temperature 0 (or below GREEDY_BELOW_TEMPERATURE) picks the argmax; no draw is made."""
+        return self.temperature < GREEDY_BELOW_TEMPERATURE
 
 
 @dataclass(frozen=True)
@@ -84,13 +96,17 @@ class StopSettings:
     ignore_eos: bool = False  # keep generating after the model emits an end token
 
     def __post_init__(self) -> None:
-        _require(_is_int(self.max_new_tokens) and 1 <= self.max_new_tokens <= 1_000_000,
-                 "max_new_tokens", self.max_new_tokens, "a whole number >= 1")
+        _require(_is_int(self.max_new_tokens) and 1 <= self.max_new_tokens <= MAX_NEW_TOKENS,
+                 "max_new_tokens", self.max_new_tokens, f"a whole number from 1 to {MAX_NEW_TOKENS:,}")
+        # a lone string is a sequence of one-letter strings: refuse it rather than stop on every letter
+        _require(isinstance(self.stop_sequences, (tuple, list)), "stop_sequences", self.stop_sequences,
+                 "a list of strings (one string is a list of one)")
         sequences = tuple(self.stop_sequences)
         object.__setattr__(self, "stop_sequences", sequences)
-        _require(len(sequences) <= MAX_STOP_SEQUENCES, "stop_sequences", list(sequences),
+        _require(len(sequences) <= MAX_STOP_SEQUENCES, "stop_sequences", sequences,
                  f"at most {MAX_STOP_SEQUENCES} sequences")
         for sequence in sequences:
-            _require(isinstance(sequence, str) and sequence != "", "stop_sequences", sequence,
-                     "non-empty strings")
+            _require(isinstance(sequence, str) and 0 < len(sequence) <= MAX_STOP_LENGTH, "stop_sequences",
+                     sequence,
+                     f"non-empty strings of at most {MAX_STOP_LENGTH} characters")
         _require(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos, "True or False")

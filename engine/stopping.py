@@ -82,3 +82,25 @@ def returned_text(text: str, stops: tuple[StopSequenceState, ...]) -> str:
     """The completion as an API returns it: cut just before the first stop sequence."""
     match = first_match(stops)
     return text if match is None else text[:match.position]
+
+
+ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def unescape(text: str) -> str:
+    """Read `\\n`, `\\t` and `\\\\` in a typed stop sequence as a newline, a tab and a backslash;
+    every other character, a lone backslash included (`C:\\Users`), stays as typed."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in ESCAPES:
+            out.append(ESCAPES[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def escape(text: str) -> str:
+    """The inverse of `unescape`: a stop sequence as it is typed on one line."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")

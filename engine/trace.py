@@ -8,12 +8,15 @@ per-step sampler settings and which tokens were forced.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import SettingsError, TraceError
+from engine.errors import GenerationFinished, SettingsError, TraceError, shown
 from engine.generation import Generation, StepRecord
+from engine.limits import Limits
 from engine.loading import LoadedModel
 from engine.settings import SamplerSettings, StopSettings
 
@@ -70,6 +73,7 @@ def to_trace(generation: Generation) -> dict[str, Any]:
         "prompt": generation.prompt,
         "chat": generation.chat,
         "system_prompt": generation.system_prompt,
+        "allow_special": generation.allow_special,
         "prompt_text": generation.prompt_text,
         "prompt_token_ids": list(generation.prompt_ids),
         "seed": generation.seed,
@@ -94,39 +98,86 @@ def save_trace(generation: Generation, path: str | Path) -> Path:
     return path
 
 
-def parse_trace(data: str | bytes | dict[str, Any]) -> dict[str, Any]:
+def parse_trace(data: str | bytes | dict[str, Any], limits: Limits | None = None) -> dict[str, Any]:
     """Check a trace (JSON text or an already parsed dict) and return it as a dict.
 
-    Raises TraceError naming what is missing or wrong.
+    Every field replay reads is checked for its type here, and the size and step count
+    against `limits` before any other work. Raises TraceError naming what is missing or wrong.
     """
-    if not isinstance(data, dict):
-        try:
-            data = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise TraceError(f"The trace is not valid JSON: {exc}.") from exc
+    limits = limits or Limits()
+    if isinstance(data, (str, bytes)):
+        limits.check_upload(len(data))
+        data = _json(data)
     if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
         raise TraceError(f"This is not a Token by Token trace: its 'format' must be '{TRACE_FORMAT}'.")
     if data.get("version") != TRACE_VERSION:
-        raise TraceError(f"Trace version {data.get('version')!r} is not supported; this app reads "
+        raise TraceError(f"Trace version {shown(data.get('version'))} is not supported; this app reads "
                          f"version {TRACE_VERSION}.")
     missing = [key for key in REQUIRED_KEYS if key not in data]
     if missing:
         raise TraceError(f"The trace is missing {', '.join(missing)}.")
     if not isinstance(data["steps"], list):
         raise TraceError("The trace's 'steps' must be a list.")
+    limits.check_replay_steps(len(data["steps"]))
+    for key, kind, words in TOP_LEVEL_TYPES:
+        if key in data and not (data[key] is None and key in NULLABLE) and not _is_a(data[key], kind):
+            raise TraceError(f"The trace's '{key}' must be {words}, not {shown(data[key])}.")
     for position, step in enumerate(data["steps"], start=1):
-        if not isinstance(step, dict) or any(key not in step for key in REQUIRED_STEP_KEYS):
-            raise TraceError(f"Step {position} of the trace lacks one of {', '.join(REQUIRED_STEP_KEYS)}.")
+        _check_step(position, step)
     return data
 
 
-def load_trace(path: str | Path) -> dict[str, Any]:
-    """Read and check a trace file."""
+# (key, type, in words) for the fields replay reads
+TOP_LEVEL_TYPES: tuple[tuple[str, type, str], ...] = (
+    ("prompt", str, "text"), ("chat", bool, "true or false"), ("seed", int, "a whole number"),
+    ("stop", dict, "an object"), ("sampler", dict, "an object"), ("draw", str, "text"),
+    ("system_prompt", str, "text or null"), ("allow_special", bool, "true or false"),
+    ("prompt_token_ids", list, "a list"),
+)
+NULLABLE = ("system_prompt", "sampler")
+STEP_TYPES: tuple[tuple[str, type, str], ...] = (
+    ("token_id", int, "a whole number"), ("sampler", dict, "an object"), ("forced", bool, "true or false"),
+)
+
+
+def _check_step(position: int, step: object) -> None:
+    if not isinstance(step, dict) or any(key not in step for key in REQUIRED_STEP_KEYS):
+        raise TraceError(f"Step {position} of the trace lacks one of {', '.join(REQUIRED_STEP_KEYS)}.")
+    for key, kind, words in STEP_TYPES:
+        if not _is_a(step[key], kind):
+            raise TraceError(f"Step {position}'s '{key}' must be {words}, not {shown(step[key])}.")
+
+
+def _is_a(value: object, kind: type) -> bool:
+    """isinstance, except that true and false are not whole numbers here."""
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+def _json(data: str | bytes) -> Any:
+    """Parse JSON text; bytes must be UTF-8 (what this app writes)."""
     try:
-        text = Path(path).read_text()
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"The trace is not UTF-8 text (byte {exc.start} cannot be read): save it as UTF-8 "
+                         "JSON.") from exc
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise TraceError(f"The trace is not valid JSON: {exc}.") from exc
+    except RecursionError as exc:  # thousands of nested brackets
+        raise TraceError("The trace nests lists or objects too deeply to be a trace.") from exc
+
+
+def load_trace(path: str | Path, limits: Limits | None = None) -> dict[str, Any]:
+    """Read and check a trace file."""
+    limits = limits or Limits()
+    try:
+        path = Path(path)
+        limits.check_upload(path.stat().st_size)
+        data = path.read_bytes()
     except OSError as exc:
-        raise TraceError(f"Cannot read the trace file {path}: {exc}.") from exc
-    return parse_trace(text)
+        raise TraceError(f"Cannot read the trace file {path}: {exc.strerror or exc}.") from exc
+    return parse_trace(data, limits)
 
 
 @dataclass(frozen=True)
@@ -137,33 +188,66 @@ class Replay:
     mismatched_steps: tuple[int, ...]  # steps whose sampled token differed here and were forced
 
 
-def replay(lm: LoadedModel, trace: dict[str, Any]) -> Replay:
+class ReplayCancelled(TraceError):
+    """A replay was stopped before its end (by the visitor, or by the server's time cap)."""
+
+
+def replay(lm: LoadedModel, trace: dict[str, Any], limits: Limits | None = None,
+           progress: Callable[[int, int], bool] | None = None) -> Replay:
     """Rebuild a live generation from a trace: same prompt, seed and per-step settings.
 
     Sampled steps are sampled again (same seed, same draws); a step whose token differs on
     this machine is forced to the recorded token and reported. Forced steps are forced again.
+    `progress(done, total)` is called after each step; returning False cancels the replay
+    (ReplayCancelled), as does running past `limits.replay_seconds`.
     """
-    trace = parse_trace(trace)
+    limits = limits or Limits()
+    trace = parse_trace(trace, limits)
+    started = time.monotonic()
     try:
-        stop = StopSettings(**(trace["stop"] | {"stop_sequences": tuple(trace["stop"]["stop_sequences"])}))
-        generation = Generation(lm, trace["prompt"], chat=bool(trace["chat"]),
-                                system_prompt=trace.get("system_prompt"),
-                                sampler=SamplerSettings(**trace.get("sampler", {})),
-                                stop=StopSettings(max_new_tokens=max(stop.max_new_tokens, len(trace["steps"]) or 1),
-                                                  ignore_eos=True),
-                                seed=int(trace["seed"]), draw=trace.get("draw", "cdf"))
+        generation, stop = _replay_start(lm, trace, limits)
         mismatched = []
-        for step in trace["steps"]:
-            generation.sampler = SamplerSettings(**step["sampler"])
-            recorded = int(step["token_id"])
-            record = generation.step(force_token_id=recorded if step["forced"] else None)
-            if record.token_id != recorded:
-                mismatched.append(record.index)
-                generation.rewind(record.index - 1)
-                generation.step(force_token_id=recorded)
+        total = len(trace["steps"])
+        for done, step in enumerate(trace["steps"], start=1):
+            if _replay_step(generation, step):
+                mismatched.append(done)
+            if progress is not None and progress(done, total) is False:
+                raise ReplayCancelled(f"The replay was cancelled after {done} of {total} steps.")
+            if limits.replay_seconds is not None and time.monotonic() - started > limits.replay_seconds:
+                raise ReplayCancelled(f"The replay took longer than this server allows "
+                                      f"({limits.replay_seconds:g} s) and stopped after {done} of {total} steps.")
         generation.sampler = SamplerSettings(**(trace.get("sampler") or {}))
         generation.stop = stop
-    except (TypeError, KeyError, SettingsError) as exc:
+    except (TypeError, KeyError, SettingsError, GenerationFinished) as exc:
         raise TraceError(f"The trace's settings cannot be used: {exc}") from exc
     return Replay(generation, tuple(mismatched))
 
+
+def _replay_start(lm: LoadedModel, trace: dict[str, Any], limits: Limits) -> tuple[Generation, StopSettings]:
+    """The generation a replay steps, and the stop settings it ends with. While replaying,
+    EOS is ignored and the cap covers every recorded step."""
+    stop = StopSettings(**(trace["stop"] | {"stop_sequences": _as_list(trace["stop"].get("stop_sequences", []))}))
+    generation = Generation(lm, trace["prompt"], chat=trace["chat"], system_prompt=trace.get("system_prompt"),
+                            sampler=SamplerSettings(**(trace.get("sampler") or {})),
+                            stop=StopSettings(max_new_tokens=max(stop.max_new_tokens, len(trace["steps"]) or 1),
+                                              ignore_eos=True),
+                            seed=trace["seed"], draw=trace.get("draw", "cdf"),
+                            allow_special=trace.get("allow_special", False), limits=limits)
+    return generation, stop
+
+
+def _replay_step(generation: Generation, step: dict[str, Any]) -> bool:
+    """Take one recorded step again; True when it sampled differently here and was forced."""
+    generation.sampler = SamplerSettings(**step["sampler"])
+    recorded = step["token_id"]
+    record = generation.step(force_token_id=recorded if step["forced"] else None)
+    if record.token_id == recorded:
+        return False
+    generation.branch(recorded)
+    return True
+
+
+def _as_list(value: object) -> object:
+    """A JSON list of stop sequences as the tuple StopSettings takes; anything else as it is,
+    for StopSettings to refuse by name."""
+    return tuple(value) if isinstance(value, list) else value

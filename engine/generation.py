@@ -12,6 +12,7 @@ One step is the four stages of the loop, then its record (`Generation.step` read
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -226,33 +227,45 @@ def _check_prompt_text(parameter: str, text: object, allow_empty: bool) -> None:
 
 def special_spellings(lm: LoadedModel, text: str) -> tuple[str, ...]:
     """The special tokens whose spelling occurs in `text`, in vocabulary order."""
-    return tuple(token for token in lm.tokenizer.all_special_tokens if token and token in text)
+    return tuple(token for token in _special_tokens(lm) if token in text)
+
+
+def _special_tokens(lm: LoadedModel) -> list[str]:
+    """Every special token's spelling, longest first (so a longer one wins where two overlap)."""
+    tokens = {t.content for t in lm.tokenizer.added_tokens_decoder.values() if t.special and t.content}
+    return sorted(tokens, key=lambda t: (-len(t), t))
 
 
 def _chat_prompt(lm: LoadedModel, prompt: str, system_prompt: str | None, allow_special: bool
                  ) -> tuple[str, list[int], tuple[str, ...]]:
-    """The chat template around the visitor's messages. The template's own parts are read
-    with their special tokens; the visitor's text, unless `allow_special`, as plain text."""
+    """The chat template around the visitor's messages. Unless `allow_special`, only the
+    template's own special tokens are read as special tokens; the visitor's text is read as
+    characters. The text between the template's special tokens is tokenized as one piece,
+    exactly as the tokenizer reads the whole text, so ordinary prompts give the same ids."""
     if not lm.has_chat_template:
         raise PromptError(f"{lm.name} has no chat template: turn the chat template off.")
     tokenizer = lm.tokenizer
     found = special_spellings(lm, prompt + (system_prompt or ""))
     contents = ([system_prompt] if system_prompt else []) + [prompt]
-    # each message is rendered as a marker, then the template's pieces between markers are
-    # tokenized apart from the messages (the markers are only ever searched for in the template)
-    markers = [f"\ue000{i}\ue001" for i in range(len(contents))]
     roles = (["system"] if system_prompt else []) + ["user"]
-    messages = [{"role": role, "content": marker} for role, marker in zip(roles, markers, strict=True)]
-    template = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    ids: list[int] = []
-    text, rest = "", template
+    # each message is rendered as a marker, so the template's own special tokens can be found
+    # in it; the markers are only ever searched for in the template
+    markers = [f"\ue000{i}\ue001" for i in range(len(contents))]
+    template = tokenizer.apply_chat_template([{"role": r, "content": m} for r, m in zip(roles, markers, strict=True)],
+                                             add_generation_prompt=True, tokenize=False)
+    pieces = re.split("(" + "|".join(map(re.escape, _special_tokens(lm))) + ")", template)
     for marker, content in zip(markers, contents, strict=True):
-        before, _, rest = rest.partition(marker)
-        ids += tokenizer(before, add_special_tokens=False)["input_ids"]
-        ids += tokenizer(content, add_special_tokens=False, split_special_tokens=not allow_special)["input_ids"]
-        text += before + content
-    ids += tokenizer(rest, add_special_tokens=False)["input_ids"]
-    return text + rest, ids, found
+        pieces = [piece.replace(marker, content) for piece in pieces]
+    text = "".join(pieces)
+    if allow_special:
+        return text, tokenizer(text, add_special_tokens=False)["input_ids"], found
+    ids: list[int] = []
+    for index, piece in enumerate(pieces):  # odd places hold the template's special tokens
+        if index % 2:
+            ids.append(tokenizer.convert_tokens_to_ids(piece))
+        elif piece:
+            ids += tokenizer(piece, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return text, ids, found
 
 
 class Generation:

@@ -203,6 +203,7 @@ def replay(lm: LoadedModel, trace: dict[str, Any], limits: Limits | None = None,
     """
     limits = limits or Limits()
     trace = parse_trace(trace, limits)
+    _check_token_ids(trace["steps"], lm.vocab_size)
     started = time.monotonic()
     try:
         generation, stop = _replay_start(lm, trace, limits)
@@ -221,6 +222,14 @@ def replay(lm: LoadedModel, trace: dict[str, Any], limits: Limits | None = None,
     except (TypeError, KeyError, SettingsError, GenerationFinished) as exc:
         raise TraceError(f"The trace's settings cannot be used: {exc}") from exc
     return Replay(generation, tuple(mismatched))
+
+
+def _check_token_ids(steps: list[dict[str, Any]], vocab_size: int) -> None:
+    """Every recorded token must be one of this model's, checked before any step runs."""
+    for position, step in enumerate(steps, start=1):
+        if not 0 <= step["token_id"] < vocab_size:
+            raise TraceError(f"Step {position}'s token_id {shown(step['token_id'])} is not a token of this model "
+                             f"(0 to {vocab_size - 1}).")
 
 
 def _replay_start(lm: LoadedModel, trace: dict[str, Any], limits: Limits) -> tuple[Generation, StopSettings]:

@@ -76,13 +76,13 @@ def test_malformed_traces_are_rejected_with_a_reason(text: str, message: str) ->
 @pytest.mark.parametrize(("make", "parameter", "allowed"), [
     (lambda: SamplerSettings(temperature=-0.5), "temperature", "from 0 to 100"),
     (lambda: SamplerSettings(temperature=float("nan")), "temperature", "from 0 to 100"),
-    (lambda: SamplerSettings(top_k=-1), "top_k", ">= 0"),
+    (lambda: SamplerSettings(top_k=-1), "top_k", "from 0 to 10,000,000"),
     (lambda: SamplerSettings(top_k=2.5), "top_k", "whole number"),
     (lambda: SamplerSettings(top_p=1.5), "top_p", "from 0 to 1"),
     (lambda: SamplerSettings(min_p=-0.1), "min_p", "from 0 to 1"),
-    (lambda: SamplerSettings(repetition_penalty=0), "repetition_penalty", "above 0"),
+    (lambda: SamplerSettings(repetition_penalty=0), "repetition_penalty", "from 0.01 to 100"),
     (lambda: SamplerSettings(chain="mine"), "chain", "transformers, vllm, llama.cpp"),
-    (lambda: StopSettings(max_new_tokens=0), "max_new_tokens", ">= 1"),
+    (lambda: StopSettings(max_new_tokens=0), "max_new_tokens", "from 1 to 1,000,000"),
     (lambda: StopSettings(stop_sequences=("a", "b", "c", "d", "e")), "stop_sequences", "at most 4"),
     (lambda: StopSettings(stop_sequences=("",)), "stop_sequences", "non-empty"),
 ])

@@ -318,6 +318,16 @@ class Generation:
         decision, _, distribution = self._sample(kept.raw_logits, context, sampler, generator)
         return Resampled(decision, distribution)
 
+    def branch(self, token_id: int) -> StepRecord:
+        """Replace the latest step's pick with `token_id`: rewind one step and force it."""
+        self.rewind(len(self._steps) - 1)
+        return self.step(force_token_id=token_id)
+
+    def repick(self) -> StepRecord:
+        """Take the latest step again under the current sampler settings."""
+        self.rewind(len(self._steps) - 1)
+        return self.step()
+
     def rewind(self, steps_to_keep: int) -> None:
         """Go back to just after step `steps_to_keep` (0 = only the prompt).
 

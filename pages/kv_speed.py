@@ -237,4 +237,5 @@ def main() -> None:
     batch_section(lm, sizes)
 
 
-main()
+if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it
+    main()

@@ -344,4 +344,5 @@ def main() -> None:
         predict_exercise(lm)
 
 
-main()
+if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it
+    main()

@@ -341,4 +341,5 @@ def main() -> None:
     chain_orders(lm, step, step_key)
 
 
-main()
+if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it
+    main()

@@ -308,4 +308,5 @@ def main() -> None:
     workspace()
 
 
-main()
+if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it
+    main()

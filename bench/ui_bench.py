@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import statistics
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from bench.appserver import CHROMIUM_FLAGS, chromium_path, served_app
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -29,8 +26,6 @@ REPEATS = 20
 # the issue's targets for the Step-through page; it sets none for the Sampler lab
 TARGETS_MS: dict[str, float | None] = {"step": 250.0, "slider": 150.0, "slider_whole_view": 150.0,
                                        "lab_slider": None}
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # Start: sampled at temperature 0.5 (so every slider step changes the sampler table), EOS
 # ignored and room for every Step.
 QUERY = ("?prompt=The+capital+of+France+is&sampler=0.5%2F0%2F1.0%2F0.0%2F1.0%2Ftransformers"
@@ -64,31 +59,6 @@ ARM = """([event, conditions, snapshot]) => {
 FINAL_BARS = "JSON.stringify(document.querySelector('.js-plotly-plot').data[1].x)"
 LAB_BARS = "JSON.stringify(document.querySelector('.js-plotly-plot').data.map(trace => trace.x))"
 STEPS = "document.querySelector('.tbt-chips').dataset.steps"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve() -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
-         "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],  # a watcher over the tree costs CPU the timings should not pay
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
-                return process, url
-        except OSError:
-            time.sleep(0.5)
-    process.terminate()
-    raise RuntimeError("streamlit did not start")
 
 
 def _timed(page, event: str, conditions: list[str], action, snapshot: str | None = None) -> list[float]:
@@ -147,28 +117,24 @@ def measure_lab_slider(page) -> list[float]:
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
-    chromium = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
+    chromium = chromium_path() or "/usr/bin/chromium"
     load_before = os.getloadavg()
-    process, url = _serve()
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.goto(url + QUERY)
-            page.wait_for_selector(".tbt-chips", timeout=120_000)
-            page.get_by_role("button", name="Step", exact=True).click()  # warm-up: prefill, first chart
-            page.wait_for_function(f"{STEPS} === '1'", timeout=60_000)
-            page.get_by_role("button", name="Back", exact=True).click()
-            page.wait_for_function(f"{STEPS} === '0'", timeout=60_000)
-            page.wait_for_timeout(500)
-            steps = measure_steps(page)
-            chart, view = measure_slider(page)
-            lab = measure_lab_slider(page)
-            results = {"step": steps, "slider": chart, "slider_whole_view": view, "lab_slider": lab}
-            browser.close()
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    # a file watcher over the tree costs CPU the timings should not pay
+    with served_app(None, "--server.fileWatcherType", "none") as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(url + QUERY)
+        page.wait_for_selector(".tbt-chips", timeout=120_000)
+        page.get_by_role("button", name="Step", exact=True).click()  # warm-up: prefill, first chart
+        page.wait_for_function(f"{STEPS} === '1'", timeout=60_000)
+        page.get_by_role("button", name="Back", exact=True).click()
+        page.wait_for_function(f"{STEPS} === '0'", timeout=60_000)
+        page.wait_for_timeout(500)
+        steps = measure_steps(page)
+        chart, view = measure_slider(page)
+        lab = measure_lab_slider(page)
+        results = {"step": steps, "slider": chart, "slider_whole_view": view, "lab_slider": lab}
+        browser.close()
     summary = {name: {"median_ms": round(statistics.median(times), 1), "target_ms": TARGETS_MS[name],
                       "min_ms": round(min(times), 1), "max_ms": round(max(times), 1),
                       "samples_ms": [round(t, 1) for t in times]} for name, times in results.items()}

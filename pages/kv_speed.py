@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TypeVar
 
 import pandas as pd
 import streamlit as st
@@ -27,6 +27,8 @@ from engine.speed import (
 from ui.charts import CHART_CONFIG
 from ui.format import nbytes
 from ui.frame import ensure_app_frame
+from ui.keys import KV
+from ui.memo import remember
 from ui.model import current_model
 from ui.teaching import page_style
 from ui.teaching_charts import (
@@ -38,22 +40,21 @@ from ui.teaching_charts import (
     roofline_figure,
 )
 
-RESULTS = "kv_results"  # session key: measurements already taken, by (model, device, tier, what)
-TIER = "kv_tier"
 KV_SAMPLE_POSITIONS = 16  # positions put in a real cache to weigh one position
 
 
 TIERS = {"quick": QUICK, "more": MORE}
+T = TypeVar("T")
 
 
-def measured(lm: LoadedModel, what: str, run: Callable[[], Any]) -> Any:
+def measured(lm: LoadedModel, what: str, run: Callable[[], T]) -> T:
     """Measure once per (model, device, tier) and keep it: reruns only redraw."""
-    store = st.session_state.setdefault(RESULTS, {})
-    key = (lm.name, str(lm.device), st.session_state.get(TIER, "quick"), what)
-    if key not in store:
+    def measure() -> T:
         with st.spinner(f"Measuring {what} on {lm.device}…"):
-            store[key] = run()
-    return store[key]
+            return run()
+
+    key = (lm.name, str(lm.device), st.session_state.get(KV.tier, "quick"), what)
+    return remember(st.session_state, KV.results, key, measure)
 
 
 def header(lm: LoadedModel) -> Sizes:
@@ -66,13 +67,13 @@ def header(lm: LoadedModel) -> Sizes:
         f"({lm.parameters / 1e6:.0f} M parameters). Each time is the fastest of a few repeats after a warm-up "
         "pass: other work on the machine can only slow a run down. Compare shapes and ratios rather than the last "
         "digit.")
-    tier = st.session_state.get(TIER, "quick")
+    tier = st.session_state.get(KV.tier, "quick")
     more_help = "Contexts up to 1,024 tokens, a longer prompt, more repeats (about a minute on 2 CPU cores)"
     with st.container(horizontal=True, vertical_alignment="center"):
-        if tier == "quick" and st.button("Measure more", key="kv_more", help=more_help):
-            st.session_state[TIER] = tier = "more"
-        if st.button("Measure again", key="kv_again", help="Throw away these results and time everything afresh"):
-            st.session_state.pop(RESULTS, None)
+        if tier == "quick" and st.button("Measure more", key=KV.more, help=more_help):
+            st.session_state[KV.tier] = tier = "more"
+        if st.button("Measure again", key=KV.again, help="Throw away these results and time everything afresh"):
+            st.session_state.pop(KV.results, None)
         sizes = TIERS[tier].fitted(lm.context_window)
         st.caption(f"Now measuring contexts up to {max(sizes.cache_lengths):,} tokens.")
     return sizes
@@ -89,8 +90,8 @@ def cache_section(lm: LoadedModel, sizes: Sizes) -> None:
     points = measured(lm, "cache vs recompute", lambda: measure_cache_vs_recompute(lm, sizes.cache_lengths,
                                                                                     sizes.repeats))
     left, right = st.columns([3, 2])
-    left.plotly_chart(cache_figure(points), config=CHART_CONFIG, key="kv_cache_chart")
-    right.plotly_chart(ratio_figure(points), config=CHART_CONFIG, key="kv_ratio_chart")
+    left.plotly_chart(cache_figure(points), config=CHART_CONFIG, key=KV.cache_chart)
+    right.plotly_chart(ratio_figure(points), config=CHART_CONFIG, key=KV.ratio_chart)
     first, last = points[0], points[-1]
     st.markdown(
         f"At **{last.context_tokens:,} tokens** of context: **{last.cached_ms:.1f} ms** per step with the cache, "
@@ -111,7 +112,7 @@ def prefill_section(lm: LoadedModel, sizes: Sizes) -> None:
     result = measured(lm, "prefill vs decode",
                       lambda: measure_prefill_decode(lm, sizes.prompt_tokens, sizes.decode_steps, sizes.repeats))
     left, right = st.columns([3, 2])
-    left.plotly_chart(prefill_decode_figure(result), config=CHART_CONFIG, key="kv_prefill_chart")
+    left.plotly_chart(prefill_decode_figure(result), config=CHART_CONFIG, key=KV.prefill_chart)
     right.metric(f"prefill: {result.prompt_tokens} tokens in one pass", f"{result.prefill_ms:.1f} ms")
     right.metric("prefill, per token", f"{result.prefill_ms_per_token:.2f} ms")
     right.metric("decode, per token", f"{result.decode_ms:.1f} ms",
@@ -153,10 +154,10 @@ def memory_section(lm: LoadedModel) -> None:
         f"{snapshot.formula} = {snapshot.formula_bytes:,} bytes. Every layer keeps a key and a value for every "
         "KV head; models that share KV heads between attention heads (grouped-query attention: Llama-3, "
         "Mistral, Qwen2.5) keep far less than those that do not (Llama-2-7B).")
-    positions = int(st.number_input("Context length (tokens)", 1, 131_072, 4_096, 256, key="kv_positions"))
+    positions = int(st.number_input("Context length (tokens)", 1, 131_072, 4_096, 256, key=KV.positions))
     rows = kv_rows(lm, per_position)
     st.plotly_chart(kv_memory_figure([(f"{r.name} ({r.shape.dtype})", r.per_position * positions) for r in rows],
-                                     positions), config=CHART_CONFIG, key="kv_memory_chart")
+                                     positions), config=CHART_CONFIG, key=KV.memory_chart)
     st.dataframe(kv_table(rows, positions), hide_index=True)
     st.caption("Other models' shapes are from their published config.json files (named in the source column), in "
                "the dtype those configs store the weights in. The bundled model runs here in "
@@ -188,7 +189,7 @@ def intensity_section(lm: LoadedModel, sizes: Sizes) -> None:
                    delta=f"{100 * step.achieved_bytes_per_s / device.bytes_per_s:.0f}% of the copy",
                    delta_color="off", delta_arrow="off",
                    help=f"bytes read ÷ measured step time ({step.step_ms:.1f} ms)")
-    st.plotly_chart(roofline_figure(device, step), config=CHART_CONFIG, key="kv_roofline_chart")
+    st.plotly_chart(roofline_figure(device, step), config=CHART_CONFIG, key=KV.roofline_chart)
     bound = "memory bandwidth" if step.flops_per_byte < device.ridge_flops_per_byte else "compute"
     st.markdown(
         f"A decode step at batch 1 does about **{step.flops_per_byte:.2f} FLOPs for every byte** it reads: each "
@@ -205,7 +206,7 @@ def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
     points = measured(lm, "batched decode",
                       lambda: measure_batching(lm, (1, 4, 16), sizes.batch_context, sizes.repeats))
     left, right = st.columns([3, 2])
-    left.plotly_chart(batch_figure(points), config=CHART_CONFIG, key="kv_batch_chart")
+    left.plotly_chart(batch_figure(points), config=CHART_CONFIG, key=KV.batch_chart)
     for point in points:
         right.metric(f"batch {point.batch}: one step", f"{point.step_ms:.1f} ms",
                      delta=f"{point.tokens_per_s:,.0f} tokens/s", delta_color="off", delta_arrow="off")
@@ -236,4 +237,5 @@ def main() -> None:
     batch_section(lm, sizes)
 
 
-main()
+if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it
+    main()

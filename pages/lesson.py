@@ -11,6 +11,7 @@ from ui.charts import CHART_CONFIG, FINAL_COLOUR
 from ui.chips import context_html, prompt_chips
 from ui.format import pct, quoted
 from ui.frame import ensure_app_frame
+from ui.keys import LESSON
 from ui.lesson_flow import (
     GREEDY,
     PREDICT_PROMPTS,
@@ -18,23 +19,17 @@ from ui.lesson_flow import (
     STAGES,
     Guess,
     candidates,
-    preset_named,
     score,
     start,
     tally,
 )
 from ui.model import current_model
+from ui.presets import preset_named
 from ui.teaching import page_style
 from ui.teaching_charts import top_values_figure
+from ui.views import FINISH_LABELS
 
-WALK, STAGE = "lesson_walk", "lesson_stage"  # the walk's Generation and the screen shown
-PREDICT, GUESSES, REVEALED = "lesson_predict", "lesson_guesses", "lesson_revealed"
-FINISH_WORDS = {
-    "eos": "the model emitted its end-of-sequence token",
-    "stop_sequence": "a stop sequence appeared in the text",
-    "max_tokens": "the max-tokens cap was reached",
-    "context_window": "the context window is full",
-}
+S = st.session_state
 
 
 def chips(generation: Generation, steps: tuple[StepRecord, ...] | None = None) -> None:
@@ -47,63 +42,63 @@ def chips(generation: Generation, steps: tuple[StepRecord, ...] | None = None) -
 
 def walk(lm: LoadedModel) -> tuple[Generation, int] | None:
     """The visitor's walk for the chosen preset, started afresh when the preset or model changes."""
-    name = st.selectbox("Preset", [p.name for p in PRESETS], key="lesson_preset",
+    name = st.selectbox("Preset", [p.name for p in PRESETS], key=LESSON.preset,
                         help="Each preset makes one termination condition fire (greedy decoding, so it is "
                              "the same every time).")
-    preset = preset_named(name)
+    preset = preset_named(PRESETS, name)
     st.caption(f"Prompt{' (through the chat template)' if preset.chat else ''}: “{preset.prompt}” · "
                f"{preset.watch}")
-    current = st.session_state.get(WALK)
+    current = S.get(LESSON.walk)
     if current is None or current[0] != (name, lm.name):
         try:
-            st.session_state[WALK] = ((name, lm.name), start(lm, preset))
+            S[LESSON.walk] = ((name, lm.name), start(lm, preset))
         except PromptError as exc:
             st.error(f"{exc}")
             return None
-        st.session_state[STAGE] = 0
-    return st.session_state[WALK][1], st.session_state.get(STAGE, 0)
+        S[LESSON.stage] = 0
+    return S[LESSON.walk][1], S.get(LESSON.stage, 0)
 
 
 def go_next() -> None:
     """Next screen; leaving the first screen, or the last one, runs a step of the loop."""
-    generation = st.session_state[WALK][1]
-    stage = st.session_state.get(STAGE, 0)
+    generation = S[LESSON.walk][1]
+    stage = S.get(LESSON.stage, 0)
     if (stage == 0 and not generation.steps) or stage == len(STAGES) - 1:
         try:
             generation.step()
         except GenerationFinished:
             return
-        st.session_state[STAGE] = 1
+        S[LESSON.stage] = 1
     else:
-        st.session_state[STAGE] = stage + 1
+        S[LESSON.stage] = stage + 1
 
 
 def go_previous() -> None:
     """Previous screen (the step stays; only the view goes back)."""
-    st.session_state[STAGE] = max(0, st.session_state.get(STAGE, 0) - 1)
+    S[LESSON.stage] = max(0, S.get(LESSON.stage, 0) - 1)
 
 
 def run_to_end() -> None:
     """Step until a termination condition fires, then show the check screen."""
-    generation = st.session_state[WALK][1]
+    generation = S[LESSON.walk][1]
     for _ in generation.run():
         pass
-    st.session_state[STAGE] = len(STAGES) - 1
+    S[LESSON.stage] = len(STAGES) - 1
 
 
 def start_over() -> None:
     """Forget the walk; the next run starts the chosen preset afresh."""
-    st.session_state.pop(WALK, None)
+    S.pop(LESSON.walk, None)
 
 
 def walk_controls(generation: Generation, stage: int) -> None:
     """Previous / Next / Start over in one row (wrapping, never truncating, in large type), then progress."""
     last = stage == len(STAGES) - 1
     with st.container(horizontal=True):
-        st.button("◀ Previous", key="lesson_previous", on_click=go_previous, disabled=stage == 0)
-        st.button("Next token ▶" if last else "Next ▶", key="lesson_next", on_click=go_next, type="primary",
+        st.button("◀ Previous", key=LESSON.previous, on_click=go_previous, disabled=stage == 0)
+        st.button("Next token ▶" if last else "Next ▶", key=LESSON.next, on_click=go_next, type="primary",
                   disabled=last and generation.finished)
-        st.button("Start over", key="lesson_restart", on_click=start_over)
+        st.button("Start over", key=LESSON.restart, on_click=start_over)
     st.progress((stage + 1) / len(STAGES), text=f"Stage {stage + 1} of {len(STAGES)}: **{STAGES[stage]}**"
                 + (f" · token {len(generation.steps)}" if generation.steps else ""))
 
@@ -141,7 +136,7 @@ def stage_logits(lm: LoadedModel, generation: Generation, step: StepRecord) -> N
     cols[2].metric("lowest logit", f"{float(logits.min()):.2f}")
     st.plotly_chart(top_values_figure([quoted(c.text) for c in top], [c.logit for c in top],
                                       "The 10 highest logits", "logit (a score, not a probability)"),
-                    config=CHART_CONFIG, key="lesson_logits_chart")
+                    config=CHART_CONFIG, key=LESSON.logits_chart)
     st.markdown("Logits can be any real number, negative too, and they do not add up to anything yet.")
 
 
@@ -154,7 +149,7 @@ def stage_softmax(lm: LoadedModel, step: StepRecord) -> None:
     shown = sum(c.prob for c in top)
     st.plotly_chart(top_values_figure([quoted(c.text) for c in top], [c.prob for c in top],
                                       "The 10 most probable next tokens", "probability (0–1)",
-                                      text_format="{:.1%}"), config=CHART_CONFIG, key="lesson_probs_chart")
+                                      text_format="{:.1%}"), config=CHART_CONFIG, key=LESSON.probs_chart)
     st.markdown(f"These 10 hold **{pct(shown)}** of the probability; the other {lm.vocab_size - 10:,} tokens share "
                 f"**{pct(max(0.0, 1 - shown))}**. Entropy **{step.distribution.raw_entropy_bits:.2f} bits**: 0 would "
                 "mean the model is certain; each extra bit doubles the number of equally likely choices.")
@@ -211,9 +206,9 @@ def stage_check(generation: Generation, step: StepRecord) -> None:
                    "ignores end tokens, so the loop goes on, and the model has to write *something* next.")
     if term.finish_reason is None:
         st.info("Nothing fired: the loop goes round again. Press **Next token**, or **Run to the end**.")
-        st.button("Run to the end", key="lesson_run", on_click=run_to_end)
+        st.button("Run to the end", key=LESSON.run, on_click=run_to_end)
         return
-    st.success(f"Generation stops: {FINISH_WORDS[term.finish_reason]} (finish reason “{term.finish_reason}”).")
+    st.success(f"Generation stops: {FINISH_LABELS[term.finish_reason]} (finish reason “{term.finish_reason}”).")
     st.markdown("**Everything the model read and wrote**, token by token (special tokens in yellow):")
     chips(generation)
     st.markdown("**The text returned to the caller** (special tokens left out, cut before any stop sequence):")
@@ -247,8 +242,8 @@ def guided_walk(lm: LoadedModel) -> None:
 
 def predict_generation(lm: LoadedModel) -> Generation | None:
     """The exercise's generation; its newest step is the one being guessed (kept hidden)."""
-    prompt = st.selectbox("Text to continue", PREDICT_PROMPTS, key="lesson_predict_prompt")
-    current = st.session_state.get(PREDICT)
+    prompt = st.selectbox("Text to continue", PREDICT_PROMPTS, key=LESSON.predict_prompt)
+    current = S.get(LESSON.predict)
     if current is None or current[0] != (prompt, lm.name):
         try:
             generation = Generation(lm, prompt, sampler=GREEDY)
@@ -256,27 +251,27 @@ def predict_generation(lm: LoadedModel) -> Generation | None:
             st.error(f"{exc}")
             return None
         generation.step()
-        st.session_state[PREDICT] = ((prompt, lm.name), generation)
-        st.session_state[GUESSES] = []
-        st.session_state[REVEALED] = False
-    return st.session_state[PREDICT][1]
+        S[LESSON.predict] = ((prompt, lm.name), generation)
+        S[LESSON.guesses] = []
+        S[LESSON.revealed] = False
+    return S[LESSON.predict][1]
 
 
 def reveal(step: StepRecord) -> None:
     """Score the visitor's choice for this step and show the distribution."""
-    choice = st.session_state.get(f"lesson_guess_{step.index}")
+    choice = S.get(f"{LESSON.guess_prefix}{step.index}")
     if choice is None:
         return
-    st.session_state[GUESSES] = [*st.session_state[GUESSES], score(step, choice)]
-    st.session_state[REVEALED] = True
+    S[LESSON.guesses] = [*S[LESSON.guesses], score(step, choice)]
+    S[LESSON.revealed] = True
 
 
 def next_round() -> None:
     """Let the model's pick stand and hide the next step's distribution."""
-    generation = st.session_state[PREDICT][1]
+    generation = S[LESSON.predict][1]
     if not generation.finished:
         generation.step()
-    st.session_state[REVEALED] = False
+    S[LESSON.revealed] = False
 
 
 def show_tally(guesses: list[Guess]) -> None:
@@ -307,14 +302,14 @@ def predict_exercise(lm: LoadedModel) -> None:
     chips(generation, generation.steps[:-1])
     options = candidates(step)
     labels = {c.token_id: quoted(c.text) for c in options}
-    revealed = st.session_state.get(REVEALED, False)
+    revealed = S.get(LESSON.revealed, False)
     st.radio("Your prediction for the next token", list(labels), format_func=labels.__getitem__, index=None,
-             horizontal=True, key=f"lesson_guess_{step.index}", disabled=revealed)
+             horizontal=True, key=f"{LESSON.guess_prefix}{step.index}", disabled=revealed)
     if not revealed:
-        st.button("Reveal the model's distribution", key="lesson_reveal", type="primary", on_click=reveal,
-                  args=(step,), disabled=st.session_state.get(f"lesson_guess_{step.index}") is None)
+        st.button("Reveal the model's distribution", key=LESSON.reveal, type="primary", on_click=reveal,
+                  args=(step,), disabled=S.get(f"{LESSON.guess_prefix}{step.index}") is None)
     else:
-        guess = st.session_state[GUESSES][-1]
+        guess = S[LESSON.guesses][-1]
         verdict = ("✓ You matched the model." if guess.matched else
                    f"✗ The model preferred {quoted(guess.model_text)}: your choice gave up {guess.gave_up:.3f} "
                    "of probability.")
@@ -324,13 +319,13 @@ def predict_exercise(lm: LoadedModel) -> None:
         st.plotly_chart(top_values_figure([quoted(c.text) for c in ranked], [c.prob for c in ranked],
                                           "The model's distribution over the choices", "probability (0–1)",
                                           colour=FINAL_COLOUR, text_format="{:.1%}"),
-                        config=CHART_CONFIG, key="lesson_reveal_chart")
+                        config=CHART_CONFIG, key=LESSON.reveal_chart)
         if generation.finished:
             st.info(f"The text has ended ({generation.finish_reason}). Choose another text to play again.")
         else:
-            st.button("Next round ▶", key="lesson_next_round", type="primary", on_click=next_round)
-    if st.session_state.get(GUESSES):
-        show_tally(st.session_state[GUESSES])
+            st.button("Next round ▶", key=LESSON.next_round, type="primary", on_click=next_round)
+    if S.get(LESSON.guesses):
+        show_tally(S[LESSON.guesses])
 
 
 def main() -> None:
@@ -341,7 +336,7 @@ def main() -> None:
     st.markdown("A language model writes by repeating one loop: **read** the context, **score** every possible next "
                 "token, **pick** one, **append** it, **check** whether to stop. Walk through it on the real model.")
     lm = current_model()
-    mode = st.radio("Part", ["Guided walk", "Predict the next token"], horizontal=True, key="lesson_mode",
+    mode = st.radio("Part", ["Guided walk", "Predict the next token"], horizontal=True, key=LESSON.mode,
                     label_visibility="collapsed")
     if mode == "Guided walk":
         guided_walk(lm)
@@ -349,4 +344,5 @@ def main() -> None:
         predict_exercise(lm)
 
 
-main()
+if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it
+    main()

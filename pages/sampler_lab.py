@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import pandas as pd
 import streamlit as st
@@ -14,6 +14,7 @@ from engine import CHAINS, LoadedModel, PromptError, SamplerSettings, SettingsEr
 from ui.charts import CHART_CONFIG
 from ui.format import pct, quoted
 from ui.frame import ensure_app_frame
+from ui.keys import LAB
 from ui.lab import (
     FrozenStep,
     Outcome,
@@ -28,6 +29,7 @@ from ui.lab import (
     nucleus_sweep,
     temperature_sweep,
 )
+from ui.memo import Same, recall, remember
 from ui.model import current_model
 from ui.teaching import page_style
 from ui.teaching_charts import (
@@ -46,6 +48,7 @@ PRESETS = {  # prompt -> chat template on?
     "My favourite colour is": False,
 }
 LIVE = "Your generation on the Step-through page (its latest step)"
+T = TypeVar("T")
 DRAWS = 1000
 SHOWN_TOKENS = 10
 
@@ -55,49 +58,39 @@ class Column:
     """One side-by-side sampler column and its default settings."""
 
     name: str
-    key: str
+    key: str  # its sliders' keys start with this
     defaults: SamplerSettings
 
 
 COLUMNS = (
-    Column("A", "lab_a", SamplerSettings(temperature=1.0)),
-    Column("B", "lab_b", SamplerSettings(temperature=1.0, top_k=10)),
-    Column("C", "lab_c", SamplerSettings(temperature=1.5, min_p=0.1)),
+    Column("A", LAB.column_a, SamplerSettings(temperature=1.0)),
+    Column("B", LAB.column_b, SamplerSettings(temperature=1.0, top_k=10)),
+    Column("C", LAB.column_c, SamplerSettings(temperature=1.5, min_p=0.1)),
 )
 
 
-REBUILDABLE = "lab_views"  # the memo store for results cheap to rebuild
+def memo(key: tuple, compute: Callable[[], T]) -> T:
+    """A costly result (a frozen step, a sweep, 1,000 draws) computed once per visitor, so a
+    rerun (any widget move) never recomputes it."""
+    return remember(st.session_state, LAB.memo, key, compute)
 
 
-def memo(key: tuple, compute: Callable[[], Any], store_key: str = "lab_memo") -> Any:
-    """Keep results for this visitor, so a rerun (any widget move) never recomputes them.
-    Things cheap to rebuild (charts, chain outcomes) go in their own store, so reading off
-    many values never evicts the visitor's 1,000 draws."""
-    store = st.session_state.setdefault(store_key, {})
-    if key not in store:
-        if len(store) > 64:  # a long session must not grow without bound
-            store.clear()
-            if store_key != REBUILDABLE:  # its keys hold ids of the steps just dropped, which can be reused
-                st.session_state.pop(REBUILDABLE, None)
-        store[key] = compute()
-    return store[key]
-
-
-def rebuildable(key: tuple, build: Callable[[], Any]) -> Any:
+def rebuildable(key: tuple, build: Callable[[], T]) -> T:
     """A chart or chain outcome built once per visitor for the values in `key` (a chart takes
-    12-20 ms to build), kept where evicting it costs only a rebuild."""
-    return memo(key, build, store_key=REBUILDABLE)
+    12-20 ms to build), kept apart from `memo`'s results: reading off many values never
+    evicts the visitor's 1,000 draws."""
+    return remember(st.session_state, LAB.views, key, build)
 
 
 def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
     """The frozen step: the visitor's live generation if there is one, else a preset."""
     generation = live_generation(st.session_state, lm)
     options = ([LIVE] if generation is not None else []) + list(PRESETS)
-    choice = st.selectbox("Distribution to study", options, key="lab_source",
+    choice = st.selectbox("Distribution to study", options, key=LAB.source,
                           help="Take a step on the Step-through page to bring its distribution here.")
     if choice == LIVE and generation is not None:
         # the logits and the draw depend only on the tokens so far (Back restores the generator)
-        key = ("live", id(generation), tuple(generation.context_ids), lm.name)
+        key = ("live", Same(generation), tuple(generation.context_ids), lm.name)
         return key, memo(key, lambda: freeze_generation(generation, f"your generation, step {len(generation.steps)}"))
     key = ("preset", choice, lm.name)
     try:
@@ -183,7 +176,7 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
     labels = token_labels(texts(lm, ids), step.logits, ids)
     picks = [quoted(lm.texts.piece(o.decision.token_id).text) for o in named.values()]
     st.plotly_chart(settings_figure(labels, step.logits.softmax(dim=-1), ids, list(named.items()), picks),
-                    config=CHART_CONFIG, key="lab_settings_chart")
+                    config=CHART_CONFIG, key=LAB.settings_chart)
     st.markdown("**Kept sets.** ‘cut’ means the sampler set that token's probability to zero; ★ marks the pick.")
     st.dataframe(kept_table(lm, step, ids, named), hide_index=True, height=36 * (len(ids) + 1) + 4)
     return named
@@ -195,7 +188,7 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
     st.subheader("Sweeps: one knob at a time")
     t_tab, p_tab, m_tab = st.tabs(["Temperature", "Top-p (nucleus)", "Min-p"])
     with t_tab:
-        marked = st.slider("temperature to read off", 0.1, 3.0, 0.7, 0.05, key="lab_sweep_temperature")
+        marked = st.slider("temperature to read off", 0.1, 3.0, 0.7, 0.05, key=LAB.sweep_temperature)
         temps = [round(0.1 * i, 2) for i in range(1, 31)]
         points = memo((*step_key, "temperature"), lambda: temperature_sweep(step, temps))
         here = temperature_sweep(step, [marked])[0]
@@ -203,9 +196,9 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
                     f"**{pct(here.top_prob)}**. Below 1 the top token takes more of the mass and the entropy "
                     "falls towards 0 (greedy); above 1 the mass spreads over more tokens.")
         figure = rebuildable((*step_key, "temperature_chart", marked), lambda: temperature_figure(points, marked))
-        st.plotly_chart(figure, config=CHART_CONFIG, key="lab_temperature_chart")
+        st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.temperature_chart)
     with p_tab:
-        marked = st.slider("top-p to read off", 0.05, 1.0, 0.9, 0.01, key="lab_sweep_top_p")
+        marked = st.slider("top-p to read off", 0.05, 1.0, 0.9, 0.01, key=LAB.sweep_top_p)
         ps = [round(0.05 * i, 2) for i in range(1, 20)] + [0.97, 0.99, 1.0]
         points = memo((*step_key, "top_p"), lambda: nucleus_sweep(step, ps))
         here = nucleus_sweep(step, [marked])[0]
@@ -213,9 +206,9 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
                     "probabilities add up to at least p (at temperature 1). A confident step needs few tokens to "
                     "reach p; an uncertain one needs many.")
         figure = rebuildable((*step_key, "top_p_chart", marked), lambda: cut_figure(points, "top-p", marked))
-        st.plotly_chart(figure, config=CHART_CONFIG, key="lab_top_p_chart")
+        st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.top_p_chart)
     with m_tab:
-        marked = st.slider("min-p to read off", 0.01, 1.0, 0.1, 0.01, key="lab_sweep_min_p")
+        marked = st.slider("min-p to read off", 0.01, 1.0, 0.1, 0.01, key=LAB.sweep_min_p)
         ms = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0]
         points = memo((*step_key, "min_p"), lambda: min_p_sweep(step, ms))
         here = min_p_sweep(step, [marked])[0]
@@ -224,16 +217,16 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
                     "with the model's confidence: a sure top token raises it.")
         figure = rebuildable((*step_key, "min_p_chart", marked),
                              lambda: cut_figure(points, "min-p", marked, log_x=True))
-        st.plotly_chart(figure, config=CHART_CONFIG, key="lab_min_p_chart")
+        st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.min_p_chart)
 
 
 def chain_settings(vocab_size: int) -> SamplerSettings | None:
     """One set of settings for the chain-order comparison; None (reason shown) if invalid."""
     cols = st.columns(4)
-    temperature = cols[0].slider("temperature", 0.05, 3.0, 1.5, 0.05, key="lab_chain_temperature")
-    top_k = cols[1].number_input("top-k (0 = off)", 0, vocab_size, 40, key="lab_chain_top_k")
-    top_p = cols[2].slider("top-p", 0.0, 1.0, 0.9, 0.01, key="lab_chain_top_p")
-    min_p = cols[3].slider("min-p", 0.0, 1.0, 0.05, 0.01, key="lab_chain_min_p")
+    temperature = cols[0].slider("temperature", 0.05, 3.0, 1.5, 0.05, key=LAB.chain_temperature)
+    top_k = cols[1].number_input("top-k (0 = off)", 0, vocab_size, 40, key=LAB.chain_top_k)
+    top_p = cols[2].slider("top-p", 0.0, 1.0, 0.9, 0.01, key=LAB.chain_top_p)
+    min_p = cols[3].slider("min-p", 0.0, 1.0, 0.05, 0.01, key=LAB.chain_min_p)
     try:
         return SamplerSettings(temperature=temperature, top_k=int(top_k), top_p=top_p, min_p=min_p)
     except SettingsError as exc:
@@ -276,7 +269,7 @@ def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
     picks = {name: quoted(lm.texts.piece(o.decision.token_id).text) for name, o in outcomes.items()}
     st.plotly_chart(rebuildable((*step_key, "chains_chart", settings),
                           lambda: chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes, picks)),
-                    config=CHART_CONFIG, key="lab_chain_chart")
+                    config=CHART_CONFIG, key=LAB.chain_chart)
 
 
 def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: dict[str, Outcome]) -> None:
@@ -287,16 +280,16 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
                 "gets should sit close to its final probability: typically within 1–3 percentage points at this count.")
     cols = st.columns([2, 1])
     # B (top-k 10) by default: a few kept tokens draw fast, since each draw sorts only those
-    name = cols[0].selectbox("Sampler", list(named), index=min(1, len(named) - 1), key="lab_draw_sampler")
-    seed = int(cols[1].number_input("seed", 0, 2**31 - 1, 0, key="lab_draw_seed"))
+    name = cols[0].selectbox("Sampler", list(named), index=min(1, len(named) - 1), key=LAB.draw_sampler)
+    seed = int(cols[1].number_input("seed", 0, 2**31 - 1, 0, key=LAB.draw_seed))
     if name is None:
         return
     outcome = named[name]
     key = (*step_key, "draws", outcome.settings, seed)
-    if st.button(f"Draw {DRAWS:,} times", key="lab_draw_button", type="primary"):
+    if st.button(f"Draw {DRAWS:,} times", key=LAB.draw_button, type="primary"):
         with st.spinner(f"Drawing {DRAWS:,} tokens…"):
             memo(key, lambda: draw_many(outcome.chain.final_probs, DRAWS, seed))
-    counts = st.session_state.get("lab_memo", {}).get(key)
+    counts = recall(st.session_state, LAB.memo, key)
     if counts is None:
         st.info(f"Press **Draw {DRAWS:,} times** to sample from {name}'s final distribution.")
         return
@@ -304,7 +297,7 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
     labels = token_labels(texts(lm, ids), step.logits, ids)
     shown = sum(counts.get(i, 0) for i in ids)
     figure = rebuildable((*key, "chart"), lambda: draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs))
-    st.plotly_chart(figure, config=CHART_CONFIG, key="lab_draws_chart")
+    st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.draws_chart)
     worst = max(abs(counts.get(i, 0) / DRAWS - float(outcome.chain.final_probs[i])) for i in ids)
     came_up = f"{len(counts):,} different tokens came up" if len(counts) > 1 else "Only one token came up"
     st.markdown(f"{came_up}; the {len(ids)} shown took {shown:,} draws. "
@@ -341,11 +334,12 @@ def main() -> None:
     with st.expander("What the model read"):
         st.code(step.context_text, language=None, wrap_lines=True)
     own = f"u = {step.u:.6f}" if step.u is not None else "a multinomial draw, no single u"
-    own_draw = st.checkbox(f"Use the step's own random draw ({own})", True, key="lab_own_draw")
-    u = None if own_draw else st.slider("random draw u", 0.0, 0.999, 0.5, 0.001, key="lab_u")
+    own_draw = st.checkbox(f"Use the step's own random draw ({own})", True, key=LAB.own_draw)
+    u = None if own_draw else st.slider("random draw u", 0.0, 0.999, 0.5, 0.001, key=LAB.u)
     samplers_section(lm, step, step_key, u)
     sweeps(step, step_key)
     chain_orders(lm, step, step_key)
 
 
-main()
+if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it
+    main()

@@ -1,13 +1,37 @@
-"""Shared fixtures: the real bundled model, loaded once per test session."""
+"""Shared fixtures, and the markers that split the suite by cost.
+
+`model`: the test loads the real bundled model (the `lm` fixture) or runs the app in
+AppTest (whose first run loads it); given automatically, so no test can forget it.
+`browser`: drives the real app in headless Chromium (set by the browser tests' modules).
+`make test-fast` runs what has neither: engine and view tests on tiny models and plain data.
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from engine import LoadedModel, load_model
+from tests.tiny import tiny_lm as build_tiny_lm
+
+
+def _runs_the_model(item: pytest.Item) -> bool:
+    module = getattr(item, "module", None)
+    return "lm" in getattr(item, "fixturenames", ()) or (module is not None and hasattr(module, "AppTest"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _runs_the_model(item):
+            item.add_marker(pytest.mark.model)
 
 
 @pytest.fixture(scope="session")
 def lm() -> LoadedModel:
     """The real SmolLM2-135M-Instruct from the bundled GGUF (warm from the user cache)."""
     return load_model()
+
+
+@pytest.fixture(scope="session")
+def tiny_lm() -> LoadedModel:
+    """A tiny random Llama over a byte-level tokenizer (tests/tiny.py): builds in a moment."""
+    return build_tiny_lm()

@@ -17,12 +17,12 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager  # pinned Streamlit (1.67): see requirements.txt
 
-CHECKED_KEY = "frame_checked"
+from ui.keys import APP
 
 
 def ensure_app_frame() -> None:
     """On a visitor's first run, rerun through app.py if Streamlit ran this page on its own."""
-    if PagesManager.uses_pages_directory and not st.session_state.get(CHECKED_KEY):
-        st.session_state[CHECKED_KEY] = True
+    if PagesManager.uses_pages_directory and not st.session_state.get(APP.frame_checked):
+        st.session_state[APP.frame_checked] = True
         PagesManager.uses_pages_directory = False
         st.rerun()

@@ -18,10 +18,7 @@ import torch
 from engine import CHAINS, Generation, LoadedModel, SamplerSettings
 from engine.cpu_threads import on_sampler_thread
 from engine.sampling import ChainOutput, Decision, InverseCdf, decide, draw_uniform, pick_by_cdf, run_chain
-
-# Session keys the step page may keep the visitor's generation under (the brief names the
-# first; the step page's own state module uses the second).
-GENERATION_KEYS = ("generation", "st_generation")
+from ui.state import step_generation
 
 
 @dataclass(frozen=True, eq=False)  # holds tensors: compared by identity
@@ -72,10 +69,9 @@ def freeze_prompt(lm: LoadedModel, prompt: str, chat: bool, seed: int = 0) -> Fr
 def live_generation(state: Mapping[str, Any], lm: LoadedModel) -> Generation | None:
     """The visitor's generation from the Step-through page, if it has taken a step on the
     model now loaded (after a model switch its token ids would mean other tokens)."""
-    for key in GENERATION_KEYS:
-        generation = state.get(key)
-        if isinstance(generation, Generation) and generation.steps and generation.lm.source == lm.source:
-            return generation
+    generation = step_generation(state)
+    if generation is not None and generation.steps and generation.lm.source == lm.source:
+        return generation
     return None
 
 

@@ -66,14 +66,6 @@ PREDICT_PROMPTS: tuple[str, ...] = (
 )
 
 
-def preset_named(name: str) -> LessonPreset:
-    """The preset with this name (ValueError for an unknown one)."""
-    for preset in PRESETS:
-        if preset.name == name:
-            return preset
-    raise ValueError(f"No lesson preset named {name!r}; choose one of: {', '.join(p.name for p in PRESETS)}.")
-
-
 def start(lm: LoadedModel, preset: LessonPreset) -> Generation:
     """A fresh greedy generation for the preset (no forward pass yet)."""
     return Generation(lm, preset.prompt, chat=preset.chat, sampler=GREEDY, stop=preset.stop)

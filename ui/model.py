@@ -8,9 +8,7 @@ import streamlit as st
 
 from engine import LoadedModel, ModelLoadError, load_model
 from engine.loading import BUNDLED
-
-SOURCE_KEY = "model_source"  # session key: what this visitor's pages run on
-ERROR_KEY = "model_error"
+from ui.keys import APP
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -26,7 +24,7 @@ def _load_shared(source: str, device: str | None) -> LoadedModel:
 
 
 def current_source() -> str:
-    return st.session_state.get(SOURCE_KEY, BUNDLED)
+    return st.session_state.get(APP.model_source, BUNDLED)
 
 
 def current_model() -> LoadedModel:
@@ -43,8 +41,8 @@ def switch_model(source: str) -> bool:
         with st.spinner(f"Loading {source}… (a GGUF file is dequantised on first load)"):
             _load_shared(source, None)
     except ModelLoadError as exc:
-        st.session_state[ERROR_KEY] = str(exc)
+        st.session_state[APP.model_error] = str(exc)
         return False
-    st.session_state[SOURCE_KEY] = source
-    st.session_state.pop(ERROR_KEY, None)
+    st.session_state[APP.model_source] = source
+    st.session_state.pop(APP.model_error, None)
     return True

@@ -1,7 +1,8 @@
 """Streamlit panels that show one Generation: each is a view of the engine's step records.
 
-Pages decide the layout and own the callbacks; these functions only draw. Widget keys are
-namespaced with the `prefix` a page passes in, so two pages can show the same panel.
+Pages decide the layout and pass in the callbacks (ui/step_controller.py's functions); these
+functions only draw. Widget keys are the ones a page passes in (ui/keys.py), so two pages can
+show the same panel.
 """
 
 from __future__ import annotations

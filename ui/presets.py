@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from engine import SamplerSettings, StopSettings
 from ui import state as keys
+from ui.keys import STEP
 
 PRESETS_FILE = Path(__file__).resolve().parent.parent / "assets" / "presets.json"
 
@@ -37,12 +38,27 @@ def load_presets(path: Path = PRESETS_FILE) -> tuple[Preset, ...]:
         for e in entries)
 
 
-def preset_named(name: str) -> Preset:
-    return next(p for p in load_presets() if p.name == name)
+class Named(Protocol):
+    """Anything with a name: the Step page's presets and the Lesson's."""
+
+    @property
+    def name(self) -> str: ...
+
+
+P = TypeVar("P", bound=Named)
+
+
+def preset_named(presets: Sequence[P], name: str) -> P:
+    """The preset called `name` among `presets` (the Step page's, or the Lesson's); ValueError
+    naming the choices for an unknown one."""
+    for preset in presets:
+        if preset.name == name:
+            return preset
+    raise ValueError(f"No preset named {name!r}; choose one of: {', '.join(p.name for p in presets)}.")
 
 
 def apply_preset(state: MutableMapping[str, Any], preset: Preset) -> None:
     """Fill the prompt, chat, sampler and stop widgets from a preset."""
-    state.update({keys.PROMPT: preset.prompt, keys.CHAT: preset.chat})
+    state.update({STEP.prompt: preset.prompt, STEP.chat: preset.chat})
     keys.write_sampler(state, preset.sampler)
     keys.write_stop(state, preset.stop)

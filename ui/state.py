@@ -1,58 +1,40 @@
-"""Per-visitor state for the step-through page: widget keys, the settings they make, and
-the visitor's own Generation in st.session_state. The model is shared; nothing here is."""
+"""Per-visitor state for the step-through page: the settings its widgets make, and the
+visitor's own Generation in st.session_state. The model is shared; nothing here is. The keys
+themselves are in ui/keys.py (STEP)."""
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from engine import Generation, LoadedModel, SamplerSettings, StopSettings
-
-# Widget keys, namespaced "st_" for the step-through page.
-PROMPT = "st_prompt"
-PRESET = "st_preset"
-CHAT = "st_chat"
-SEED = "st_seed"
-TEMPERATURE = "st_temperature"
-TOP_K = "st_top_k"
-TOP_P = "st_top_p"
-MIN_P = "st_min_p"
-REPETITION = "st_repetition_penalty"
-CHAIN = "st_chain"
-MAX_NEW = "st_max_new_tokens"
-STOPS = "st_stop_sequences"
-IGNORE_EOS = "st_ignore_eos"
-CHART_MODE = "st_chart_mode"
-SEQ_BASIS = "st_sequence_basis"
-PRESENTATION = "app_presentation"  # app-wide: the sidebar's presentation-mode toggle
-# Non-widget keys.
-GENERATION = "st_generation"
-MESSAGES = "st_messages"  # control name -> message shown beside that control
-RUNNING = "st_running"
-RUN_FRAME_STARTED = "st_run_frame_started"  # when the Run's current token began
-
-# A Run shows each token for at least this long. The server makes a token in ~60 ms, but a
-# browser on a small machine needs ~250 ms of main-thread work to draw the workspace: unpaced,
-# tokens queued up in the browser, it fell seconds behind the server, and Stop seemed ignored.
-RUN_FRAME_S = 0.3
+from ui.keys import STEP
 
 DEFAULT_PROMPT = "The capital of France is"
 WIDGET_DEFAULTS: dict[str, Any] = {
-    PROMPT: DEFAULT_PROMPT, CHAT: False, SEED: 0,
-    TEMPERATURE: 0.0, TOP_K: 0, TOP_P: 1.0, MIN_P: 0.0, REPETITION: 1.0, CHAIN: "transformers",
-    MAX_NEW: 32, STOPS: "", IGNORE_EOS: False,
-    CHART_MODE: "probability", SEQ_BASIS: "raw",
+    STEP.prompt: DEFAULT_PROMPT, STEP.chat: False, STEP.seed: 0,
+    STEP.temperature: 0.0, STEP.top_k: 0, STEP.top_p: 1.0, STEP.min_p: 0.0, STEP.repetition_penalty: 1.0,
+    STEP.chain: "transformers", STEP.max_new_tokens: 32, STEP.stop_sequences: "", STEP.ignore_eos: False,
+    STEP.chart_mode: "probability", STEP.sequence_basis: "raw",
 }
 
 # The widgets' ranges (min, max, step). Settings from a link or a trace must fit them: a
 # widget cannot show a value outside its range.
 RANGES: dict[str, tuple[float, float, float]] = {
-    TEMPERATURE: (0.0, 2.0, 0.05), TOP_K: (0, 100, 1), TOP_P: (0.0, 1.0, 0.01), MIN_P: (0.0, 1.0, 0.01),
-    REPETITION: (0.5, 2.0, 0.05), MAX_NEW: (1, 4096, 1), SEED: (0, 2**31 - 1, 1),
+    STEP.temperature: (0.0, 2.0, 0.05), STEP.top_k: (0, 100, 1), STEP.top_p: (0.0, 1.0, 0.01),
+    STEP.min_p: (0.0, 1.0, 0.01), STEP.repetition_penalty: (0.5, 2.0, 0.05), STEP.max_new_tokens: (1, 4096, 1),
+    STEP.seed: (0, 2**31 - 1, 1),
 }
-RANGE_NAMES = {TEMPERATURE: "temperature", TOP_K: "top_k", TOP_P: "top_p", MIN_P: "min_p",
-               REPETITION: "repetition_penalty", MAX_NEW: "max_new_tokens", SEED: "seed"}
+RANGE_NAMES = {STEP.temperature: "temperature", STEP.top_k: "top_k", STEP.top_p: "top_p", STEP.min_p: "min_p",
+               STEP.repetition_penalty: "repetition_penalty", STEP.max_new_tokens: "max_new_tokens",
+               STEP.seed: "seed"}
+
+
+def widget_range(key: str) -> dict[str, float]:
+    """A widget's min, max and step, from the one table links and traces are checked against."""
+    low, high, step = RANGES[key]
+    return {"min_value": low, "max_value": high, "step": step}
 
 
 @dataclass(frozen=True)
@@ -101,20 +83,21 @@ def _unescape(line: str) -> str:
 
 def sampler_from(state: MutableMapping[str, Any]) -> SamplerSettings:
     """The sampler the widgets describe (raises SettingsError when a value is not allowed)."""
-    return SamplerSettings(temperature=round(float(state[TEMPERATURE]), 4), top_k=int(state[TOP_K]),
-                           top_p=round(float(state[TOP_P]), 4), min_p=round(float(state[MIN_P]), 4),
-                           repetition_penalty=round(float(state[REPETITION]), 4), chain=state[CHAIN])
+    return SamplerSettings(temperature=round(float(state[STEP.temperature]), 4), top_k=int(state[STEP.top_k]),
+                           top_p=round(float(state[STEP.top_p]), 4), min_p=round(float(state[STEP.min_p]), 4),
+                           repetition_penalty=round(float(state[STEP.repetition_penalty]), 4),
+                           chain=state[STEP.chain])
 
 
 def stop_from(state: MutableMapping[str, Any]) -> StopSettings:
     """The stop settings the widgets describe (raises SettingsError when not allowed)."""
-    return StopSettings(max_new_tokens=int(state[MAX_NEW]),
-                        stop_sequences=parse_stop_sequences(state[STOPS]),
-                        ignore_eos=bool(state[IGNORE_EOS]))
+    return StopSettings(max_new_tokens=int(state[STEP.max_new_tokens]),
+                        stop_sequences=parse_stop_sequences(state[STEP.stop_sequences]),
+                        ignore_eos=bool(state[STEP.ignore_eos]))
 
 
 def setup_from(state: MutableMapping[str, Any], lm: LoadedModel) -> Setup:
-    return Setup(model=lm, prompt=state[PROMPT], chat=bool(state[CHAT]), seed=int(state[SEED]))
+    return Setup(model=lm, prompt=state[STEP.prompt], chat=bool(state[STEP.chat]), seed=int(state[STEP.seed]))
 
 
 def setup_of(generation: Generation) -> Setup:
@@ -123,14 +106,15 @@ def setup_of(generation: Generation) -> Setup:
 
 def write_sampler(state: MutableMapping[str, Any], sampler: SamplerSettings) -> None:
     """Put a sampler's values into the widgets (before they are drawn)."""
-    state.update({TEMPERATURE: sampler.temperature, TOP_K: sampler.top_k, TOP_P: sampler.top_p,
-                  MIN_P: sampler.min_p, REPETITION: sampler.repetition_penalty, CHAIN: sampler.chain})
+    state.update({STEP.temperature: sampler.temperature, STEP.top_k: sampler.top_k, STEP.top_p: sampler.top_p,
+                  STEP.min_p: sampler.min_p, STEP.repetition_penalty: sampler.repetition_penalty,
+                  STEP.chain: sampler.chain})
 
 
 def write_stop(state: MutableMapping[str, Any], stop: StopSettings) -> None:
     """Put stop settings into the widgets (before they are drawn)."""
-    state.update({MAX_NEW: stop.max_new_tokens, STOPS: format_stop_sequences(stop.stop_sequences),
-                  IGNORE_EOS: stop.ignore_eos})
+    state.update({STEP.max_new_tokens: stop.max_new_tokens,
+                  STEP.stop_sequences: format_stop_sequences(stop.stop_sequences), STEP.ignore_eos: stop.ignore_eos})
 
 
 def outside_ranges(values: dict[str, Any]) -> str | None:
@@ -145,7 +129,8 @@ def outside_ranges(values: dict[str, Any]) -> str | None:
 def write_generation(state: MutableMapping[str, Any], generation: Generation) -> str | None:
     """Make the widgets describe `generation` and make it the visitor's current one. Returns
     why not (and changes nothing) when a setting does not fit a widget's range."""
-    values: dict[str, Any] = {PROMPT: generation.prompt, CHAT: generation.chat, SEED: generation.seed}
+    values: dict[str, Any] = {STEP.prompt: generation.prompt, STEP.chat: generation.chat,
+                              STEP.seed: generation.seed}
     scratch: dict[str, Any] = {}
     write_sampler(scratch, generation.sampler)
     write_stop(scratch, generation.stop)
@@ -153,13 +138,19 @@ def write_generation(state: MutableMapping[str, Any], generation: Generation) ->
     if problem := outside_ranges(values):
         return problem
     state.update(values)
-    state[GENERATION] = generation
+    state[STEP.generation] = generation
     return None
+
+
+def step_generation(state: Mapping[str, Any]) -> Generation | None:
+    """The visitor's Generation on the Step-through page (None before the page first ran).
+    Every page reads it through here, so there is one key for it."""
+    return state.get(STEP.generation)
 
 
 def set_message(state: MutableMapping[str, Any], control: str, message: str | None) -> None:
     """Remember (or clear, with None) the message shown beside a control."""
-    messages = state.setdefault(MESSAGES, {})
+    messages = state.setdefault(STEP.messages, {})
     if message is None:
         messages.pop(control, None)
     else:
@@ -167,4 +158,4 @@ def set_message(state: MutableMapping[str, Any], control: str, message: str | No
 
 
 def message(state: MutableMapping[str, Any], control: str) -> str | None:
-    return state.get(MESSAGES, {}).get(control)
+    return state.get(STEP.messages, {}).get(control)

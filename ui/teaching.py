@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui.state import PRESENTATION
+from ui.keys import APP
 
 # Every rem-sized thing scales up with the root font.
 PRESENTATION_CSS = "<style>html{font-size:22px}.tbt-chips{font-size:1.3rem}</style>"
@@ -12,5 +12,5 @@ PRESENTATION_CSS = "<style>html{font-size:22px}.tbt-chips{font-size:1.3rem}</sty
 
 def page_style() -> None:
     """Apply presentation mode (the sidebar toggle) to the page being drawn."""
-    if st.session_state.get(PRESENTATION):
+    if st.session_state.get(APP.presentation):
         st.html(PRESENTATION_CSS)

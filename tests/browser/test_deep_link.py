@@ -7,13 +7,14 @@ import re
 
 import pytest
 
-from tests.browser.conftest import ARTIFACTS, served_app
+from bench.appserver import served_app
+from tests.browser.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.browser
 
 
 def test_a_fresh_servers_first_visit_to_a_page_link_gets_the_frame(browser):
-    with served_app("streamlit_deep_link.log") as url:  # a server no one has visited yet
+    with served_app(ARTIFACTS / "streamlit_deep_link.log") as url:  # a server no one has visited yet
         context = browser.new_context(viewport={"width": 1280, "height": 800})
         page = context.new_page()
         try:

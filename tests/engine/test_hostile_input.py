@@ -354,6 +354,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.model  # the command line loads the real model in its own process
 @pytest.mark.parametrize(("args", "words"), [
     (["--prompt", "Hi", "--temperature", "nan"], "temperature"),
     (["--prompt", "Hi", "--stop", "a", "--stop", "b", "--stop", "c", "--stop", "d", "--stop", "e"], "at most 4"),
@@ -368,6 +369,7 @@ def test_the_cli_refuses_bad_arguments_with_a_message_and_no_traceback(args, wor
     assert any(w in out.stderr for w in words.split("|")), out.stderr
 
 
+@pytest.mark.model
 def test_the_cli_reads_a_windows_path_as_a_literal_stop_sequence() -> None:
     out = cli("--prompt", "Hi", "--temperature", "0", "--max-new-tokens", "2", "--stop", "C:\\Users")
     assert out.returncode == 0 and "Traceback" not in out.stderr

@@ -87,7 +87,8 @@ def test_context_window_fires_when_the_context_is_full(lm) -> None:
 
 
 def test_prompt_longer_than_the_window_is_rejected_with_sizes(lm) -> None:
-    with pytest.raises(PromptError, match=r"prompt is 5 tokens but at most 4 are allowed here \(the context window is 5 tokens"):
+    with pytest.raises(PromptError, match=r"prompt is 5 tokens but at most 4 are allowed here \(the context window "
+                                          r"is 5 tokens"):
         Generation(replace(lm, context_window=5), PARIS)
 
 

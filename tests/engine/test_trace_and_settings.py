@@ -121,6 +121,7 @@ def test_importing_every_engine_module_loads_no_streamlit() -> None:
     assert int(count) >= 10 and loaded == "False"
 
 
+@pytest.mark.model  # the command line loads the real model in its own process
 def test_cli_prints_a_step_table_and_writes_the_trace(tmp_path) -> None:
     path = tmp_path / "cli.json"
     out = subprocess.run(

@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 from engine.speed import KNOWN_CONFIGS, QUICK, loaded_kv_config
 from tests.ui.apptest import open_page
 from ui.format import nbytes
+from ui.keys import KV
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +19,7 @@ def page() -> AppTest:
 
 
 def results(at: AppTest) -> dict:
-    return at.session_state["kv_results"]
+    return at.session_state[KV.results]
 
 
 def test_page_measures_every_section_once(page):
@@ -55,7 +56,7 @@ def test_intensity_metrics_are_the_measured_steps(page):
 
 def test_changing_the_context_length_redraws_without_measuring_again(page):
     before = dict(results(page))
-    page.number_input(key="kv_positions").set_value(8192).run()
+    page.number_input(key=KV.positions).set_value(8192).run()
     assert not page.exception
     after = results(page)
     assert after.keys() == before.keys()

@@ -3,15 +3,15 @@ walk steps through the six stages, and the prediction exercise scores against th
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine import FINISH_REASONS, Generation
-from tests.ui.apptest import APP, open_page
+from engine import Generation
+from tests.ui.apptest import open_page
 from ui.format import quoted
-from ui.lesson_flow import GREEDY, PRESETS, STAGES, candidates, preset_named, score, start, tally
+from ui.keys import APP, LESSON
+from ui.lesson_flow import GREEDY, PRESETS, STAGES, candidates, score, start, tally
+from ui.presets import preset_named
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.fires + ("_ignored" if p.stop.ignore_eos else ""))
@@ -28,15 +28,6 @@ def test_each_preset_fires_its_termination_condition(lm, preset):
         assert generation.text.endswith("9, ") and "10" not in generation.text
     if preset.fires == "eos":
         assert generated[-1] in lm.eos_ids and "Paris" in generation.text
-
-
-def test_every_finish_reason_has_words_on_the_lesson_page():
-    import ast
-
-    source = (Path(APP).parent / "pages" / "lesson.py").read_text()
-    words = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Assign)
-                 and getattr(n.targets[0], "id", "") == "FINISH_WORDS")
-    assert {k.value for k in words.value.keys} == set(FINISH_REASONS)
 
 
 def test_candidates_are_the_top_tokens_in_an_order_that_gives_nothing_away(lm):
@@ -84,7 +75,7 @@ def test_next_and_previous_walk_the_six_stages_on_the_real_model(lm):
 
 def test_running_the_stop_sequence_preset_to_the_end_reports_it(lm):
     at = lesson()
-    preset = preset_named("A stop sequence appears")
+    preset = preset_named(PRESETS, "A stop sequence appears")
     at.selectbox(key="lesson_preset").set_value(preset.name).run()
     at.button(key="lesson_next").click().run()  # tokens -> first forward pass
     for _ in range(len(STAGES) - 2):
@@ -120,18 +111,18 @@ def test_prediction_rounds_are_scored_against_the_models_own_probabilities(lm):
 def test_presentation_mode_enlarges_the_lesson_type():
     at = lesson()
     assert not any("font-size:22px" in str(h.proto) for h in at.get("html"))
-    at.session_state["app_presentation"] = True
+    at.session_state[APP.presentation] = True
     at.run()
     assert any("font-size:22px" in str(h.proto) for h in at.get("html"))
 
 
 def test_ignored_eos_is_pointed_out_and_the_loop_goes_on(lm):
     at = lesson()
-    preset = preset_named("End-of-sequence ignored")
+    preset = preset_named(PRESETS, "End-of-sequence ignored")
     at.selectbox(key="lesson_preset").set_value(preset.name).run()
     reference = start(lm, preset)
     eos_step = next(s.index for s in reference.run() if s.token_id in lm.eos_ids)
-    while len(at.session_state["lesson_walk"][1].steps) < eos_step or stage(at) != STAGES[-1]:
+    while len(at.session_state[LESSON.walk][1].steps) < eos_step or stage(at) != STAGES[-1]:
         at.button(key="lesson_next").click().run()
     assert not at.exception
     assert "ignores end tokens" in at.warning[0].value

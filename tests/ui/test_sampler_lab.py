@@ -9,10 +9,11 @@ from streamlit.testing.v1 import AppTest
 from engine import CHAINS, Generation, SamplerSettings
 from engine.cpu_threads import on_sampler_thread
 from engine.sampling import InverseCdf, decide, draw_uniform, pick_by_cdf
+from pages.sampler_lab import COLUMNS
 from tests.ui.apptest import APP, open_page
 from ui.format import quoted
+from ui.keys import LAB, STEP
 from ui.lab import (
-    GENERATION_KEYS,
     apply,
     chain_outcomes,
     disputed_tokens,
@@ -23,17 +24,12 @@ from ui.lab import (
     nucleus_sweep,
     temperature_sweep,
 )
+from ui.state import DEFAULT_PROMPT
 
-DEFAULT_PROMPT = "The capital of France is"
 # the engine's sampler on its own one-thread worker, as the lab and every step call it
 decide_here = on_sampler_thread(decide)
 pick_here = on_sampler_thread(pick_by_cdf)
-
-COLUMN_DEFAULTS = {  # the page's three columns, as it sets them up
-    "A": SamplerSettings(temperature=1.0),
-    "B": SamplerSettings(temperature=1.0, top_k=10),
-    "C": SamplerSettings(temperature=1.5, min_p=0.1),
-}
+COLUMN_DEFAULTS = {column.name: column.defaults for column in COLUMNS}  # the page's three columns
 
 
 @pytest.fixture(scope="module")
@@ -130,16 +126,25 @@ def test_page_shows_each_samplers_pick_from_the_engine_for_a_preset(lm, frozen):
     assert any(f"{apply(frozen, COLUMN_DEFAULTS['A']).decision.final_kept:,}" in m.value for m in at.markdown)
 
 
-def test_page_studies_the_step_pages_generation_with_its_own_draw(lm):
-    generation = Generation(lm, "Once upon a time", seed=3)
-    generation.step()
-    generation.step()
-    at = lab({GENERATION_KEYS[0]: generation})
-    assert at.selectbox(key="lab_source").value.startswith("Your generation")
-    expected = [quoted(lm.texts.piece(generation.resample(s).decision.token_id).text) for s in COLUMN_DEFAULTS.values()]
+def test_page_studies_the_step_pages_sampled_generation_with_its_own_draw():
+    # the Step page's own widgets make the generation (a generation put in session_state by
+    # hand would be replaced: the Step page starts over when its widgets describe another)
+    at = AppTest.from_file(APP, default_timeout=240)
+    for key, value in {STEP.prompt: "Once upon a time", STEP.seed: 3, STEP.temperature: 1.0}.items():
+        at.session_state[key] = value
+    at.run()
+    at.button(key=STEP.step).click().run()
+    at.button(key=STEP.step).click().run()
+    generation = at.session_state[STEP.generation]
+    assert (generation.seed, generation.sampler.temperature, len(generation.steps)) == (3, 1.0, 2)
+    at.switch_page("pages/sampler_lab.py").run()
+    assert not at.exception
+    assert at.selectbox(key=LAB.source).value.startswith("Your generation")
+    texts = generation.lm.texts
+    expected = [quoted(texts.piece(generation.resample(s).decision.token_id).text) for s in COLUMN_DEFAULTS.values()]
     assert picks(at) == expected
     u = generation.resample(SamplerSettings()).decision.draw.u
-    assert f"u = {u:.6f}" in at.checkbox(key="lab_own_draw").label
+    assert f"u = {u:.6f}" in at.checkbox(key=LAB.own_draw).label
 
 
 def test_a_step_taken_on_the_step_page_is_what_the_lab_studies(lm):
@@ -147,25 +152,25 @@ def test_a_step_taken_on_the_step_page_is_what_the_lab_studies(lm):
     at.run()
     at.button(key="st_step").click().run()
     at.button(key="st_step").click().run()
-    generation = next(at.session_state[k] for k in GENERATION_KEYS if k in at.session_state)
+    generation = at.session_state[STEP.generation]
     assert isinstance(generation, Generation) and len(generation.steps) == 2
     at.switch_page("pages/sampler_lab.py").run()
     assert not at.exception
-    assert at.selectbox(key="lab_source").value.startswith("Your generation")
+    assert at.selectbox(key=LAB.source).value.startswith("Your generation")
     expected = [quoted(lm.texts.piece(generation.resample(s).decision.token_id).text) for s in COLUMN_DEFAULTS.values()]
     assert picks(at) == expected
 
 
 def test_setting_temperature_zero_makes_a_column_pick_the_argmax(lm, frozen):
     at = lab()
-    at.slider(key="lab_a_temperature").set_value(0.0).run()
+    at.slider(key=f"{LAB.column_a}_temperature").set_value(0.0).run()
     assert not at.exception
     assert picks(at)[0] == quoted(lm.texts.piece(int(frozen.logits.argmax())).text)
 
 
 def test_draw_button_shows_the_engines_thousand_draws(lm, frozen):
     at = lab()
-    at.button(key="lab_draw_button").click().run()  # Sampler B (top-k 10) is the default
+    at.button(key=LAB.draw_button).click().run()  # Sampler B (top-k 10) is the default
     assert not at.exception
     counts = draw_many(apply(frozen, COLUMN_DEFAULTS["B"]).chain.final_probs, 1000, seed=0)
     assert len(counts) > 1
@@ -174,8 +179,8 @@ def test_draw_button_shows_the_engines_thousand_draws(lm, frozen):
 
 def test_a_chosen_draw_of_zero_makes_every_sampler_pick_its_most_probable_token(lm, frozen):
     at = lab()
-    at.checkbox(key="lab_own_draw").uncheck().run()
-    at.slider(key="lab_u").set_value(0.0).run()
+    at.checkbox(key=LAB.own_draw).uncheck().run()
+    at.slider(key=LAB.u).set_value(0.0).run()
     assert not at.exception
     expected = [quoted(lm.texts.piece(int(apply(frozen, s).chain.final_probs.argmax())).text)
                 for s in COLUMN_DEFAULTS.values()]

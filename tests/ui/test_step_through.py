@@ -7,23 +7,23 @@ import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import Generation, to_trace
-from ui import state as keys
+from tests.ui.apptest import APP as APP_SCRIPT
+from ui import step_controller
 from ui.charts import FINAL_NAME, RAW_NAME
+from ui.keys import APP, STEP
 from ui.share import from_generation, to_params
 
-APP = Path(__file__).resolve().parents[2] / "app.py"
 TIMEOUT = 120  # the first run loads the model
 
 
 def open_app(query: dict[str, str | list[str]] | None = None) -> AppTest:
     """A fresh visitor on the default page (optionally through a share link)."""
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at = AppTest.from_file(APP_SCRIPT, default_timeout=TIMEOUT)
     at.query_params.update(query or {})
     at.run()
     assert not at.exception, at.exception
@@ -31,7 +31,7 @@ def open_app(query: dict[str, str | list[str]] | None = None) -> AppTest:
 
 
 def generation(at: AppTest) -> Generation:
-    return at.session_state[keys.GENERATION]
+    return at.session_state[STEP.generation]
 
 
 def click(at: AppTest, key: str) -> AppTest:
@@ -67,7 +67,7 @@ def branch(at: AppTest, token_id: int) -> AppTest:
 
 
 def use_preset(at: AppTest, name: str) -> AppTest:
-    at.selectbox(key=keys.PRESET).select(name).run()
+    at.selectbox(key=STEP.preset).select(name).run()
     assert not at.exception, at.exception
     return at
 
@@ -125,11 +125,11 @@ def test_distribution_chart_labels_raw_and_final_and_highlights_the_pick(at: App
 
 def test_chart_switches_to_logits_and_log_scale(at: AppTest) -> None:
     click(at, "st_step")
-    at.segmented_control(key=keys.CHART_MODE).set_value("logit").run()
+    at.segmented_control(key=STEP.chart_mode).set_value("logit").run()
     logit_spec = chart_spec(at)
     assert [t["name"] for t in logit_spec["data"]] == ["raw logit"]
     assert logit_spec["data"][0]["x"][0] == pytest.approx(generation(at).steps[0].logit)
-    at.segmented_control(key=keys.CHART_MODE).set_value("log probability").run()
+    at.segmented_control(key=STEP.chart_mode).set_value("log probability").run()
     assert chart_spec(at)["layout"]["xaxis"]["type"] == "log"
 
 
@@ -137,7 +137,7 @@ def test_slider_change_resamples_the_shown_step_without_a_forward_pass(at: AppTe
     click(at, "st_step")
     before = chart_spec(at)["data"][1]["x"]
     with counting_forward_passes(at) as calls:
-        at.slider(key=keys.TEMPERATURE).set_value(1.5).run()
+        at.slider(key=STEP.temperature).set_value(1.5).run()
     gen = generation(at)
     after = chart_spec(at)["data"][1]["x"]
     assert calls == [] and len(gen.steps) == 1  # no forward pass, no new step
@@ -149,8 +149,8 @@ def test_slider_change_resamples_the_shown_step_without_a_forward_pass(at: AppTe
 
 def test_next_step_uses_the_new_sampler_settings(at: AppTest) -> None:
     click(at, "st_step")
-    slide(at, keys.TEMPERATURE, 0.7)
-    slide(at, keys.TOP_K, 5)
+    slide(at, STEP.temperature, 0.7)
+    slide(at, STEP.top_k, 5)
     click(at, "st_step")
     settings = generation(at).steps[-1].decision.settings
     assert (settings.temperature, settings.top_k) == (0.7, 5)
@@ -182,7 +182,7 @@ def test_branch_forces_a_candidate_as_the_latest_token(at: AppTest) -> None:
 
 def test_run_steps_until_max_new_tokens_and_disables_step(at: AppTest, monkeypatch) -> None:
     use_preset(at, "The capital of France is")
-    monkeypatch.setattr(keys, "RUN_FRAME_S", 0.4)  # unpaced, these 12 tokens take ~2.5 s here
+    monkeypatch.setattr(step_controller, "RUN_FRAME_S", 0.4)  # unpaced, these 12 tokens take ~2.5 s here
     started = time.monotonic()
     click(at, "st_run")
     gen = generation(at)
@@ -207,7 +207,7 @@ def test_chat_preset_runs_to_eos_and_termination_highlights_it(at: AppTest) -> N
 
 def test_stop_sequence_across_tokens_cuts_the_text_and_is_highlighted(at: AppTest) -> None:
     use_preset(at, "Stop sequence (Q&A)")
-    assert at.text_area(key=keys.STOPS).value == "\\nB:"
+    assert at.text_area(key=STEP.stop_sequences).value == "\\nB:"
     click(at, "st_run")
     gen = generation(at)
     assert gen.finish_reason == "stop_sequence" and gen.text == " 2 + 2 = 4"
@@ -216,7 +216,7 @@ def test_stop_sequence_across_tokens_cuts_the_text_and_is_highlighted(at: AppTes
 
 
 def test_chat_toggle_shows_the_templated_text(at: AppTest) -> None:
-    at.toggle(key=keys.CHAT).set_value(True).run()
+    at.toggle(key=STEP.chat).set_value(True).run()
     assert generation(at).chat
     assert any("<|im_start|>user\nThe capital of France is<|im_end|>" in c.value for c in at.code)
     assert "tbt-special" in chips(at)
@@ -225,29 +225,29 @@ def test_chat_toggle_shows_the_templated_text(at: AppTest) -> None:
 def test_empty_prompt_shows_a_message_and_keeps_the_generation(at: AppTest) -> None:
     click(at, "st_step")
     kept = generation(at)
-    at.text_area(key=keys.PROMPT).set_value("   ").run()
+    at.text_area(key=STEP.prompt).set_value("   ").run()
     assert any("The prompt is empty" in e.value for e in at.error)
     assert generation(at) is kept and len(kept.steps) == 1
 
 
 def test_prompt_beyond_the_context_window_shows_a_message(at: AppTest) -> None:
-    at.text_area(key=keys.PROMPT).set_value("word " * 9000).run()
+    at.text_area(key=STEP.prompt).set_value("word " * 9000).run()
     assert any("context window is 8192 tokens" in e.value for e in at.error)
     assert generation(at).prompt == "The capital of France is"
 
 
 def test_five_stop_sequences_show_a_message_and_keep_the_stop_settings(at: AppTest) -> None:
-    at.text_area(key=keys.STOPS).set_value("a\nb\nc\nd\ne").run()
+    at.text_area(key=STEP.stop_sequences).set_value("a\nb\nc\nd\ne").run()
     assert any("stop_sequences" in e.value and "at most 4" in e.value for e in at.error)
     assert generation(at).stop.stop_sequences == ()
 
 
 def test_share_link_reproduces_steps_settings_and_forced_tokens(at: AppTest) -> None:
-    slide(at, keys.TEMPERATURE, 0.9)
-    at.number_input(key=keys.SEED).set_value(7).run()
+    slide(at, STEP.temperature, 0.9)
+    at.number_input(key=STEP.seed).set_value(7).run()
     click(at, "st_step")
     click(at, "st_step")
-    slide(at, keys.TOP_P, 0.8)
+    slide(at, STEP.top_p, 0.8)
     click(at, "st_step")
     forced = generation(at).steps[-1].distribution.top[2].token_id
     branch(at, forced)
@@ -261,7 +261,7 @@ def test_share_link_reproduces_steps_settings_and_forced_tokens(at: AppTest) -> 
     assert [s.decision.forced for s in copy.steps] == [False, False, True]
     assert [s.decision.settings for s in copy.steps] == [s.decision.settings for s in original.steps]
     assert [s.decision.draw for s in copy.steps] == [s.decision.draw for s in original.steps]
-    assert shared.slider(key=keys.TOP_P).value == 0.8 and shared.slider(key=keys.TEMPERATURE).value == 0.9
+    assert shared.slider(key=STEP.top_p).value == 0.8 and shared.slider(key=STEP.temperature).value == 0.9
     assert chips(shared) == chips(at)
 
 
@@ -272,15 +272,15 @@ def test_broken_share_link_shows_a_message_and_starts_normally() -> None:
 
 
 def test_trace_download_then_upload_replays_the_same_steps(at: AppTest) -> None:
-    slide(at, keys.TEMPERATURE, 1.0)
+    slide(at, STEP.temperature, 1.0)
     click(at, "st_step")
     click(at, "st_step")
     trace = json.dumps(to_trace(generation(at))).encode()
     tokens = [s.token_id for s in generation(at).steps]
     other = open_app()
-    other.session_state["st_tabs"] = "Share"
+    other.session_state[STEP.tabs] = "Share"
     other.run()
-    other.file_uploader(key="st_trace_upload").set_value(("trace.json", trace, "application/json")).run()
+    other.file_uploader(key=STEP.trace_upload).set_value(("trace.json", trace, "application/json")).run()
     assert [s.token_id for s in generation(other).steps] == tokens
     assert any("2 steps replayed" in s.value for s in other.success)
 
@@ -288,19 +288,19 @@ def test_trace_download_then_upload_replays_the_same_steps(at: AppTest) -> None:
 def test_malformed_trace_file_shows_a_message_and_keeps_the_generation(at: AppTest) -> None:
     click(at, "st_step")
     kept = generation(at)
-    at.session_state["st_tabs"] = "Share"
+    at.session_state[STEP.tabs] = "Share"
     at.run()
-    at.file_uploader(key="st_trace_upload").set_value(("bad.json", b"{not json", "application/json")).run()
+    at.file_uploader(key=STEP.trace_upload).set_value(("bad.json", b"{not json", "application/json")).run()
     assert any("bad.json" in e.value and "not valid JSON" in e.value for e in at.error)
     assert generation(at) is kept
 
 
 def test_presentation_mode_enlarges_type_and_drops_the_detail_tabs(at: AppTest) -> None:
-    at.toggle(key=keys.PRESENTATION).set_value(True).run()
+    at.toggle(key=APP.presentation).set_value(True).run()
     assert any("html{font-size:22px}" in h.proto.body for h in at.get("html"))
-    at.toggle(key=keys.CHAT).set_value(True).run()  # the templated text inside the folded setup
+    at.toggle(key=STEP.chat).set_value(True).run()  # the templated text inside the folded setup
     assert not at.exception and any("<|im_start|>user" in c.value for c in at.code)
-    assert [s.key for s in at.slider] == [keys.TEMPERATURE, keys.TOP_K, keys.TOP_P]  # fewer controls
+    assert [s.key for s in at.slider] == [STEP.temperature, STEP.top_k, STEP.top_p]  # fewer controls
     click(at, "st_step")
     assert not at.get("tab")  # no detail tabs: termination and sequence probability shown directly
     assert any("fires when picked" in h.proto.body for h in at.get("html"))
@@ -319,9 +319,10 @@ def test_unloadable_model_keeps_the_current_model_and_remembers_why() -> None:
     def script() -> None:
         import streamlit as st
 
-        from ui.model import ERROR_KEY, current_source, switch_model
+        from ui.keys import APP
+        from ui.model import current_source, switch_model
 
-        st.text(f"{switch_model('/no/such/model.gguf')}|{current_source()}|{st.session_state[ERROR_KEY]}")
+        st.text(f"{switch_model('/no/such/model.gguf')}|{current_source()}|{st.session_state[APP.model_error]}")
 
     at = AppTest.from_function(script, default_timeout=TIMEOUT)
     at.run()
@@ -332,7 +333,7 @@ def test_unloadable_model_keeps_the_current_model_and_remembers_why() -> None:
 
 
 def open_tab(at: AppTest, label: str) -> AppTest:
-    at.session_state["st_tabs"] = label
+    at.session_state[STEP.tabs] = label
     at.run()
     assert not at.exception, at.exception
     return at
@@ -366,13 +367,13 @@ def test_sequence_tab_shows_log_probability_perplexity_and_the_product(at: AppTe
     metrics = {m.label: m.value for m in at.metric}
     assert float(metrics["log P(sequence)"]) == pytest.approx(sum(math.log(s.prob) for s in steps), abs=1e-3)
     assert f"{steps[0].prob:.4f} × {steps[1].prob:.4f}" in html_with(at, "tbt-formula")
-    at.radio(key=keys.SEQ_BASIS).set_value("final").run()
+    at.radio(key=STEP.sequence_basis).set_value("final").run()
     assert float({m.label: m.value for m in at.metric}["log P(sequence)"]) == 0.0  # greedy: every final p is 1
 
 
 def test_take_step_again_replaces_the_pick_under_the_new_settings(at: AppTest) -> None:
     click(at, "st_step")
-    at.slider(key=keys.TEMPERATURE).set_value(1.5).run()
+    at.slider(key=STEP.temperature).set_value(1.5).run()
     would_pick = generation(at).resample(generation(at).sampler).decision.token_id
     assert would_pick != generation(at).steps[0].token_id
     click(at, "st_repick")
@@ -392,7 +393,7 @@ def test_raising_max_tokens_after_a_finish_rechecks_termination_and_allows_a_ste
     use_preset(at, "The capital of France is")
     click(at, "st_run")
     assert generation(at).finish_reason == "max_tokens"
-    at.number_input(key=keys.MAX_NEW).set_value(20).run()
+    at.number_input(key=STEP.max_new_tokens).set_value(20).run()
     assert not at.exception, at.exception
     assert generation(at).finish_reason is None
     assert not at.button(key="st_step").disabled

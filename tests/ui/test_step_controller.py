@@ -1,0 +1,208 @@
+"""The Step page's controller without Streamlit: a plain dict as the visitor's state and a
+tiny random model (tests/tiny.py), so these run in the fast suite."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from engine import Generation, LoadedModel, SamplerSettings, to_trace
+from ui import step_controller as control
+from ui.keys import STEP
+from ui.memo import recall
+from ui.state import init_defaults, message, step_generation
+
+PROMPT = "Hello there"
+
+
+@pytest.fixture()
+def state(tiny_lm: LoadedModel) -> dict[str, Any]:
+    """A visitor's first run: the widgets' defaults, a prompt, and the generation they make."""
+    state: dict[str, Any] = {}
+    init_defaults(state)
+    state[STEP.prompt] = PROMPT
+    control.sync_generation(state, tiny_lm)
+    return state
+
+
+def generation(state: dict[str, Any]) -> Generation:
+    gen = step_generation(state)
+    assert gen is not None
+    return gen
+
+
+def test_the_first_run_makes_a_generation_from_the_widgets(state, tiny_lm) -> None:
+    gen = generation(state)
+    assert (gen.prompt, gen.chat, gen.seed, gen.steps) == (PROMPT, False, 0, ())
+    assert gen.lm is tiny_lm and gen.sampler == SamplerSettings(temperature=0.0)
+
+
+def test_step_back_and_reset_change_the_generation(state) -> None:
+    control.step(state)
+    control.step(state)
+    first = generation(state)
+    assert len(first.steps) == 2
+    control.back(state)
+    assert generation(state) is first and len(first.steps) == 1
+    control.reset(state)
+    assert generation(state) is not first and generation(state).steps == ()
+
+
+def test_a_step_after_the_finish_becomes_the_message_beside_the_buttons(state) -> None:
+    state[STEP.max_new_tokens] = 1
+    control.sync_generation(state, generation(state).lm)
+    control.step(state)
+    control.step(state)
+    assert len(generation(state).steps) == 1
+    assert "Generation has finished (max_tokens)" in message(state, "buttons")
+    control.back(state)
+    assert message(state, "buttons") is None
+
+
+def test_branch_forces_another_candidate_in_place_of_the_latest_pick(state) -> None:
+    control.step(state)
+    control.step(state)
+    gen = generation(state)
+    first, alternative = gen.steps[0], gen.steps[1].distribution.top[3]
+    control.branch(state, alternative.token_id)
+    assert len(gen.steps) == 2 and gen.steps[0] is first
+    assert gen.steps[1].token_id == alternative.token_id and gen.steps[1].decision.forced
+
+
+def test_repick_takes_the_latest_step_again_under_the_controls_settings(state) -> None:
+    control.step(state)
+    gen = generation(state)
+    state[STEP.temperature] = 1.5
+    view = control.sampler_view(state, gen)
+    assert view.changed and gen.sampler.temperature == 1.5
+    control.repick(state)
+    assert len(gen.steps) == 1
+    assert gen.steps[0].token_id == view.decision.token_id
+    assert gen.steps[0].decision.settings.temperature == 1.5
+
+
+def test_the_sampler_view_resamples_without_a_forward_pass_and_remembers_it(state) -> None:
+    control.step(state)
+    gen = generation(state)
+    calls: list[int] = []
+    handle = gen.lm.model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        state[STEP.temperature] = 1.2
+        view = control.sampler_view(state, gen)
+        again = control.sampler_view(state, gen)
+    finally:
+        handle.remove()
+    assert calls == [] and view.changed
+    assert view.decision == gen.resample(gen.sampler).decision
+    assert again.decision is view.decision  # the second time from the visitor's memo
+    state[STEP.temperature] = 0.0
+    assert not control.sampler_view(state, gen).changed
+
+
+def test_a_sampler_value_out_of_range_is_a_message_and_the_sampler_stays(state) -> None:
+    gen = generation(state)
+    state[STEP.top_p] = 1.5
+    view = control.sampler_view(state, gen)
+    assert view.problem is not None and "top_p" in view.problem
+    assert gen.sampler == SamplerSettings(temperature=0.0)
+
+
+def test_a_new_prompt_starts_over_and_an_empty_one_keeps_the_generation(state, tiny_lm) -> None:
+    control.step(state)
+    kept = generation(state)
+    state[STEP.prompt] = "   "
+    control.sync_generation(state, tiny_lm)
+    assert generation(state) is kept and "empty" in message(state, "prompt")
+    state[STEP.prompt] = "Another"
+    control.sync_generation(state, tiny_lm)
+    assert generation(state).prompt == "Another" and message(state, "prompt") is None
+
+
+def test_stop_settings_pass_on_without_starting_over(state, tiny_lm) -> None:
+    control.step(state)
+    kept = generation(state)
+    state[STEP.stop_sequences] = "a\\nb"
+    control.sync_generation(state, tiny_lm)
+    assert generation(state) is kept and kept.stop.stop_sequences == ("a\nb",)
+    state[STEP.stop_sequences] = "a\nb\nc\nd\ne"
+    control.sync_generation(state, tiny_lm)
+    assert "at most 4" in message(state, "stop") and kept.stop.stop_sequences == ("a\nb",)
+
+
+def test_a_run_steps_once_per_call_and_stops_when_generation_finishes(state, tiny_lm) -> None:
+    state[STEP.max_new_tokens] = 3
+    control.sync_generation(state, tiny_lm)
+    control.start_run(state)
+    gen = generation(state)
+    for _ in range(3):
+        assert control.is_running(state)
+        control.advance_run(state, gen, now=100.0)
+    assert len(gen.steps) == 3 and gen.finished and not control.is_running(state)
+
+
+def test_a_run_keeps_each_token_on_screen_for_a_frame(state) -> None:
+    control.advance_run(state, generation(state), now=100.0)
+    assert control.run_frame_wait(state, now=100.1) == pytest.approx(control.RUN_FRAME_S - 0.1)
+    assert control.run_frame_wait(state, now=101.0) == 0.0
+
+
+def test_choosing_a_preset_fills_the_widgets(state) -> None:
+    state[STEP.preset] = "Stop sequence (Q&A)"
+    control.choose_preset(state)
+    assert state[STEP.stop_sequences] == "\\nB:"
+
+
+def test_prompt_chips_are_built_once_per_prompt(state) -> None:
+    gen = generation(state)
+    html = control.prompt_html(state, gen)
+    assert html.count("tbt-prompt") == len(gen.prompt_ids)
+    assert control.prompt_html(state, gen) is html
+    assert recall(state, STEP.memo, ("prompt_chips", gen.lm.source, tuple(gen.prompt_ids))) is html
+
+
+def test_a_share_link_is_read_once_and_replays_its_steps(state, tiny_lm) -> None:
+    state[STEP.temperature] = 1.0
+    control.sync_generation(state, tiny_lm)
+    control.sampler_view(state, generation(state))
+    control.step(state)
+    control.step(state)
+    original = generation(state)
+    params = control.share_params(original, "bundled")
+    assert "model" not in params
+    visitor: dict[str, Any] = {}
+    init_defaults(visitor)
+    shared = control.link_to_open(visitor, {k: v if isinstance(v, list) else [v] for k, v in params.items()})
+    assert shared is not None and control.link_to_open(visitor, {"prompt": ["again"]}) is None
+    control.open_link(visitor, tiny_lm, shared)
+    copy = generation(visitor)
+    assert [s.token_id for s in copy.steps] == [s.token_id for s in original.steps]
+    assert visitor[STEP.temperature] == 1.0 and visitor[STEP.prompt] == PROMPT
+
+
+def test_a_broken_share_link_says_why(tiny_lm) -> None:
+    visitor: dict[str, Any] = {}
+    assert control.link_to_open(visitor, {"prompt": ["x"], "tokens": ["4,x!"]}) is None
+    assert message(visitor, "link").startswith("This link cannot be opened: ") and "'x!'" in message(visitor, "link")
+
+
+def test_the_address_bar_is_written_only_when_the_link_changes(state) -> None:
+    params = control.share_params(generation(state), "bundled")
+    assert control.needs_publishing(state, params)
+    assert not control.needs_publishing(state, params)
+
+
+def test_a_trace_replays_into_the_generation_and_a_bad_one_changes_nothing(state, tiny_lm) -> None:
+    control.step(state)
+    control.step(state)
+    trace = json.dumps(to_trace(generation(state))).encode()
+    tokens = generation(state).generated_ids
+    visitor: dict[str, Any] = {}
+    init_defaults(visitor)
+    control.load_trace(visitor, tiny_lm, "trace.json", trace)
+    assert generation(visitor).generated_ids == tokens
+    assert message(visitor, "trace") == "Loaded trace.json: 2 steps replayed."
+    kept = generation(visitor)
+    control.load_trace(visitor, tiny_lm, "bad.json", b"{not json")
+    assert generation(visitor) is kept and "bad.json" in message(visitor, "trace_error")

@@ -1,0 +1,173 @@
+"""Every session_state key the app uses, one documented set per page.
+
+Each page owns a prefix, so two pages never share a key by accident and a key found in
+st.session_state says which page wrote it: `app_` for the frame (app.py and what every page
+shares), `st_` for Step through, `lab_` for the Sampler lab, `kv_` for KV cache & speed and
+`lesson_` for the Lesson. Widget keys are here too: a widget's key is its value's key in
+session_state. Pages and ui/ use these names, never string literals (tests/ui/test_keys.py
+checks both rules).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class PageKeys:
+    """One page's keys; every one starts with the page's prefix."""
+
+    prefix: ClassVar[str]
+
+    def names(self) -> tuple[str, ...]:
+        """Every key (and key prefix) of this page."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+
+@dataclass(frozen=True)
+class AppKeys(PageKeys):
+    """The frame: the model sidebar, presentation mode, the first-run frame check."""
+
+    prefix: ClassVar[str] = "app_"
+    model_source: str = "app_model_source"  # what this visitor's pages run on
+    model_error: str = "app_model_error"  # why the last model switch failed
+    model_form: str = "app_model_form"
+    model_field: str = "app_model_field"
+    presentation: str = "app_presentation"  # the sidebar's presentation-mode toggle
+    frame_checked: str = "app_frame_checked"  # ui/frame.py: this visitor's first run was checked
+
+
+@dataclass(frozen=True)
+class StepKeys(PageKeys):
+    """Step through: the setup and sampler widgets, the visitor's Generation, the Run."""
+
+    prefix: ClassVar[str] = "st_"
+    # setup widgets (their values make the generation: ui/state.py)
+    prompt: str = "st_prompt"
+    preset: str = "st_preset"
+    chat: str = "st_chat"
+    seed: str = "st_seed"
+    max_new_tokens: str = "st_max_new_tokens"
+    stop_sequences: str = "st_stop_sequences"
+    ignore_eos: str = "st_ignore_eos"
+    # sampler widgets
+    temperature: str = "st_temperature"
+    top_k: str = "st_top_k"
+    top_p: str = "st_top_p"
+    min_p: str = "st_min_p"
+    repetition_penalty: str = "st_repetition_penalty"
+    chain: str = "st_chain"
+    # view widgets
+    chart_mode: str = "st_chart_mode"
+    sequence_basis: str = "st_sequence_basis"
+    tabs: str = "st_tabs"
+    distribution_chart: str = "st_distribution_chart"
+    kv_chart: str = "st_kv_chart"
+    history: str = "st_history"
+    # buttons (the browser tests and AppTests find them by these keys)
+    step: str = "st_step"
+    run: str = "st_run"  # Run, and Stop while a Run goes on
+    back: str = "st_back"
+    reset: str = "st_reset"
+    repick: str = "st_repick"
+    force_prefix: str = "st_force_"  # + a token id: the branch buttons
+    trace_download: str = "st_trace_download"
+    trace_upload: str = "st_trace_upload"
+    # fragments (a branch or a re-pick reruns the workspace; a sampler control the sampler view)
+    workspace: str = "st_workspace"
+    sampler_view: str = "st_sampler"
+    # state no widget owns
+    generation: str = "st_generation"  # the visitor's Generation: read it with ui.state.step_generation
+    messages: str = "st_messages"  # control name -> message shown beside that control
+    running: str = "st_running"
+    run_frame_started: str = "st_run_frame_started"  # when the Run's current token began
+    link_read: str = "st_link_read"  # the share link in the address was read (first run only)
+    published: str = "st_published"  # the share link last written to the address bar
+    memo: str = "st_memo"  # ui/memo.py store: prompt chips, re-sampled steps
+
+
+@dataclass(frozen=True)
+class LabKeys(PageKeys):
+    """Sampler lab: the frozen step's source, three sampler columns, sweeps, chains, draws."""
+
+    prefix: ClassVar[str] = "lab_"
+    source: str = "lab_source"
+    own_draw: str = "lab_own_draw"
+    u: str = "lab_u"
+    column_a: str = "lab_a"  # + "_temperature", "_top_k", ...: one sampler column's sliders
+    column_b: str = "lab_b"
+    column_c: str = "lab_c"
+    settings_chart: str = "lab_settings_chart"
+    draw_sampler: str = "lab_draw_sampler"
+    draw_seed: str = "lab_draw_seed"
+    draw_button: str = "lab_draw_button"
+    draws_chart: str = "lab_draws_chart"
+    sweep_temperature: str = "lab_sweep_temperature"
+    sweep_top_p: str = "lab_sweep_top_p"
+    sweep_min_p: str = "lab_sweep_min_p"
+    temperature_chart: str = "lab_temperature_chart"
+    top_p_chart: str = "lab_top_p_chart"
+    min_p_chart: str = "lab_min_p_chart"
+    chain_temperature: str = "lab_chain_temperature"
+    chain_top_k: str = "lab_chain_top_k"
+    chain_top_p: str = "lab_chain_top_p"
+    chain_min_p: str = "lab_chain_min_p"
+    chain_chart: str = "lab_chain_chart"
+    # ui/memo.py stores: costly results (frozen steps, sweeps, the 1,000 draws) apart from
+    # cheap ones (charts, chain outcomes), so reading off many values never evicts the draws
+    memo: str = "lab_memo"
+    views: str = "lab_views"
+
+
+@dataclass(frozen=True)
+class KVKeys(PageKeys):
+    """KV cache & speed: the measurements taken and the controls that ask for more."""
+
+    prefix: ClassVar[str] = "kv_"
+    results: str = "kv_results"  # ui/memo.py store: measurements by (model, device, tier, what)
+    tier: str = "kv_tier"
+    more: str = "kv_more"
+    again: str = "kv_again"
+    positions: str = "kv_positions"
+    cache_chart: str = "kv_cache_chart"
+    ratio_chart: str = "kv_ratio_chart"
+    prefill_chart: str = "kv_prefill_chart"
+    memory_chart: str = "kv_memory_chart"
+    roofline_chart: str = "kv_roofline_chart"
+    batch_chart: str = "kv_batch_chart"
+
+
+@dataclass(frozen=True)
+class LessonKeys(PageKeys):
+    """Lesson: the guided walk and the predict-then-reveal exercise."""
+
+    prefix: ClassVar[str] = "lesson_"
+    mode: str = "lesson_mode"
+    # the guided walk
+    preset: str = "lesson_preset"
+    walk: str = "lesson_walk"  # ((preset name, model name), Generation)
+    stage: str = "lesson_stage"  # the screen shown
+    previous: str = "lesson_previous"
+    next: str = "lesson_next"
+    restart: str = "lesson_restart"
+    run: str = "lesson_run"
+    logits_chart: str = "lesson_logits_chart"
+    probs_chart: str = "lesson_probs_chart"
+    # the prediction exercise
+    predict_prompt: str = "lesson_predict_prompt"
+    predict: str = "lesson_predict"  # ((prompt, model name), Generation)
+    guesses: str = "lesson_guesses"
+    revealed: str = "lesson_revealed"
+    guess_prefix: str = "lesson_guess_"  # + the step index: that round's choice
+    reveal: str = "lesson_reveal"
+    next_round: str = "lesson_next_round"
+    reveal_chart: str = "lesson_reveal_chart"
+
+
+APP = AppKeys()
+STEP = StepKeys()
+LAB = LabKeys()
+KV = KVKeys()
+LESSON = LessonKeys()
+PAGES: tuple[PageKeys, ...] = (APP, STEP, LAB, KV, LESSON)

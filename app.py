@@ -6,12 +6,21 @@ from pathlib import Path
 
 import streamlit as st
 
+from engine import SettingsError
+from ui.deployment import current_deployment
+from ui.format import plain
 from ui.keys import APP
 from ui.model import current_model, switch_model
 
 HERE = Path(__file__).parent
 
 st.set_page_config(page_title="Token by Token", page_icon="🔤", layout="wide")
+
+try:
+    current_deployment()
+except SettingsError as exc:  # a mistyped TBT_* variable: say which, serve nothing else
+    st.error(plain(f"This server's deployment settings cannot be used: {exc}"), icon=":material/error:")
+    st.stop()
 
 
 def model_sidebar() -> None:
@@ -23,15 +32,20 @@ def model_sidebar() -> None:
                     f"{lm.vocab_size:,} tokens · context {lm.context_window:,}  \n"
                     f"device **{lm.device}** · dtype **{str(lm.dtype).removeprefix('torch.')}**"
                     + (f" · loaded in {lm.load_seconds:.1f} s" if lm.load_seconds else ""))
-        with st.form(APP.model_form, border=False):
-            source = st.text_input("Load another model", key=APP.model_field,
-                                   placeholder="Hub id, model folder, or .gguf path",
-                                   help="Empty = the bundled SmolLM2-135M-Instruct. A Hub id needs a network; "
-                                        "a GGUF file is dequantised on its first load.")
-            if st.form_submit_button("Load model"):
-                switch_model(source)
+        deployment = current_deployment()
+        if deployment.model_field:
+            with st.form(APP.model_form, border=False):
+                source = st.text_input("Load another model", key=APP.model_field,
+                                       placeholder="Hub id, model folder, or .gguf path",
+                                       help="Empty = the bundled SmolLM2-135M-Instruct. A Hub id needs a network; "
+                                            "a GGUF file is dequantised on its first load.")
+                if st.form_submit_button("Load model"):
+                    switch_model(source)
+        else:
+            st.caption(f"This server runs {', '.join(deployment.allowed_models or ('any model',))}; visitors "
+                       "cannot load others.")
         if APP.model_error in st.session_state:
-            st.error(st.session_state[APP.model_error] + " The previous model stays loaded.",
+            st.error(plain(st.session_state[APP.model_error] + " The previous model stays loaded."),
                      icon=":material/back_hand:")
         st.divider()
         st.toggle("Presentation mode", key=APP.presentation, persist_state="session",

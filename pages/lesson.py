@@ -9,7 +9,7 @@ import streamlit as st
 from engine import Generation, GenerationFinished, LoadedModel, PromptError, StepRecord
 from ui.charts import CHART_CONFIG, FINAL_COLOUR
 from ui.chips import context_html, prompt_chips
-from ui.format import pct, quoted
+from ui.format import pct, plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import LESSON
 from ui.lesson_flow import (
@@ -53,7 +53,7 @@ def walk(lm: LoadedModel) -> tuple[Generation, int] | None:
         try:
             S[LESSON.walk] = ((name, lm.name), start(lm, preset))
         except PromptError as exc:
-            st.error(f"{exc}")
+            st.error(plain(str(exc)))
             return None
         S[LESSON.stage] = 0
     return S[LESSON.walk][1], S.get(LESSON.stage, 0)
@@ -248,7 +248,7 @@ def predict_generation(lm: LoadedModel) -> Generation | None:
         try:
             generation = Generation(lm, prompt, sampler=GREEDY)
         except PromptError as exc:
-            st.error(f"{exc}")
+            st.error(plain(str(exc)))
             return None
         generation.step()
         S[LESSON.predict] = ((prompt, lm.name), generation)

@@ -12,7 +12,7 @@ import torch
 
 from engine import CHAINS, LoadedModel, PromptError, SamplerSettings, SettingsError
 from ui.charts import CHART_CONFIG
-from ui.format import pct, quoted
+from ui.format import pct, plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import LAB
 from ui.lab import (
@@ -97,7 +97,7 @@ def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
         with st.spinner("Running the model once…"):
             return key, memo(key, lambda: freeze_prompt(lm, choice, PRESETS[choice]))
     except PromptError as exc:
-        st.error(f"{exc}")
+        st.error(plain(str(exc)))
         return None
 
 
@@ -115,7 +115,7 @@ def column_settings(column: Column, vocab_size: int) -> SamplerSettings | None:
         return SamplerSettings(temperature=temperature, top_k=int(top_k), top_p=top_p, min_p=min_p,
                                repetition_penalty=penalty)
     except SettingsError as exc:
-        st.error(str(exc))
+        st.error(plain(str(exc)))
         return None
 
 
@@ -230,7 +230,7 @@ def chain_settings(vocab_size: int) -> SamplerSettings | None:
     try:
         return SamplerSettings(temperature=temperature, top_k=int(top_k), top_p=top_p, min_p=min_p)
     except SettingsError as exc:
-        st.error(str(exc))
+        st.error(plain(str(exc)))
         return None
 
 

@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from urllib.parse import urlencode
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from engine import CHAINS, Generation, to_trace
+from engine import CHAINS, Generation, TraceError, to_trace
 from ui import panels
 from ui import step_controller as control
+from ui.deployment import current_deployment
+from ui.format import plain
 from ui.frame import ensure_app_frame
 from ui.keys import APP, STEP
 from ui.model import current_model, current_source, switch_model
 from ui.presets import load_presets, preset_named
-from ui.state import init_defaults, message, parse_stop_sequences, step_generation, widget_range
+from ui.state import init_defaults, message, parse_stop_sequences, set_message, step_generation, widget_range
 from ui.teaching import PRESENTATION_CSS
 from ui.views import PANEL_CSS
 
@@ -47,8 +51,34 @@ def on_repick() -> None:
 
 
 def on_trace_upload() -> None:
-    if (upload := S.get(STEP.trace_upload)) is not None:
-        control.load_trace(S, current_model(), upload.name, upload.getvalue())
+    if (upload := S.get(STEP.trace_upload)) is None:
+        return
+    try:
+        current_deployment().limits.check_upload(upload.size)  # before reading it
+    except TraceError as exc:
+        set_message(S, "trace_error", f"{upload.name}: {exc}")
+        return
+    with replay_progress(upload.name, cancel_button=False) as progress:  # a callback may draw no widget
+        control.load_trace(S, current_model(), upload.name, upload.getvalue(), progress)
+
+
+@contextmanager
+def replay_progress(what: str, cancel_button: bool) -> Iterator[Callable[[int, int], bool]]:
+    """A progress bar for a replay while it runs, updated after each step. Any click during
+    the replay (the Stop button, or anything else) ends the script run at the next update,
+    which cancels the replay and leaves the visitor's generation as it was."""
+    slot = st.empty()
+    with slot.container():
+        bar = st.progress(0.0, text=f"Replaying {plain(what)}…")
+        if cancel_button:
+            st.button("Stop replaying", key=STEP.replay_stop, help="Cancel: your generation stays as it is.")
+
+    def report(done: int, total: int) -> bool:
+        bar.progress(done / total, text=f"Replaying {plain(what)}: step {done:,} of {total:,}")
+        return True
+
+    yield report
+    slot.empty()
 
 
 # ---- the share link --------------------------------------------------------------------------
@@ -62,8 +92,8 @@ def apply_link_once() -> None:
     if shared.model and not switch_model(shared.model):
         control.link_failed(S, f"The link's model '{shared.model}' could not be loaded.")
         return
-    with st.spinner(f"Replaying {len(shared.steps)} steps from the link…"):
-        control.open_link(S, current_model(), shared)
+    with replay_progress("the link", cancel_button=True) as progress:
+        control.open_link(S, current_model(), shared, progress)
 
 
 def publish_link(gen: Generation) -> dict[str, str | list[str]]:
@@ -89,6 +119,11 @@ def setup_controls() -> None:
                      persist_state="session")
         st.toggle("Chat template", key=STEP.chat, persist_state="session",
                   help="Wrap the prompt as a user message in the model's chat template.")
+        if S.get(STEP.chat):
+            st.toggle("Let typed special tokens through", key=STEP.allow_special, persist_state="session",
+                      help="For a lesson on prompt injection: text you type that spells a special token "
+                           "(<|im_end|>, <|im_start|>) becomes that token, so it can end your turn or start a "
+                           "forged one. Off, it is read as plain characters, as chat servers do.")
     with more_col:
         st.number_input("Seed", **widget_range(STEP.seed), key=STEP.seed,
                         persist_state="session", help="Seeds this generation's own random generator.")
@@ -97,12 +132,29 @@ def setup_controls() -> None:
         st.caption(f"Preset: {preset_named(presets, S[STEP.preset]).about}")
     for control_name in ("prompt", "stop"):
         if problem := message(S, control_name):
-            st.error(problem, icon=":material/back_hand:")
+            st.error(plain(problem), icon=":material/back_hand:")
+
+
+def special_text_note(gen: Generation) -> None:
+    """Say when the visitor typed a special token's spelling, and what was made of it."""
+    if not (gen.chat and gen.special_text):
+        return
+    spelled = ", ".join(gen.special_text)
+    if gen.allow_special:
+        st.warning(plain(f"Your text contains {spelled} and special tokens are let through: the model reads them as "
+                         "real special tokens, so your text can close its turn or start a new one (prompt "
+                         "injection)."), icon=":material/warning:")
+    else:
+        st.info(plain(f"Your text contains {spelled}: it is read as plain characters, not as special tokens, as "
+                      "chat servers do, so it cannot end your turn or forge another. Turn on \"Let typed special "
+                      "tokens through\" to see what happens otherwise."), icon=":material/shield:")
 
 
 def templated_text() -> None:
     """With the chat template on, the exact text the model reads, special tokens included."""
     gen = step_generation(S)
+    if gen is not None:
+        special_text_note(gen)
     if gen is not None and gen.chat:
         # expanders cannot nest: in presentation mode this already sits in one
         with st.container() if presentation() else st.expander("Templated text: what the model actually reads"):
@@ -142,7 +194,7 @@ def button_row(gen: Generation) -> None:
                help="Start over from the prompt.")
     row.markdown(status_text(gen) + (" · running…" if running else ""))
     if problem := message(S, "buttons"):
-        st.warning(problem, icon=":material/back_hand:")
+        st.warning(plain(problem), icon=":material/back_hand:")
 
 
 def status_text(gen: Generation) -> str:
@@ -236,7 +288,7 @@ def sampler_view() -> None:
     with control_col:
         sampler_controls()
         if view.problem:
-            st.error(view.problem, icon=":material/back_hand:")
+            st.error(plain(view.problem), icon=":material/back_hand:")
     publish_link(gen)
     if record is None:
         return
@@ -278,11 +330,12 @@ def share_panel(gen: Generation) -> None:
                        file_name="token-by-token-trace.json", mime="application/json", key=STEP.trace_download,
                        on_click="ignore")
     st.file_uploader("Load a trace", type=["json"], key=STEP.trace_upload, on_change=on_trace_upload,
+                     max_upload_size=max(1, current_deployment().limits.max_upload_bytes // 2**20),
                      help="A trace downloaded from this app; its steps are replayed on the current model.")
     if problem := message(S, "trace_error"):
-        st.error(problem, icon=":material/back_hand:")
+        st.error(plain(problem), icon=":material/back_hand:")
     elif note := message(S, "trace"):
-        st.success(note)
+        st.success(plain(note))
 
 
 # ---- the page --------------------------------------------------------------------------------
@@ -299,7 +352,7 @@ def main() -> None:
     st.caption("One click = one token. Each step runs the model on the context, turns its scores into a "
                "distribution over the whole vocabulary, picks one token, appends it, and checks whether to stop.")
     if problem := message(S, "link"):
-        st.warning(problem, icon=":material/link:")
+        st.warning(plain(problem), icon=":material/link:")
     control.sync_generation(S, lm)  # widget values are already in session_state; messages then show beside them
     # on a projector the setup folds away so the generation gets the screen
     with st.expander("Prompt and settings") if presentation() else st.container():

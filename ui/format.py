@@ -24,6 +24,19 @@ def esc(text: str) -> str:
     return html.escape(text, quote=True)
 
 
+# Every character that can start Markdown syntax in Streamlit (CommonMark, GitHub's extensions,
+# Streamlit's own :colour[...] and :material/...: directives). '.' and ':' are escaped too: an
+# escaped character breaks GitHub's bare-link detection (www.x.com, https://x.com).
+_MARKDOWN_SPECIAL = frozenset("\\`*_{}[]()<>#+-.!|~:$=&\"'")
+
+
+def plain(text: str) -> str:
+    """Text shown through Markdown exactly as written: no link, image, emphasis or HTML can
+    come from it. For anything a visitor typed or sent (a message quoting it, a file name)."""
+    escaped = "".join("\\" + ch if ch in _MARKDOWN_SPECIAL else ch for ch in text)
+    return escaped.replace("\n", "  \n")  # a line break stays a line break
+
+
 def pct(p: float, digits: int = 1) -> str:
     """A probability as a percentage; tiny values keep significant digits instead of 0.0 %."""
     value = 100 * p

@@ -47,6 +47,7 @@ class StepKeys(PageKeys):
     prompt: str = "st_prompt"
     preset: str = "st_preset"
     chat: str = "st_chat"
+    allow_special: str = "st_allow_special"  # chat mode: let typed special-token text through
     seed: str = "st_seed"
     max_new_tokens: str = "st_max_new_tokens"
     stop_sequences: str = "st_stop_sequences"
@@ -74,6 +75,7 @@ class StepKeys(PageKeys):
     force_prefix: str = "st_force_"  # + a token id: the branch buttons
     trace_download: str = "st_trace_download"
     trace_upload: str = "st_trace_upload"
+    replay_stop: str = "st_replay_stop"  # shown while a link or a trace replays: any click cancels it
     # fragments (a branch or a re-pick reruns the workspace; a sampler control the sampler view)
     workspace: str = "st_workspace"
     sampler_view: str = "st_sampler"

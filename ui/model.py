@@ -8,6 +8,8 @@ import streamlit as st
 
 from engine import LoadedModel, ModelLoadError, load_model
 from engine.loading import BUNDLED
+from ui.deployment import current_deployment
+from ui.format import plain
 from ui.keys import APP
 
 
@@ -30,18 +32,20 @@ def current_source() -> str:
 def current_model() -> LoadedModel:
     """The visitor's model, loading it (with a spinner) the first time anyone asks."""
     source = current_source()
-    with st.spinner(f"Loading {'the bundled model' if source == BUNDLED else source}…"):
+    with st.spinner(f"Loading {'the bundled model' if source == BUNDLED else plain(source)}…"):
         return _load_shared(source, None)
 
 
 def switch_model(source: str) -> bool:
     """Try another model; on failure keep the current one and remember the message."""
     source = source.strip() or BUNDLED
+    deployment = current_deployment()
     try:
-        with st.spinner(f"Loading {source}… (a GGUF file is dequantised on first load)"):
+        deployment.check_model(source)  # before anything on the server is read
+        with st.spinner(f"Loading {plain(source)}… (a GGUF file is dequantised on first load)"):
             _load_shared(source, None)
     except ModelLoadError as exc:
-        st.session_state[APP.model_error] = str(exc)
+        st.session_state[APP.model_error] = deployment.describe_error(exc)
         return False
     st.session_state[APP.model_source] = source
     st.session_state.pop(APP.model_error, None)

@@ -8,11 +8,13 @@ replays the steps on the model with engine.trace.replay, so every number is reco
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from engine import Generation, SamplerSettings, StopSettings
+from engine.errors import shown
 from engine.trace import TRACE_FORMAT, TRACE_VERSION
 
 
@@ -35,6 +37,7 @@ class SharedState:
     draw: str  # the engine's draw method
     prompt: str
     chat: bool
+    allow_special: bool  # chat mode: typed special-token text read as special tokens
     seed: int
     sampler: SamplerSettings
     stop: StopSettings
@@ -45,6 +48,7 @@ def from_generation(generation: Generation, model: str) -> SharedState:
     """The shareable state of a live generation."""
     steps = tuple(SharedStep(s.token_id, s.decision.forced, s.decision.settings) for s in generation.steps)
     return SharedState(model=model, draw=generation.draw, prompt=generation.prompt, chat=generation.chat,
+                       allow_special=generation.allow_special,
                        seed=generation.seed, sampler=generation.sampler, stop=generation.stop, steps=steps)
 
 
@@ -59,7 +63,7 @@ def _sampler_from_code(code: str) -> SamplerSettings:
         return SamplerSettings(temperature=float(t), top_k=int(k), top_p=float(p), min_p=float(min_p),
                                repetition_penalty=float(rep), chain=chain)
     except (ValueError, TypeError) as exc:  # SettingsError is a ValueError and says why
-        raise ShareError(f"The link's sampler settings '{code}' cannot be used: {exc}") from exc
+        raise ShareError(f"The link's sampler settings {shown(code)} cannot be used: {exc}") from exc
 
 
 def to_params(state: SharedState) -> dict[str, str | list[str]]:
@@ -71,6 +75,8 @@ def to_params(state: SharedState) -> dict[str, str | list[str]]:
         params["model"] = state.model
     if state.draw != "cdf":
         params["draw"] = state.draw
+    if state.allow_special:
+        params["special"] = "1"
     if state.stop.stop_sequences:
         params["stop"] = list(state.stop.stop_sequences)
     if state.stop.ignore_eos:
@@ -97,16 +103,19 @@ def _one(params: Mapping[str, Sequence[str]], key: str, default: str | None = No
 def _flag(params: Mapping[str, Sequence[str]], key: str) -> bool:
     value = _one(params, key, "0")
     if value not in ("0", "1"):
-        raise ShareError(f"The link's '{key}' must be 0 or 1, not '{value}'.")
+        raise ShareError(f"The link's '{key}' must be 0 or 1, not {shown(value)}.")
     return value == "1"
+
+
+# ASCII digits only ('²'.isdigit() is true, and int() refuses it), and few enough to print
+WHOLE = re.compile(r"[0-9]{1,19}")
 
 
 def _int(params: Mapping[str, Sequence[str]], key: str, default: str) -> int:
     value = _one(params, key, default)
-    try:
-        return int(value)
-    except ValueError as exc:
-        raise ShareError(f"The link's '{key}' must be a whole number, not '{value}'.") from exc
+    if not WHOLE.fullmatch(value):
+        raise ShareError(f"The link's '{key}' must be a whole number, not {shown(value)}.")
+    return int(value)
 
 
 def _steps(params: Mapping[str, Sequence[str]], current: SamplerSettings) -> tuple[SharedStep, ...]:
@@ -114,16 +123,16 @@ def _steps(params: Mapping[str, Sequence[str]], current: SamplerSettings) -> tup
     changes: dict[int, SamplerSettings] = {}
     for entry in params.get("s", []):
         index, _, code = entry.partition(":")
-        if not index.isdigit():
-            raise ShareError(f"The link's sampler change '{entry}' must look like 'step:settings'.")
+        if not WHOLE.fullmatch(index):
+            raise ShareError(f"The link's sampler change {shown(entry)} must look like 'step:settings'.")
         changes[int(index)] = _sampler_from_code(code)
     steps, sampler = [], current
     for index, token in enumerate(tokens, start=1):
         sampler = changes.get(index, sampler)
         forced = token.endswith("!")
-        if not token.rstrip("!").isdigit():
-            raise ShareError(f"The link's token '{token}' must be a token id, optionally followed by '!'.")
-        steps.append(SharedStep(int(token.rstrip("!")), forced, sampler))
+        if not WHOLE.fullmatch(token.removesuffix("!")):
+            raise ShareError(f"The link's token {shown(token)} must be a token id, optionally followed by '!'.")
+        steps.append(SharedStep(int(token.removesuffix("!")), forced, sampler))
     return tuple(steps)
 
 
@@ -134,7 +143,8 @@ def from_params(params: Mapping[str, Sequence[str]]) -> SharedState:
     stop = StopSettings(max_new_tokens=_int(params, "max", "32"),
                         stop_sequences=tuple(params.get("stop", [])), ignore_eos=_flag(params, "ignore_eos"))
     return SharedState(model=_one(params, "model", ""), draw=_one(params, "draw", "cdf"),
-                       prompt=_one(params, "prompt"), chat=_flag(params, "chat"), seed=_int(params, "seed", "0"),
+                       prompt=_one(params, "prompt"), chat=_flag(params, "chat"),
+                       allow_special=_flag(params, "special"), seed=_int(params, "seed", "0"),
                        sampler=sampler, stop=stop, steps=_steps(params, sampler))
 
 
@@ -142,6 +152,7 @@ def replay_trace(state: SharedState) -> dict[str, Any]:
     """The smallest trace engine.trace.replay accepts, built from a link's state."""
     return {
         "format": TRACE_FORMAT, "version": TRACE_VERSION, "prompt": state.prompt, "chat": state.chat,
+        "allow_special": state.allow_special,
         "seed": state.seed, "draw": state.draw, "sampler": asdict(state.sampler),
         "stop": asdict(state.stop) | {"stop_sequences": list(state.stop.stop_sequences)},
         "prompt_token_ids": [], "finish_reason": None, "text": "",

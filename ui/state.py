@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import Generation, LoadedModel, SamplerSettings, StopSettings
+from engine.stopping import escape, unescape
+from ui.deployment import current_deployment
 from ui.keys import STEP
 
 DEFAULT_PROMPT = "The capital of France is"
 WIDGET_DEFAULTS: dict[str, Any] = {
-    STEP.prompt: DEFAULT_PROMPT, STEP.chat: False, STEP.seed: 0,
+    STEP.prompt: DEFAULT_PROMPT, STEP.chat: False, STEP.allow_special: False, STEP.seed: 0,
     STEP.temperature: 0.0, STEP.top_k: 0, STEP.top_p: 1.0, STEP.min_p: 0.0, STEP.repetition_penalty: 1.0,
     STEP.chain: "transformers", STEP.max_new_tokens: 32, STEP.stop_sequences: "", STEP.ignore_eos: False,
     STEP.chart_mode: "probability", STEP.sequence_basis: "raw",
@@ -31,9 +33,16 @@ RANGE_NAMES = {STEP.temperature: "temperature", STEP.top_k: "top_k", STEP.top_p:
                STEP.seed: "seed"}
 
 
+def ranges() -> dict[str, tuple[float, float, float]]:
+    """RANGES with max new tokens capped at this server's limit."""
+    low, high, step = RANGES[STEP.max_new_tokens]
+    cap = current_deployment().limits.max_new_tokens
+    return RANGES | {STEP.max_new_tokens: (low, min(high, cap), step)}
+
+
 def widget_range(key: str) -> dict[str, float]:
     """A widget's min, max and step, from the one table links and traces are checked against."""
-    low, high, step = RANGES[key]
+    low, high, step = ranges()[key]
     return {"min_value": low, "max_value": high, "step": step}
 
 
@@ -45,6 +54,7 @@ class Setup:
     prompt: str
     chat: bool
     seed: int
+    allow_special: bool  # chat mode: typed special-token text becomes special tokens
 
 
 def init_defaults(state: MutableMapping[str, Any]) -> None:
@@ -57,28 +67,12 @@ def init_defaults(state: MutableMapping[str, Any]) -> None:
 def parse_stop_sequences(text: str) -> tuple[str, ...]:
     """One stop sequence per line; `\\n`, `\\t` and `\\\\` are written as escapes so a stop
     sequence can contain a newline."""
-    sequences = []
-    for line in text.splitlines():
-        if line:
-            sequences.append(_unescape(line))
-    return tuple(sequences)
+    return tuple(unescape(line) for line in text.splitlines() if line)
 
 
 def format_stop_sequences(sequences: tuple[str, ...]) -> str:
     """The inverse of parse_stop_sequences: one escaped sequence per line."""
-    return "\n".join(s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t") for s in sequences)
-
-
-def _unescape(line: str) -> str:
-    out, i = [], 0
-    while i < len(line):
-        if line[i] == "\\" and i + 1 < len(line) and line[i + 1] in "nt\\":
-            out.append({"n": "\n", "t": "\t", "\\": "\\"}[line[i + 1]])
-            i += 2
-        else:
-            out.append(line[i])
-            i += 1
-    return "".join(out)
+    return "\n".join(escape(s) for s in sequences)
 
 
 def sampler_from(state: MutableMapping[str, Any]) -> SamplerSettings:
@@ -97,11 +91,13 @@ def stop_from(state: MutableMapping[str, Any]) -> StopSettings:
 
 
 def setup_from(state: MutableMapping[str, Any], lm: LoadedModel) -> Setup:
-    return Setup(model=lm, prompt=state[STEP.prompt], chat=bool(state[STEP.chat]), seed=int(state[STEP.seed]))
+    return Setup(model=lm, prompt=state[STEP.prompt], chat=bool(state[STEP.chat]), seed=int(state[STEP.seed]),
+                 allow_special=bool(state[STEP.allow_special]))
 
 
 def setup_of(generation: Generation) -> Setup:
-    return Setup(model=generation.lm, prompt=generation.prompt, chat=generation.chat, seed=generation.seed)
+    return Setup(model=generation.lm, prompt=generation.prompt, chat=generation.chat, seed=generation.seed,
+                 allow_special=generation.allow_special)
 
 
 def write_sampler(state: MutableMapping[str, Any], sampler: SamplerSettings) -> None:
@@ -119,7 +115,7 @@ def write_stop(state: MutableMapping[str, Any], stop: StopSettings) -> None:
 
 def outside_ranges(values: dict[str, Any]) -> str | None:
     """What does not fit the widgets' ranges, in words, or None when everything fits."""
-    for key, (low, high, _) in RANGES.items():
+    for key, (low, high, _) in ranges().items():
         if key in values and not low <= values[key] <= high:
             return (f"{RANGE_NAMES[key]} = {values[key]!r} is outside what this page's controls allow "
                     f"({low:g} to {high:g}).")
@@ -130,7 +126,7 @@ def write_generation(state: MutableMapping[str, Any], generation: Generation) ->
     """Make the widgets describe `generation` and make it the visitor's current one. Returns
     why not (and changes nothing) when a setting does not fit a widget's range."""
     values: dict[str, Any] = {STEP.prompt: generation.prompt, STEP.chat: generation.chat,
-                              STEP.seed: generation.seed}
+                              STEP.seed: generation.seed, STEP.allow_special: generation.allow_special}
     scratch: dict[str, Any] = {}
     write_sampler(scratch, generation.sampler)
     write_stop(scratch, generation.stop)

@@ -30,6 +30,7 @@ from engine import (
 from engine.loading import BUNDLED
 from ui import state as settings
 from ui.chips import prompt_chips
+from ui.deployment import current_deployment
 from ui.keys import STEP
 from ui.memo import Same, remember
 from ui.presets import apply_preset, load_presets, preset_named
@@ -136,7 +137,8 @@ def new_generation(state: Mapping[str, Any], lm: LoadedModel) -> Generation:
     """A generation from the widgets' current values (raises the engine's errors)."""
     setup = settings.setup_from(state, lm)
     return Generation(lm, setup.prompt, chat=setup.chat, seed=setup.seed, sampler=settings.sampler_from(state),
-                      stop=settings.stop_from(state))
+                      stop=settings.stop_from(state), allow_special=setup.allow_special,
+                      limits=current_deployment().limits)
 
 
 def sync_generation(state: State, lm: LoadedModel) -> None:
@@ -216,6 +218,10 @@ def link_to_open(state: State, params: Mapping[str, list[str]]) -> SharedState |
     state[STEP.link_read] = True
     if "prompt" not in params:
         return None
+    limit = current_deployment().limits.max_link_chars
+    if (length := sum(len(k) + sum(map(len, values)) for k, values in params.items())) > limit:
+        link_failed(state, f"it is {length:,} characters long; this server opens links of up to {limit:,}.")
+        return None
     try:
         return from_params(params)
     except (ShareError, SettingsError) as exc:
@@ -223,10 +229,12 @@ def link_to_open(state: State, params: Mapping[str, list[str]]) -> SharedState |
         return None
 
 
-def open_link(state: State, lm: LoadedModel, shared: SharedState) -> None:
-    """Replay a share link's steps on `lm` and make that the visitor's generation."""
+def open_link(state: State, lm: LoadedModel, shared: SharedState,
+              progress: Callable[[int, int], bool] | None = None) -> None:
+    """Replay a share link's steps on `lm` and make that the visitor's generation; `progress`
+    (done, total) is told after each step (returning False cancels)."""
     try:
-        result = replay(lm, replay_trace(shared))
+        result = replay(lm, replay_trace(shared), current_deployment().limits, progress)
     except (SettingsError, TraceError, PromptError) as exc:
         link_failed(state, str(exc))
         return
@@ -255,12 +263,14 @@ def needs_publishing(state: State, params: dict[str, str | list[str]]) -> bool:
     return True
 
 
-def load_trace(state: State, lm: LoadedModel, name: str, data: bytes) -> None:
+def load_trace(state: State, lm: LoadedModel, name: str, data: bytes,
+               progress: Callable[[int, int], bool] | None = None) -> None:
     """Replay an uploaded trace into a live generation; a bad file leaves everything as is
-    and says why."""
+    and says why. `progress` as in open_link."""
+    limits = current_deployment().limits
     try:
-        trace = parse_trace(data)
-        result = replay(lm, trace)
+        trace = parse_trace(data, limits)
+        result = replay(lm, trace, limits, progress)
     except (TraceError, PromptError) as exc:
         set_message(state, "trace_error", f"{name}: {exc}")
         return

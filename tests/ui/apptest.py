@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -19,3 +20,8 @@ def open_page(page: str, session: dict | None = None, timeout: float = 240) -> A
     at.switch_page(page).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def as_read(markdown: str) -> str:
+    """A message's Markdown as a visitor reads it: visitor text is shown escaped (ui.format.plain)."""
+    return re.sub(r"\\(.)", r"\1", markdown).replace("  \n", "\n")

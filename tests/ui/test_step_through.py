@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine import Generation, to_trace
 from tests.ui.apptest import APP as APP_SCRIPT
+from tests.ui.apptest import as_read
 from ui import step_controller
 from ui.charts import FINAL_NAME, RAW_NAME
 from ui.keys import APP, STEP
@@ -226,19 +227,19 @@ def test_empty_prompt_shows_a_message_and_keeps_the_generation(at: AppTest) -> N
     click(at, "st_step")
     kept = generation(at)
     at.text_area(key=STEP.prompt).set_value("   ").run()
-    assert any("The prompt is empty" in e.value for e in at.error)
+    assert any("The prompt is empty" in as_read(e.value) for e in at.error)
     assert generation(at) is kept and len(kept.steps) == 1
 
 
 def test_prompt_beyond_the_context_window_shows_a_message(at: AppTest) -> None:
     at.text_area(key=STEP.prompt).set_value("word " * 9000).run()
-    assert any("context window is 8192 tokens" in e.value for e in at.error)
+    assert any("context window is 8,192 tokens" in as_read(e.value) for e in at.error)
     assert generation(at).prompt == "The capital of France is"
 
 
 def test_five_stop_sequences_show_a_message_and_keep_the_stop_settings(at: AppTest) -> None:
     at.text_area(key=STEP.stop_sequences).set_value("a\nb\nc\nd\ne").run()
-    assert any("stop_sequences" in e.value and "at most 4" in e.value for e in at.error)
+    assert any("stop_sequences" in as_read(e.value) and "at most 4" in as_read(e.value) for e in at.error)
     assert generation(at).stop.stop_sequences == ()
 
 
@@ -267,7 +268,7 @@ def test_share_link_reproduces_steps_settings_and_forced_tokens(at: AppTest) -> 
 
 def test_broken_share_link_shows_a_message_and_starts_normally() -> None:
     at = open_app({"prompt": "Hello", "tokens": "12,abc"})
-    assert any("This link cannot be opened" in w.value and "'abc'" in w.value for w in at.warning)
+    assert any("This link cannot be opened" in as_read(w.value) and "'abc'" in as_read(w.value) for w in at.warning)
     assert generation(at) is not None and generation(at).steps == ()
 
 
@@ -282,7 +283,7 @@ def test_trace_download_then_upload_replays_the_same_steps(at: AppTest) -> None:
     other.run()
     other.file_uploader(key=STEP.trace_upload).set_value(("trace.json", trace, "application/json")).run()
     assert [s.token_id for s in generation(other).steps] == tokens
-    assert any("2 steps replayed" in s.value for s in other.success)
+    assert any("2 steps replayed" in as_read(s.value) for s in other.success)
 
 
 def test_malformed_trace_file_shows_a_message_and_keeps_the_generation(at: AppTest) -> None:
@@ -291,7 +292,7 @@ def test_malformed_trace_file_shows_a_message_and_keeps_the_generation(at: AppTe
     at.session_state[STEP.tabs] = "Share"
     at.run()
     at.file_uploader(key=STEP.trace_upload).set_value(("bad.json", b"{not json", "application/json")).run()
-    assert any("bad.json" in e.value and "not valid JSON" in e.value for e in at.error)
+    assert any("bad.json" in as_read(e.value) and "not valid JSON" in as_read(e.value) for e in at.error)
     assert generation(at) is kept
 
 
@@ -384,7 +385,7 @@ def test_take_step_again_replaces_the_pick_under_the_new_settings(at: AppTest) -
 
 def test_link_with_a_setting_beyond_the_sliders_shows_a_message() -> None:
     at = open_app({"prompt": "Hello", "sampler": "5.0/0/1.0/0.0/1.0/transformers"})
-    assert any("temperature = 5.0 is outside what this page's controls allow (0 to 2)" in w.value
+    assert any("temperature = 5.0 is outside what this page's controls allow (0 to 2)" in as_read(w.value)
                for w in at.warning)
     assert generation(at).sampler.temperature == 0.0 and generation(at).prompt == "The capital of France is"
 

@@ -40,7 +40,8 @@ def sampled(lm: LoadedModel) -> Generation:
 
 
 def test_share_params_round_trip_settings_changes_forced_tokens_and_newline_stops() -> None:
-    state = SharedState(model="/models/tiny", draw="multinomial", prompt="Q: 1+1?\nA:", chat=True, seed=11,
+    state = SharedState(model="/models/tiny", draw="multinomial", prompt="Q: 1+1?\nA:", chat=True, allow_special=True,
+                        seed=11,
                         sampler=WARM, stop=StopSettings(max_new_tokens=9, stop_sequences=("\nQ:", "."),
                                                         ignore_eos=True),
                         steps=(SharedStep(5, False, GREEDY), SharedStep(6, True, GREEDY),
@@ -52,7 +53,7 @@ def test_share_params_round_trip_settings_changes_forced_tokens_and_newline_stop
 
 
 def test_share_params_without_sampler_changes_stay_short() -> None:
-    state = SharedState(model="", draw="cdf", prompt="Hi", chat=False, seed=0, sampler=GREEDY,
+    state = SharedState(model="", draw="cdf", prompt="Hi", chat=False, allow_special=False, seed=0, sampler=GREEDY,
                         stop=StopSettings(), steps=(SharedStep(1, False, GREEDY),))
     params = to_params(state)
     assert set(params) == {"prompt", "chat", "seed", "sampler", "max", "tokens"}

@@ -16,9 +16,12 @@ finished (think 0), or after a uniform pause in the given range. It prints per c
   tokens/s: the visitors' tokens together, over the click phase's wall time;
   RSS/visitor: the server's resident memory after the clicks minus before the visitors
       connected, over N;
-  errors: exception elements, error or warning boxes, failed or timed-out runs, over all visitors;
+  errors: exception elements, error or warning boxes, failed or timed-out runs, and clicks whose
+      run ended without exactly one new token in the share link, over all visitors;
   mismatched: visitors whose tokens differ from a lone run of their link, computed in this
-      process with the engine after the servers are gone.
+      process with the engine after the servers are gone;
+  client CPU: this process's CPU time over the click phase's wall time (the visitors' own cost,
+      taken from the cores the server runs on).
 
 Results go to bench/results/load_bench.json. Every loop is bounded in count and time; the
 benchmark stops its servers by itself. Figures taken while other work runs on the machine are
@@ -191,12 +194,16 @@ async def click_through(index: int, visitor: Visitor, clicks: int, think: Think)
     for _ in range(clicks):
         if think.high > 0:
             await asyncio.sleep(rng.uniform(think.low, think.high))
+        before = len(visitor.tokens)
         try:
             run = await visitor.click(STEP_KEY)
         except (VisitorError, OSError) as exc:  # a closed or silent connection is an error the visitor sees
             problems.append(str(exc) or type(exc).__name__)
             break
         latencies.append(run.seconds)
+        if len(visitor.tokens) != before + 1:  # the run ended, but the visitor's token is not there
+            problems.append(f"click {len(latencies)} ended with {len(visitor.tokens) - before} new tokens, not 1")
+            break
     return VisitorRun(index, tuple(latencies), tuple(visitor.tokens), tuple(visitor.errors + problems))
 
 
@@ -214,12 +221,13 @@ async def load_round(url: str, pid: int, count: int, clicks: int, think: Think) 
     idle = rss_mb(pid)
     links = [link_for(i, clicks) for i in range(count)]
     visitors = await asyncio.gather(*(open_visitor(url, link) for link in links))
-    started = time.perf_counter()
+    started, client_cpu = time.perf_counter(), time.process_time()
     runs = await asyncio.gather(*(click_through(i, v, clicks, think) for i, v in enumerate(visitors)))
-    seconds = time.perf_counter() - started
+    seconds, client_cpu = time.perf_counter() - started, time.process_time() - client_cpu
     end = rss_mb(pid)
     await asyncio.gather(*(v.close() for v in visitors), return_exceptions=True)
-    return {"runs": runs, "links": links, "seconds": seconds, "rss_idle_mb": idle, "rss_end_mb": end}
+    return {"runs": runs, "links": links, "seconds": seconds, "client_cpu_s": client_cpu, "rss_idle_mb": idle,
+            "rss_end_mb": end}
 
 
 # ---- the lone runs -----------------------------------------------------------------------
@@ -263,6 +271,7 @@ def summarise(count: int, clicks: int, think: Think, raw: dict, lone: dict[Link,
         "p50_s": percentile(latencies, 50), "p95_s": percentile(latencies, 95),
         "max_s": max(latencies, default=math.nan), "tokens_per_s": tokens / raw["seconds"],
         "seconds": raw["seconds"], "tokens": tokens,
+        "client_cpu_share": raw["client_cpu_s"] / raw["seconds"],  # this process's CPU, taken from the server's
         "errors": sum(len(run.errors) for run in runs), "mismatched": len(mismatched),
         "mismatched_visitors": mismatched, "error_texts": sorted({e for run in runs for e in run.errors}),
         "rss_idle_mb": raw["rss_idle_mb"], "rss_end_mb": raw["rss_end_mb"],
@@ -271,13 +280,13 @@ def summarise(count: int, clicks: int, think: Think, raw: dict, lone: dict[Link,
 
 
 HEADER = (f"{'visitors':>8} {'think s':>7} {'p50 s':>6} {'p95 s':>6} {'max s':>6} {'tok/s':>6} "
-          f"{'RSS/visitor MB':>14} {'errors':>6} {'mismatched':>10}")
+          f"{'RSS/visitor MB':>14} {'errors':>6} {'mismatched':>10} {'client CPU':>10}")
 
 
 def row(result: dict) -> str:
     return (f"{result['visitors']:>8} {result['think_s']:>7} {result['p50_s']:>6.2f} {result['p95_s']:>6.2f} "
             f"{result['max_s']:>6.2f} {result['tokens_per_s']:>6.1f} {result['rss_per_visitor_mb']:>14.1f} "
-            f"{result['errors']:>6} {result['mismatched']:>10}")
+            f"{result['errors']:>6} {result['mismatched']:>10} {result['client_cpu_share']:>10.0%}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

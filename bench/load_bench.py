@@ -47,6 +47,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
+from websockets.exceptions import WebSocketException
+
 from bench.streamlit_client import Visitor, VisitorError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,12 +184,26 @@ class VisitorRun:
     errors: tuple[str, ...]
 
 
+# what a visitor meets when the server drops, refuses or never answers it
+VISIT_FAILURES = (VisitorError, OSError, WebSocketException)
+
+
 async def open_visitor(url: str, link: Link) -> Visitor:
     return await Visitor.open(url, link.query(), timeout=OPEN_TIMEOUT_S, button_keys=(STEP_KEY,))
 
 
-async def click_through(index: int, visitor: Visitor, clicks: int, think: Think) -> VisitorRun:
+async def open_or_fail(url: str, link: Link) -> Visitor | str:
+    """A visitor on its link, or why the page could not be opened."""
+    try:
+        return await open_visitor(url, link)
+    except VISIT_FAILURES as exc:
+        return f"the page did not open: {exc or type(exc).__name__}"
+
+
+async def click_through(index: int, visitor: Visitor | str, clicks: int, think: Think) -> VisitorRun:
     """Click Step `clicks` times, pausing before each click as `think` says; an error ends the visit."""
+    if isinstance(visitor, str):
+        return VisitorRun(index, (), (), (visitor,))
     rng = random.Random(index)  # each visitor's pauses are its own and repeatable
     visitor.timeout = CLICK_TIMEOUT_S
     latencies, problems = [], []
@@ -197,7 +213,7 @@ async def click_through(index: int, visitor: Visitor, clicks: int, think: Think)
         before = len(visitor.tokens)
         try:
             run = await visitor.click(STEP_KEY)
-        except (VisitorError, OSError) as exc:  # a closed or silent connection is an error the visitor sees
+        except VISIT_FAILURES as exc:
             problems.append(str(exc) or type(exc).__name__)
             break
         latencies.append(run.seconds)
@@ -220,12 +236,12 @@ async def load_round(url: str, pid: int, count: int, clicks: int, think: Think) 
     await asyncio.sleep(1.0)
     idle = rss_mb(pid)
     links = [link_for(i, clicks) for i in range(count)]
-    visitors = await asyncio.gather(*(open_visitor(url, link) for link in links))
+    visitors = await asyncio.gather(*(open_or_fail(url, link) for link in links))
     started, client_cpu = time.perf_counter(), time.process_time()
     runs = await asyncio.gather(*(click_through(i, v, clicks, think) for i, v in enumerate(visitors)))
     seconds, client_cpu = time.perf_counter() - started, time.process_time() - client_cpu
     end = rss_mb(pid)
-    await asyncio.gather(*(v.close() for v in visitors), return_exceptions=True)
+    await asyncio.gather(*(v.close() for v in visitors if isinstance(v, Visitor)), return_exceptions=True)
     return {"runs": runs, "links": links, "seconds": seconds, "client_cpu_s": client_cpu, "rss_idle_mb": idle,
             "rss_end_mb": end}
 

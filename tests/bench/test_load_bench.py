@@ -1,16 +1,19 @@
-"""The headless visitor's protocol pieces, on messages recorded from the real app (no server)."""
+"""The load benchmark's pieces that need no server: the headless visitor's protocol on messages recorded
+from the real app, failures as visitor errors, and the figures."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
+import socket
 
 import pytest
 from streamlit.proto.Alert_pb2 import Alert
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-from bench.load_bench import Think, parse_think, percentile
+from bench.load_bench import Think, click_through, link_for, open_or_fail, parse_think, percentile
 from bench.streamlit_client import Visitor, VisitorError, button_in, error_in, rerun_message, tokens_in
 
 # Recorded from `streamlit run app.py` (Streamlit 1.67) opened on a share link: the Step button's
@@ -111,3 +114,13 @@ def test_percentiles_are_nearest_rank_and_think_ranges_are_checked():
     assert parse_think("0.5-1.5") == Think(0.5, 1.5) and parse_think("0") == Think(0.0, 0.0)
     with pytest.raises(argparse.ArgumentTypeError, match="low before high"):
         parse_think("2-1")
+
+
+def test_a_page_that_cannot_be_opened_is_a_visitors_error_not_a_crash():
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    failed = asyncio.run(open_or_fail(f"http://127.0.0.1:{port}", link_for(0, 4)))
+    assert isinstance(failed, str) and failed.startswith("the page did not open")
+    run = asyncio.run(click_through(0, failed, clicks=4, think=Think(0, 0)))
+    assert run.errors == (failed,) and run.tokens == () and run.latencies == ()

@@ -1,0 +1,236 @@
+"""A headless Streamlit visitor: it speaks the app's websocket protocol the way Streamlit's
+browser frontend does (1.67), renders nothing, and times each rerun it asks for.
+
+What it mirrors from the frontend (the ClientState message in streamlit/proto/BackMsg and the
+frontend bundle's `sendRerunBackMsg`):
+
+- It connects to ws://HOST:PORT/_stcore/stream with the subprotocol "streamlit". It sends no
+  Origin header, so the server asks for no XSRF token (starlette_websocket.py).
+- Its first message is a `rerun_script` carrying the page's query string (a share link) and an
+  empty page_script_hash and page_name (the default page, as for the URL "/").
+- Every later rerun carries the address bar's current query string (the server's
+  `page_info_changed` rewrites it, and the browser sends it back), the page_script_hash from
+  the last `new_session`, the hashes of the messages it has cached, and its context_info.
+- A click is a rerun whose widget_states hold that button's id with trigger_value true; a
+  button drawn inside an st.fragment carries the fragment's id (Delta.fragment_id), and the
+  click then reruns that fragment alone (ClientState.fragment_id).
+- Cacheable messages are kept by hash and a `ref_hash` message is replaced by the kept one;
+  entries age out after `max_cached_message_age` runs, as in the frontend's ForwardMsgCache.
+
+One simplification: a click's widget_states carry only the clicked button. The browser also
+sends every other widget's value; the server already holds those from the previous run (a
+widget a rerun leaves out keeps its last value in SessionState), so the script sees the same.
+
+Where a run ends: the server opens each run with a `new_session` whose metadata.run names the
+run (script_run_id, and the fragment ids for a fragment run) and closes it with a
+`script_finished` carrying the same script_run_id. A rerun's latency here is from sending its
+BackMsg to receiving that `script_finished`: every delta of the run has arrived by then (the
+browser has yet to draw them, which is the browser's cost, not the server's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs
+
+from streamlit.proto.Alert_pb2 import Alert
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from websockets.asyncio.client import ClientConnection, connect
+
+STREAM_PATH = "/_stcore/stream"
+FINISHED_OK = (ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY)
+# the frontend's default when new_session names no age
+DEFAULT_MAX_MESSAGE_AGE = 2
+
+
+class VisitorError(RuntimeError):
+    """The server did not answer a visitor's rerun as a browser would expect."""
+
+
+@dataclass(frozen=True)
+class ButtonInfo:
+    """A button as the last run drew it."""
+
+    widget_id: str
+    fragment_id: str  # "" outside a fragment
+    disabled: bool
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One rerun as the visitor saw it."""
+
+    seconds: float  # from sending the BackMsg to receiving the run's script_finished
+    errors: tuple[str, ...]  # exception elements and error/warning alerts the run drew
+
+
+def rerun_message(query_string: str, page_script_hash: str = "", *, fragment_id: str = "",
+                  trigger_id: str | None = None, cached_hashes: tuple[str, ...] = (), url: str = "") -> BackMsg:
+    """The BackMsg the browser sends to (re)run the page, or one fragment of it for a click."""
+    msg = BackMsg()
+    state = msg.rerun_script
+    state.query_string = query_string
+    state.page_script_hash = page_script_hash
+    state.fragment_id = fragment_id
+    state.cached_message_hashes.extend(cached_hashes)
+    if trigger_id is not None:
+        widget = state.widget_states.widgets.add()
+        widget.id = trigger_id
+        widget.trigger_value = True
+    info = state.context_info
+    info.timezone, info.timezone_offset, info.locale = "UTC", 0, "en-US"
+    info.url, info.is_embedded, info.color_scheme = url, False, "light"
+    return msg
+
+
+def button_in(msg: ForwardMsg, key: str) -> ButtonInfo | None:
+    """The button with this widget key if `msg` draws it (a keyed widget's id ends in -key)."""
+    if msg.WhichOneof("type") != "delta" or msg.delta.WhichOneof("type") != "new_element":
+        return None
+    element = msg.delta.new_element
+    if element.WhichOneof("type") != "button" or not element.button.id.endswith(f"-{key}"):
+        return None
+    return ButtonInfo(element.button.id, msg.delta.fragment_id, element.button.disabled)
+
+
+def error_in(msg: ForwardMsg) -> str | None:
+    """What a visitor would read as an error: an exception element, or an error or warning box."""
+    if msg.WhichOneof("type") != "delta" or msg.delta.WhichOneof("type") != "new_element":
+        return None
+    element = msg.delta.new_element
+    kind = element.WhichOneof("type")
+    if kind == "exception":
+        return f"{element.exception.type}: {element.exception.message}"
+    if kind == "alert" and element.alert.format in (Alert.ERROR, Alert.WARNING):
+        return element.alert.body
+    return None
+
+
+def tokens_in(query_string: str) -> list[int]:
+    """The token ids of a share link's `tokens` parameter (a forced token is marked '!')."""
+    values = parse_qs(query_string).get("tokens", [""])
+    return [int(token.rstrip("!")) for token in values[-1].split(",") if token]
+
+
+@dataclass
+class _Cached:
+    msg: ForwardMsg
+    run: int  # the run count when it was last delivered or referred to
+    fragment_id: str
+
+
+@dataclass
+class Visitor:
+    """One browser tab's session, without the browser. Use `Visitor.open`, then `click`."""
+
+    connection: ClientConnection
+    url: str
+    query_string: str
+    timeout: float
+    page_script_hash: str = ""
+    buttons: dict[str, ButtonInfo] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    _cache: dict[str, _Cached] = field(default_factory=dict)
+    _runs: int = 0
+    _max_age: int = DEFAULT_MAX_MESSAGE_AGE
+
+    @classmethod
+    async def open(cls, base_url: str, query_string: str, *, timeout: float = 120.0,
+                   button_keys: tuple[str, ...] = ()) -> Visitor:
+        """Connect and run the page once, as a browser opening `base_url/?query_string`."""
+        ws_url = base_url.replace("http://", "ws://", 1) + STREAM_PATH
+        # no proxy (loopback only), no pings and no size cap: a browser sends no pings either
+        connection = await connect(ws_url, subprotocols=["streamlit"], proxy=None, ping_interval=None,
+                                   max_size=None, open_timeout=timeout)
+        visitor = cls(connection, f"{base_url}/?{query_string}", query_string, timeout)
+        await visitor.rerun(rerun_message(query_string, url=visitor.url), button_keys)
+        return visitor
+
+    async def click(self, key: str) -> RunResult:
+        """Click the button with this widget key, as the browser does, and wait for its run."""
+        button = self.buttons.get(key)
+        if button is None:
+            raise VisitorError(f"no button with key '{key}' on the page")
+        if button.disabled:
+            raise VisitorError(f"the button '{key}' is disabled")
+        msg = rerun_message(self.query_string, self.page_script_hash, fragment_id=button.fragment_id,
+                            trigger_id=button.widget_id, cached_hashes=tuple(self._cache), url=self.url)
+        return await self.rerun(msg, (key,))
+
+    async def rerun(self, msg: BackMsg, button_keys: tuple[str, ...] = ()) -> RunResult:
+        """Send a rerun and read until its script_finished; note the buttons it draws."""
+        started = time.perf_counter()
+        deadline = time.monotonic() + self.timeout
+        await self.connection.send(msg.SerializeToString())
+        run_id, errors = None, []
+        while True:
+            reply = await self._receive(deadline)
+            kind = reply.WhichOneof("type")
+            if kind == "new_session":
+                run_id = reply.metadata.run.script_run_id
+                self.page_script_hash = reply.new_session.page_script_hash
+                self._max_age = reply.new_session.config.max_cached_message_age or DEFAULT_MAX_MESSAGE_AGE
+            elif kind == "page_info_changed":
+                self.query_string = reply.page_info_changed.query_string
+            elif kind == "delta":
+                if problem := error_in(reply):
+                    errors.append(problem)
+                for key in button_keys:
+                    if button := button_in(reply, key):
+                        self.buttons[key] = button
+            elif kind == "script_finished" and run_id is not None and (
+                    reply.metadata.run.script_run_id in ("", run_id)):
+                seconds = time.perf_counter() - started
+                self._age_cache(tuple(reply.metadata.run.fragment_ids))
+                if reply.script_finished not in FINISHED_OK:
+                    errors.append(f"the run ended with status {reply.script_finished}")
+                self.errors.extend(errors)
+                return RunResult(seconds, tuple(errors))
+
+    @property
+    def tokens(self) -> list[int]:
+        """The visitor's generated token ids, read from the share link in its address bar."""
+        return tokens_in(self.query_string)
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+    async def _receive(self, deadline: float) -> ForwardMsg:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise VisitorError(f"no script_finished within {self.timeout:.0f} s")
+        try:
+            data = await asyncio.wait_for(self.connection.recv(), remaining)
+        except TimeoutError as exc:
+            raise VisitorError(f"no script_finished within {self.timeout:.0f} s") from exc
+        msg = ForwardMsg()
+        msg.ParseFromString(data)
+        return self._resolve(msg)
+
+    def _resolve(self, msg: ForwardMsg) -> ForwardMsg:
+        """Keep cacheable messages; replace a reference by the kept message."""
+        if msg.WhichOneof("type") == "ref_hash":
+            cached = self._cache.get(msg.ref_hash)
+            if cached is None:
+                raise VisitorError(f"the server referred to a message this visitor never kept ({msg.ref_hash})")
+            cached.run = self._runs
+            resolved = ForwardMsg()
+            resolved.CopyFrom(cached.msg)
+            resolved.metadata.CopyFrom(msg.metadata)
+            return resolved
+        if msg.metadata.cacheable and msg.hash:
+            fragment_id = msg.delta.fragment_id if msg.WhichOneof("type") == "delta" else ""
+            self._cache[msg.hash] = _Cached(msg, self._runs, fragment_id)
+        return msg
+
+    def _age_cache(self, fragment_ids: tuple[str, ...]) -> None:
+        """After a run, forget messages unused for too many runs (in a fragment run, only that
+        fragment's messages age), as the frontend's cache does."""
+        self._runs += 1
+        for key, cached in list(self._cache.items()):
+            in_run = not fragment_ids or cached.fragment_id in fragment_ids
+            if in_run and self._runs - cached.run > self._max_age:
+                del self._cache[key]

@@ -54,6 +54,16 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout: float = START_TIM
 def served_app(log: Path | None = None, *flags: str) -> Iterator[str]:
     """A fresh `streamlit run app.py` on a free local port, yielding its URL; stopped on exit.
     Its output goes to `log` (or nowhere); `flags` are more `streamlit run` options."""
+    with served_app_process(log, *flags) as (url, _pid):
+        yield url
+
+
+@contextmanager
+def served_app_process(log: Path | None = None, *flags: str, env: dict[str, str] | None = None
+                       ) -> Iterator[tuple[str, int]]:
+    """As served_app, yielding the URL and the server's process id (to read its memory).
+    The server's OpenMP threads sleep between parallel regions, as `make run` sets them;
+    `env` adds to (or overrides) the environment."""
     port = free_port()
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -62,13 +72,18 @@ def served_app(log: Path | None = None, *flags: str) -> Iterator[str]:
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
          "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
          *flags],
-        cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
+        cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
+        env={"OMP_WAIT_POLICY": "PASSIVE"} | os.environ | (env or {}))
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, process)
-        yield url
+        yield url, process.pid
     finally:
         process.terminate()
-        process.wait(timeout=20)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=20)
         if log is not None:
             output.close()

@@ -36,19 +36,14 @@ import json
 import math
 import os
 import random
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
 from websockets.exceptions import WebSocketException
 
+from bench.appserver import served_app_process
 from bench.streamlit_client import Visitor, VisitorError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +56,6 @@ PROMPTS = (
     "The ocean is deep because", "A good teacher always", "The train left the station and",
     "Photosynthesis is the process by which", "The old lighthouse keeper",
 )
-SERVER_START_S = 120.0
 OPEN_TIMEOUT_S = 180.0  # opening a page: its first run waits behind every other visitor's
 CLICK_TIMEOUT_S = 120.0
 
@@ -118,49 +112,6 @@ def parse_visitors(text: str) -> tuple[int, ...]:
 
 
 # ---- the server --------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def served_app() -> Iterator[tuple[str, int]]:
-    """A fresh `streamlit run app.py` on a free loopback port, as `make run` starts it;
-    yields its URL and process id."""
-    port = _free_port()
-    env = os.environ | {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
-         "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],  # a watcher over the tree costs CPU the timings should not pay
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, process)
-        yield url, process.pid
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=20)
-
-
-def _wait_healthy(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + SERVER_START_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"streamlit exited with code {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"streamlit did not answer at {url} within {SERVER_START_S:.0f} s")
 
 
 def rss_mb(pid: int) -> float:
@@ -327,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     raws = []
     for think in args.think:
         for count in args.visitors:
-            with served_app() as (url, pid):
+            with served_app_process(None, "--server.fileWatcherType", "none") as (url, pid):
                 raws.append((count, think, asyncio.run(load_round(url, pid, count, args.clicks, think))))
             print(f"  {count} visitor(s), think {think.label} s: done in {raws[-1][2]['seconds']:.1f} s", flush=True)
     load_after = os.getloadavg()

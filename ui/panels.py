@@ -14,11 +14,15 @@ import streamlit as st
 from engine import Decision, Distribution, Generation, LoadedModel, StepRecord
 from engine.stopping import stop_sequence_states
 from engine.tokens import TokenTexts
+from ui.bars import distribution_bars_html
 from ui.charts import CHART_CONFIG, FINAL_NAME, MODES, RAW_NAME, distribution_figure, kv_figure
-from ui.chips import context_html
+from ui.chips import chip_window, context_html
 from ui.format import pct, quoted
 from ui.views import (
+    LINE_CSS,
+    cdf_strip_html,
     decision_html,
+    decision_line_html,
     decoded_text_html,
     factorisation_html,
     kv_check_html,
@@ -26,6 +30,7 @@ from ui.views import (
     sequence_table_html,
     stages_html,
     termination_html,
+    termination_line_html,
     token_name,
 )
 
@@ -37,13 +42,22 @@ def eos_names(lm: LoadedModel) -> str:
     return " ".join(lm.texts.piece(i).text for i in lm.eos_ids)
 
 
+def decoded_text(gen: Generation) -> str:
+    """The prompt and the output as text, a stop sequence marked (HTML)."""
+    stops = stop_sequence_states(gen.output_text, gen.stop.stop_sequences)
+    return decoded_text_html(gen.prompt_text, gen.output_text, stops, gen.finish_reason, eos_names(gen.lm))
+
+
 def context_panel(gen: Generation, prompt_html: str, legend: bool = True) -> None:
     """The context as chips (prompt chips pre-rendered, they never change) and as decoded text."""
-    stops = stop_sequence_states(gen.output_text, gen.stop.stop_sequences)
     with st.container(border=True):
-        st.html(context_html(prompt_html, gen.steps, legend=legend)
-                + decoded_text_html(gen.prompt_text, gen.output_text, stops, gen.finish_reason,
-                                    eos_names(gen.lm)))
+        st.html(context_html(prompt_html, gen.steps, legend=legend) + decoded_text(gen))
+
+
+def context_window_panel(gen: Generation, prompt_html: str) -> None:
+    """Presentation mode: the chips in a window three lines high that shows the newest ones."""
+    with st.container(border=True):
+        st.html(chip_window(context_html(prompt_html, gen.steps, legend=False)))
 
 
 def heading(title: str, caption: str) -> None:
@@ -53,7 +67,7 @@ def heading(title: str, caption: str) -> None:
 
 
 def distribution_panel(record: StepRecord, decision: Decision, distribution: Distribution, *,
-                       mode_key: str, chart_key: str, font_size: int = 13) -> None:
+                       mode_key: str, chart_key: str) -> None:
     """The next-token distribution of the latest step: raw and final side by side."""
     vocabulary = record.distribution.others_count + len(record.distribution.top)
     heading(f"Next-token distribution at step {record.index}",
@@ -62,9 +76,28 @@ def distribution_panel(record: StepRecord, decision: Decision, distribution: Dis
             f"(▶) is the pick. Entropy (uncertainty, 0 = certain): raw {distribution.raw_entropy_bits:.2f} bits, "
             f"final {distribution.final_entropy_bits:.2f} bits.")
     mode = st.session_state.get(mode_key) or MODES[0]  # the switch is drawn under the chart, read first
-    figure = distribution_figure(distribution, decision.token_id, mode=mode, top_n=10, font_size=font_size)
+    figure = distribution_figure(distribution, decision.token_id, mode=mode, top_n=10)
     st.plotly_chart(figure, config=CHART_CONFIG, key=chart_key)
     st.segmented_control("Scale", list(MODES), key=mode_key, label_visibility="collapsed", persist_state="session")
+
+
+def distribution_bars_panel(record: StepRecord, decision: Decision, distribution: Distribution) -> None:
+    """Presentation mode: the distribution as viewport-sized bars, the top 8 and the rest."""
+    st.html(LINE_CSS + f'<div class="tbt-title">Next-token distribution at step {record.index} · entropy '
+            f"{distribution.raw_entropy_bits:.2f} bits</div>" + distribution_bars_html(distribution, decision.token_id))
+
+
+def decision_line_panel(decision: Decision, distribution: Distribution, texts: TokenTexts) -> None:
+    """Presentation mode: the pick in one line, and for a random draw the strip u fell on."""
+    st.html(LINE_CSS + '<div class="tbt-title">Sampler decision</div>' + decision_line_html(decision, texts)
+            + cdf_strip_html(decision, distribution))
+
+
+def termination_line_panel(gen: Generation) -> None:
+    """Presentation mode: every stop condition in one line."""
+    line = (termination_line_html(gen.termination, eos_names(gen.lm)) if gen.steps else
+            '<div class="tbt-line tbt-check">Checked after every token: end token, stop sequences, max tokens.</div>')
+    st.html(LINE_CSS + '<div class="tbt-title">Check: stop or go on?</div>' + line)
 
 
 def resample_note(record: StepRecord, decision: Decision, texts: TokenTexts,

@@ -47,6 +47,14 @@ PANEL_CSS = """
 </style>
 """
 
+# Presentation mode's one-line panels (their type is sized from the viewport: ui/teaching.py).
+LINE_CSS = """<style>
+.tbt-title{font-weight:700;font-size:1.05rem;margin-bottom:.25rem}
+.tbt-line{font-size:1.1rem;line-height:1.4}
+.tbt-line b{background:#fff3bf;padding:0 .2em;border-radius:4px;font-family:ui-monospace,monospace}
+.tbt-line-stop{background:#fff3bf;border-left:.3rem solid #f08c00;padding:.1rem .5rem;font-weight:700}
+</style>"""
+
 FINISH_LABELS = {
     "eos": "the model emitted its end-of-sequence token",
     "stop_sequence": "a stop sequence appeared in the text",
@@ -139,6 +147,21 @@ def decision_html(decision: Decision, distribution: Distribution, texts: TokenTe
               f"{decision.final_entropy_bits:.2f} bits</div>")
 
 
+def decision_line_html(decision: Decision, texts: TokenTexts) -> str:
+    """How the pick was made, in one line (presentation mode: read from the back of the room)."""
+    pick = f"<b>{esc(token_name(texts, decision.token_id))}</b> (final p {pct(decision.final_prob)})"
+    draw = decision.draw
+    if decision.forced:
+        how = f"Forced by you (the sampler picked {esc(token_name(texts, decision.sampler_token_id))})"
+    elif decision.greedy or draw is None:
+        how = "Greedy (temperature 0): the most probable token"
+    elif draw.u is not None:
+        how = f"Random draw: u = {draw.u:.4f} falls in the band of rank {draw.rank}"
+    else:
+        how = f"Random draw (multinomial): rank {draw.rank}"
+    return f'<div class="tbt-line tbt-decision">{how} → {pick}</div>'
+
+
 # ---- termination ----------------------------------------------------------------------------
 
 
@@ -178,6 +201,18 @@ def termination_html(termination: Termination, eos_names: str) -> str:
     verdict = (f"<b>Stopped:</b> {FINISH_LABELS[reason]}." if reason
                else "No condition fired: Step goes on.")
     return _table(["condition", "this step", "limit"], rows) + f'<div class="tbt-pick">{verdict}</div>'
+
+
+def termination_line_html(termination: Termination, eos_names: str) -> str:
+    """Every condition's state in one line, or the one that fired (presentation mode)."""
+    reason = termination.finish_reason
+    if reason:
+        return f'<div class="tbt-line tbt-check tbt-line-stop">⏹ Stopped: {FINISH_LABELS[reason]}.</div>'
+    eos = f"{esc(eos_names)} p {pct(termination.eos_prob, 2)}" + (" (ignored)" if termination.ignore_eos else "")
+    stops = [f"{esc(quoted(s.sequence))} {s.partial}/{len(s.sequence)} chars" for s in termination.stops]
+    parts = [eos, f"{termination.new_tokens} of {termination.max_new_tokens} new tokens",
+             "stop sequences: " + (", ".join(stops) or "none")]
+    return f'<div class="tbt-line tbt-check">▶ No stop yet, go on: {" · ".join(parts)}</div>'
 
 
 def decoded_text_html(prompt_text: str, output_text: str, stops: tuple, finish_reason: str | None,

@@ -12,6 +12,7 @@ from ui.format import quoted
 from ui.keys import APP, LESSON
 from ui.lesson_flow import GREEDY, PRESETS, STAGES, candidates, score, start, tally
 from ui.presets import preset_named
+from ui.teaching import PRESENTATION_CSS
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.fires + ("_ignored" if p.stop.ignore_eos else ""))
@@ -108,12 +109,20 @@ def test_prediction_rounds_are_scored_against_the_models_own_probabilities(lm):
     assert shown["probability given up"] == f"{first.prob - wrong.prob:.2f} in all"
 
 
-def test_presentation_mode_enlarges_the_lesson_type():
+def test_presentation_mode_sizes_type_from_the_viewport_and_wires_the_presenter_keys():
     at = lesson()
-    assert not any("font-size:22px" in str(h.proto) for h in at.get("html"))
+    assert not any("tbt-keys" in h.proto.body or h.proto.body == PRESENTATION_CSS for h in at.get("html"))
     at.session_state[APP.presentation] = True
     at.run()
-    assert any("font-size:22px" in str(h.proto) for h in at.get("html"))
+    assert any(h.proto.body == PRESENTATION_CSS for h in at.get("html"))
+    keys = next(h.proto.body for h in at.get("html") if "tbt-keys" in h.proto.body)
+    for key, button in (("PageDown", LESSON.next), ("ArrowRight", LESSON.next), ("PageUp", LESSON.previous),
+                        ("ArrowLeft", LESSON.previous)):
+        assert f"&quot;{key}&quot;: &quot;{button}&quot;" in keys
+    at.button(key=LESSON.next).click().run()
+    assert not at.exception
+    assert at.markdown[0].value.startswith("#### Stage 2 of 6: " + STAGES[1])  # the stage named in the button row
+    assert not at.get("plotly_chart")  # bars sized from the viewport instead
 
 
 def test_ignored_eos_is_pointed_out_and_the_loop_goes_on(lm):

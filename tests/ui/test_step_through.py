@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from ui import step_controller
 from ui.charts import FINAL_NAME, RAW_NAME
 from ui.keys import APP, STEP
 from ui.share import from_generation, to_params
+from ui.teaching import PRESENTATION_CSS
 
 TIMEOUT = 120  # the first run loads the model
 
@@ -296,9 +299,17 @@ def test_malformed_trace_file_shows_a_message_and_keeps_the_generation(at: AppTe
     assert generation(at) is kept
 
 
+def presenter_keys(at: AppTest) -> dict[str, str] | None:
+    """The key -> button map the page drew for the key handler (None: no handler)."""
+    bodies = [h.proto.body for h in at.get("html") if 'class="tbt-keys"' in h.proto.body]
+    if not bodies:
+        return None
+    return json.loads(html.unescape(re.search(r'data-keys="([^"]*)"', bodies[0]).group(1)))
+
+
 def test_presentation_mode_enlarges_type_and_drops_the_detail_tabs(at: AppTest) -> None:
     at.toggle(key=APP.presentation).set_value(True).run()
-    assert any("html{font-size:22px}" in h.proto.body for h in at.get("html"))
+    assert any(h.proto.body == PRESENTATION_CSS for h in at.get("html"))  # viewport-sized type, no sidebar
     at.toggle(key=STEP.chat).set_value(True).run()  # the templated text inside the folded setup
     assert not at.exception and any("<|im_start|>user" in c.value for c in at.code)
     assert [s.key for s in at.slider] == [STEP.temperature, STEP.top_k, STEP.top_p]  # fewer controls
@@ -307,6 +318,33 @@ def test_presentation_mode_enlarges_type_and_drops_the_detail_tabs(at: AppTest) 
     assert any("fires when picked" in h.proto.body for h in at.get("html"))
     assert any(m.label == "log P(sequence)" for m in at.metric)
     assert not [b for b in at.button if b.key and b.key.startswith("st_force_")]  # no branching on the projector
+
+
+def test_presentation_mode_wires_the_presenter_keys_to_step_back_and_run(at: AppTest) -> None:
+    assert presenter_keys(at) is None  # normal mode: no key handler, no way out of a mode that is off
+    assert not [b for b in at.button if b.key == APP.exit_presentation]
+    at.toggle(key=APP.presentation).set_value(True).run()
+    assert presenter_keys(at) == {"PageDown": STEP.step, "ArrowRight": STEP.step, " ": STEP.step,
+                                  "PageUp": STEP.back, "ArrowLeft": STEP.back, ".": STEP.run}
+    assert {b.key for b in at.button} >= {STEP.step, STEP.back, STEP.run}  # the map names real buttons
+    hints = html_with(at, "tbt-keys")
+    assert f'.st-key-{STEP.step} button::after{{content:"PgDn · → · Space"}}' in hints
+    assert "window.addEventListener(\"keydown\"" in hints
+
+
+def test_presentation_mode_draws_the_step_on_one_screen_and_its_exit_turns_it_off(at: AppTest) -> None:
+    at.toggle(key=APP.presentation).set_value(True).run()
+    assert not at.header  # the title gives its room to the generation
+    click(at, "st_step")
+    screen = "".join(h.proto.body for h in at.get("html"))
+    for part in ("tbt-chip-window", "tbt-bars-pick", "tbt-decision", "tbt-check"):
+        assert part in screen, part
+    assert "▶ #1 &#x27;␣Paris&#x27;" in screen  # the pick's row, in the viewport-sized bars
+    assert not at.get("plotly_chart")
+    click(at, APP.exit_presentation)
+    assert not at.session_state[APP.presentation]
+    assert presenter_keys(at) is None and at.header[0].value == "Step through"
+    assert len(generation(at).steps) == 1
 
 
 def test_sidebar_shows_the_model_device_and_dtype(at: AppTest) -> None:

@@ -1,0 +1,132 @@
+"""Presentation mode at a projector's sizes: one screen per token, driven from the keyboard (a
+presenter remote sends PageDown / PageUp). Screenshots go to test-artifacts/ for a person to judge."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.browser.conftest import ARTIFACTS
+
+pytestmark = pytest.mark.browser
+SIZES = [(1280, 720), (1920, 1080)]
+SLOW = 240_000  # ms: the first visit may load the model on 2 CPU cores
+STEPS = "Number(document.querySelector('.tbt-chips')?.dataset.steps ?? -1)"
+ON_STEP_SCREEN = {
+    "newest chip": ".tbt-newest",
+    "chips": ".tbt-chip-window",
+    "distribution chart": ".tbt-bars",
+    "the pick's row": ".tbt-bars-pick",
+    "sampler decision": ".tbt-decision",
+    "termination line": ".tbt-check",
+}
+
+
+def settle(page) -> None:
+    """Wait until Streamlit has finished this run (its 'running' indicator is gone)."""
+    page.wait_for_timeout(400)
+    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
+    page.wait_for_timeout(400)
+
+
+def presentation_on(page) -> None:
+    """The sidebar toggle, as a teacher turns it on; the sidebar then goes away."""
+    page.get_by_test_id("stSidebar").get_by_text("Presentation mode").click()
+    page.get_by_role("button", name=re.compile("Exit presentation")).wait_for(timeout=SLOW)
+    settle(page)
+    assert not page.get_by_test_id("stSidebar").is_visible()
+
+
+def press_and_wait(page, key: str, steps: int) -> None:
+    page.keyboard.press(key)
+    page.wait_for_function(f"{STEPS} === {steps}", timeout=SLOW)
+    settle(page)
+
+
+def outside_viewport(page, selectors: dict[str, str], width: int, height: int) -> list[str]:
+    """The named elements whose box is not wholly inside the viewport (or that are missing)."""
+    outside = []
+    for name, selector in selectors.items():
+        box = page.locator(selector).first.bounding_box()
+        if box is None or box["x"] < 0 or box["y"] < 0 or box["x"] + box["width"] > width + 1 or (
+                box["y"] + box["height"] > height + 1):
+            outside.append(f"{name}: {box}")
+    return outside
+
+
+def font_px(page, selector: str) -> float:
+    return page.evaluate(f"parseFloat(getComputedStyle(document.querySelector('{selector}')).fontSize)")
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES, ids=lambda v: str(v))
+def test_step_page_fits_one_screen_and_steps_from_the_keyboard(browser, app_url, width, height):
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    try:
+        page.goto(app_url)
+        page.wait_for_function(f"{STEPS} === 0", timeout=SLOW)
+        presentation_on(page)
+
+        # keys typed into the prompt stay there: no step
+        page.get_by_text("Prompt and settings").click()
+        prompt = page.get_by_label("Prompt", exact=True)
+        prompt.click()
+        for key in ("PageDown", "ArrowRight", "Space", ".", "Backspace", "Backspace"):  # the text ends unchanged
+            prompt.press(key)
+        page.wait_for_timeout(1500)
+        assert page.evaluate(STEPS) == 0
+        page.evaluate("document.activeElement.blur()")
+        page.get_by_text("Prompt and settings").click()  # folded again
+        page.mouse.move(width / 2, height / 2)
+        page.mouse.wheel(0, -10_000)  # back to the top, as the teacher would scroll
+        settle(page)
+        assert page.evaluate(STEPS) == 0
+
+        for count in (1, 2, 3):  # a presenter remote's "next"
+            press_and_wait(page, "PageDown", count)
+        press_and_wait(page, "PageUp", 2)  # its "previous": Back
+        press_and_wait(page, "ArrowRight", 3)
+        page.mouse.move(width - 5, height - 5)
+
+        assert outside_viewport(page, ON_STEP_SCREEN, width, height) == []
+        window, newest = (page.locator(s).first.bounding_box() for s in (".tbt-chip-window", ".tbt-newest"))
+        assert window["y"] <= newest["y"] and newest["y"] + newest["height"] <= window["y"] + window["height"] + 1
+        assert page.locator(".tbt-bars-pick").first.inner_text().startswith("▶")
+        assert font_px(page, ".tbt-bars-label") >= 0.022 * height  # 24 px at 1080p, scaled at 720p
+        assert font_px(page, ".tbt-decision") >= 0.024 * height
+        page.screenshot(path=str(ARTIFACTS / f"presentation_step_{width}x{height}.png"))
+
+        page.get_by_role("button", name=re.compile("Exit presentation")).click()
+        page.get_by_role("heading", name="Step through").wait_for(timeout=SLOW)
+        page.get_by_test_id("stSidebar").wait_for(state="visible", timeout=30_000)  # back with the toggle
+        assert page.evaluate(STEPS) == 3  # the generation survives leaving the mode
+    finally:
+        context.close()
+
+
+def test_lesson_shows_each_stage_on_one_screen_and_follows_the_keys(browser, app_url):
+    width, height = SIZES[0]
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    try:
+        page.goto(app_url)
+        page.get_by_role("link", name="Lesson").click()
+        page.get_by_role("heading", name="Prompt → tokens").wait_for(timeout=SLOW)
+        settle(page)
+        presentation_on(page)
+        stage = page.get_by_role("heading", name=re.compile(r"^Stage \d of 6"))
+        for number in range(1, 7):
+            assert stage.inner_text().startswith(f"Stage {number} of 6"), stage.inner_text()
+            # the whole stage sits above the folded preset, and that starts on screen
+            assert page.get_by_text("Preset and prompt").bounding_box()["y"] < height
+            page.mouse.move(width - 5, height - 5)
+            page.screenshot(path=str(ARTIFACTS / f"presentation_lesson_stage{number}_{width}x{height}.png"))
+            if number < 6:
+                page.keyboard.press("PageDown" if number % 2 else "ArrowRight")
+                page.get_by_role("heading", name=re.compile(f"^Stage {number + 1} of 6")).wait_for(timeout=SLOW)
+                settle(page)
+        page.keyboard.press("ArrowLeft")
+        page.get_by_role("heading", name=re.compile("^Stage 5 of 6")).wait_for(timeout=SLOW)
+    finally:
+        context.close()

@@ -17,6 +17,7 @@ emitted: the target model's verify pass does (engine/speculative.py).
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -166,7 +167,10 @@ def self_draft(target: LoadedModel, kind: str) -> LoadedModel:
             if target.device.type != "cpu":
                 raise ModelLoadError("int8 dynamic quantisation runs on the CPU only; the target is on "
                                      f"{target.device}: use the bfloat16 copy.")
-            model = torch.ao.quantization.quantize_dynamic(model.cpu(), {torch.nn.Linear}, dtype=torch.qint8).eval()
+            with warnings.catch_warnings():  # torch marks its quantised tensor types deprecated; they still work
+                warnings.simplefilter("ignore", UserWarning)
+                model = torch.ao.quantization.quantize_dynamic(model.cpu(), {torch.nn.Linear}, dtype=torch.qint8)
+            model = model.eval()
             dtype = target.dtype  # activations stay float32; only the Linear weights are int8
     except ModelLoadError:
         raise
@@ -241,3 +245,16 @@ class DraftModel:
         elif keep < len(self._cached_ids):
             crop_cache(self._cache, keep)
         del self._cached_ids[keep:]
+
+
+DRAFT_METHODS = ("prompt-lookup", "self-draft-bfloat16", "self-draft-int8")
+
+
+def draft_for(target: LoadedModel, name: str) -> DraftMethod:
+    """A draft method by its name (the CLI's --speculative, a trace's "method"). A self-draft
+    copies the target's weights each call: keep the result rather than asking again."""
+    if name == "prompt-lookup":
+        return PromptLookup(target.eos_ids)
+    if name.startswith("self-draft-") and name.removeprefix("self-draft-") in SELF_DRAFT_KINDS:
+        return DraftModel(self_draft(target, name.removeprefix("self-draft-")), target, name=name)
+    raise SettingsError("draft method", name, f"one of {', '.join(DRAFT_METHODS)}")

@@ -289,6 +289,20 @@ def position_view(texts: TokenTexts, position: int, chain: ChainOutput, draft: D
 class _Checkpoint:
     cache_length: int
     rng_state: torch.Tensor
+    started: float  # perf_counter at the round's start
+
+
+@dataclass(frozen=True)
+class _Verified:
+    """What the draft and the verify pass returned, for the rest of the round."""
+
+    context: list[int]  # the context before the round
+    room: int  # guesses asked for: k, capped by the room left before a stop
+    draft: Draft
+    logits: torch.Tensor  # [len(draft) + 1, vocab]
+    fed: int  # tokens the verify pass read
+    draft_ms: float
+    verify_ms: float
 
 
 class SpeculativeGeneration:
@@ -395,16 +409,17 @@ class SpeculativeGeneration:
         if anything fails, the context, the caches and the random generator are as before."""
         if self.finished:
             raise GenerationFinished(f"Generation has finished ({self.finish_reason}); Reset to start again.")
-        started = time.perf_counter()
-        before = _Checkpoint(self._cache.get_seq_length(), self._generator.get_state())
+        before = _Checkpoint(self._cache.get_seq_length(), self._generator.get_state(), time.perf_counter())
         try:
             context = self.context_ids
-            draft, draft_ms = self._propose(context)  # 1. draft
+            room = self._room(context)
+            draft, draft_ms = self._propose(context, room)  # 1. draft
             unseen = context[before.cache_length:] + list(draft.token_ids)
             verify_started = time.perf_counter()
             logits = forward_all(self.lm, unseen, self._cache, keep=len(draft.token_ids) + 1)  # 2. verify [n+1, vocab]
-            verify_ms = (time.perf_counter() - verify_started) * 1e3
-            record = self._settle(context, draft, logits, before, len(unseen), draft_ms, verify_ms, started)  # 3-5
+            verified = _Verified(context, room, draft, logits, len(unseen), draft_ms,
+                                 (time.perf_counter() - verify_started) * 1e3)
+            record = self._settle(verified, before)  # 3. accept / reject, 4. check, 5. crop and record
         except BaseException:
             crop_cache(self._cache, before.cache_length)
             self._generator.set_state(before.rng_state)
@@ -428,30 +443,27 @@ class SpeculativeGeneration:
         left_window = self.lm.context_window - len(context)
         return max(0, min(self.k, left_new - 1, left_window - 1))
 
-    def _propose(self, context: list[int]) -> tuple[Draft, float]:
+    def _propose(self, context: list[int], room: int) -> tuple[Draft, float]:
         started = time.perf_counter()
-        room = self._room(context)
         draft = self.draft.get_candidates(context, room, self.sampler, self._generator) if room else NO_DRAFT
         return draft, (time.perf_counter() - started) * 1e3
 
-    def _settle(self, context: list[int], draft: Draft, logits: torch.Tensor, before: _Checkpoint, fed: int,
-                draft_ms: float, verify_ms: float, started: float) -> RoundRecord:
+    def _settle(self, verified: _Verified, before: _Checkpoint) -> RoundRecord:
         """Accept / reject, apply the stop conditions, crop the caches and keep the record."""
         bookkeeping_started = time.perf_counter()
-        sampler = self.sampler
-        verdict, eos_probs = _verify(logits, context, draft, sampler, self._generator, self.lm.eos_ids)  # 3
+        verdict, eos_probs = _verify(verified.logits, verified.context, verified.draft, self.sampler,
+                                     self._generator, self.lm.eos_ids)  # 3
         emitted, text, termination = self._stop_within(verdict.emitted, eos_probs)  # 4
-        written = before.cache_length + fed
         self._generated += emitted
         self._last_eos_prob = termination.eos_prob
         crop_cache(self._cache, len(self.context_ids) - 1)  # 5. the last token is read next round
         self.draft.update(self.context_ids)
-        record = self._record(context, draft, verdict, emitted, termination, text, sampler,
-                              KVChange(before.cache_length, fed, written - self._cache.get_seq_length(),
-                                       self._cache.get_seq_length(), self.kv), fed)
+        held = self._cache.get_seq_length()
+        kv = KVChange(before.cache_length, verified.fed, before.cache_length + verified.fed - held, held, self.kv)
+        record = self._record(verified, verdict, emitted, termination, text, kv)
         bookkeeping_ms = (time.perf_counter() - bookkeeping_started) * 1e3
-        record = replace(record, timing=RoundTiming(draft_ms, verify_ms, bookkeeping_ms,
-                                                    (time.perf_counter() - started) * 1e3))
+        record = replace(record, timing=RoundTiming(verified.draft_ms, verified.verify_ms, bookkeeping_ms,
+                                                    (time.perf_counter() - before.started) * 1e3))
         self._rounds.append(record)
         return record
 
@@ -470,10 +482,9 @@ class SpeculativeGeneration:
         return termination_after(generated, text, eos_ids=self.lm.eos_ids, eos_prob=eos_prob, stop=self.stop,
                                  prompt_tokens=len(self.prompt_ids), context_window=self.lm.context_window)
 
-    def _record(self, context: list[int], draft: Draft, verdict: Verdict, emitted: list[int],
-                termination: Termination, text: str, sampler: SamplerSettings, kv: KVChange,
-                fed: int) -> RoundRecord:
-        texts = self.lm.texts
+    def _record(self, verified: _Verified, verdict: Verdict, emitted: list[int], termination: Termination,
+                text: str, kv: KVChange) -> RoundRecord:
+        texts, context, draft = self.lm.texts, verified.context, verified.draft
         n = len(draft.token_ids)
         reached = len(verdict.checks)  # positions 0..reached-1 checked; the bonus position if none rejected
         positions = tuple(
@@ -488,13 +499,13 @@ class SpeculativeGeneration:
                                   verdict.residual_mass, texts.piece(verdict.token_id), verdict.draw)
         kinds = ["accepted"] * verdict.accepted + ["replaced" if verdict.rejected else "bonus"]
         return RoundRecord(
-            index=len(self._rounds) + 1, method=self.draft.name, k=self._room(context),
-            sampler=sampler, drafted=tuple(texts.piece(i) for i in draft.token_ids),
+            index=len(self._rounds) + 1, method=self.draft.name, k=verified.room,
+            sampler=self.sampler, drafted=tuple(texts.piece(i) for i in draft.token_ids),
             deterministic_draft=draft.q is None, positions=positions, checks=verdict.checks,
             accepted=verdict.accepted, rejection=rejection,
             bonus=None if verdict.rejected else texts.piece(verdict.token_id),
             emitted=tuple(texts.piece(i) for i in emitted), emitted_kinds=tuple(kinds[:len(emitted)]),
-            cut_by_stop=len(verdict.emitted) - len(emitted), first_position=len(context), fed_tokens=fed,
+            cut_by_stop=len(verdict.emitted) - len(emitted), first_position=len(context), fed_tokens=verified.fed,
             kv=kv, termination=termination, output_text=text, timing=RoundTiming(0.0, 0.0, 0.0, 0.0))
 
 

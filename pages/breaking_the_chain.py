@@ -6,6 +6,7 @@ speculative lane (engine/speculative.py) and a plain lane stepped to the same le
 
 from __future__ import annotations
 
+import json
 import time
 
 import streamlit as st
@@ -15,6 +16,7 @@ from engine import DraftModel, LoadedModel, PromptLookup, self_draft
 from engine.drafting import DraftMethod
 from engine.speculative import K_MAX, K_MIN, expected_tokens_per_round
 from engine.speed import measure_prefill_decode
+from engine.trace import speculative_to_trace
 from ui import chain_state as bc
 from ui.chain_views import (
     kv_html,
@@ -75,6 +77,12 @@ def on_reset() -> None:
 
 def on_method() -> None:
     bc.choose_method(S, current_model(), make_draft)
+
+
+def on_trace_upload() -> None:
+    upload = S.get("bc_trace_upload")
+    if upload is not None:
+        bc.load_trace(S, current_model(), make_draft, upload.getvalue(), upload.name)
 
 
 def on_preset() -> None:
@@ -215,6 +223,19 @@ def round_view(lanes: bc.Lanes) -> None:
         st.html(PANEL_CSS + rounds_table_html(spec.rounds))
 
 
+def trace_controls(lanes: bc.Lanes) -> None:
+    """Download this run as a JSON trace (every round), or load one back."""
+    with st.expander("Save or load a run"):
+        st.download_button("Download trace (JSON)", key="bc_trace_download", on_click="ignore",
+                           data=lambda: json.dumps(speculative_to_trace(lanes.speculative), indent=1,
+                                                   ensure_ascii=False),
+                           file_name="speculative-trace.json", mime="application/json")
+        st.file_uploader("Load a speculative trace", type=["json"], key="bc_trace_upload", on_change=on_trace_upload,
+                         help="A trace from this page or from `python -m engine --speculative … --json`.")
+        if text := bc.message(S, "trace"):
+            (st.success if text.startswith("Loaded") else st.error)(text)
+
+
 @st.fragment(key=WORKSPACE_KEY)
 def workspace() -> None:
     lanes: bc.Lanes | None = S.get(bc.LANES)
@@ -229,6 +250,7 @@ def workspace() -> None:
     counts_row(lanes)
     lanes_view(lanes)
     round_view(lanes)
+    trace_controls(lanes)
     cost_section(lanes)
     if S.get(bc.RUNNING):
         time.sleep(max(0.0, RUN_FRAME_S - (time.monotonic() - started)))

@@ -23,10 +23,12 @@ from engine import (
     SettingsError,
     SpeculativeGeneration,
     StopSettings,
+    TraceError,
 )
 from engine.drafting import DraftMethod
 from engine.speculative import check_k
-from ui.state import parse_stop_sequences
+from engine.trace import parse_trace, replay_speculative
+from ui.state import format_stop_sequences, parse_stop_sequences
 
 # Widget keys.
 PROMPT = "bc_prompt"
@@ -52,6 +54,7 @@ PROMPT_LOOKUP = "prompt lookup"
 SELF_BF16 = "draft model: bfloat16 copy of this model"
 SELF_INT8 = "draft model: int8 copy of this model"
 METHODS = (PROMPT_LOOKUP, SELF_BF16, SELF_INT8)
+METHOD_OF_NAME = {"prompt-lookup": PROMPT_LOOKUP, "self-draft-bfloat16": SELF_BF16, "self-draft-int8": SELF_INT8}
 
 WIDGET_DEFAULTS: dict[str, Any] = {
     PROMPT: "", CHAT: True, METHOD: PROMPT_LOOKUP, K: 4, TEMPERATURE: 0.0, TOP_K: 0, TOP_P: 1.0, MIN_P: 0.0,
@@ -302,3 +305,36 @@ def counts(lanes: Lanes) -> Counts:
     return Counts(tokens=len(lanes.speculative.generated_ids), target_passes=len(rounds),
                   plain_passes=len(lanes.plain.steps), drafted=sum(len(r.drafted) for r in rounds),
                   checked=sum(len(r.checks) for r in rounds), accepted=sum(r.accepted for r in rounds))
+
+
+def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft, data: bytes | str,
+               filename: str) -> None:
+    """Replay a saved speculative trace into both lanes and make the widgets describe it; a bad
+    file leaves a message and the current lanes."""
+
+    def draft_named(name: str) -> DraftMethod:
+        if name not in METHOD_OF_NAME:
+            raise SettingsError("draft method", name, f"one of {', '.join(METHOD_OF_NAME)}")
+        return make_draft(lm, METHOD_OF_NAME[name])
+
+    try:
+        result = replay_speculative(lm, parse_trace(data), draft_named)
+    except (TraceError, ModelLoadError, SettingsError) as exc:
+        set_message(state, "trace", f"{filename}: {exc}")
+        return
+    spec = result.generation
+    plain = Generation(lm, spec.prompt, chat=spec.chat, system_prompt=spec.system_prompt, sampler=spec.sampler,
+                       stop=spec.stop, seed=spec.seed)
+    lanes = Lanes(spec, plain)
+    catch_up(lanes)
+    sampler = spec.sampler
+    state.update({PROMPT: spec.prompt, CHAT: spec.chat, SEED: spec.seed, K: spec.k, TEMPERATURE: sampler.temperature,
+                  TOP_K: sampler.top_k, TOP_P: sampler.top_p, MIN_P: sampler.min_p,
+                  REPETITION: sampler.repetition_penalty, MAX_NEW: spec.stop.max_new_tokens,
+                  STOPS: format_stop_sequences(spec.stop.stop_sequences), METHOD: METHOD_OF_NAME[spec.draft.name],
+                  ACTIVE_METHOD: METHOD_OF_NAME[spec.draft.name], LANES: lanes, RUNNING: False})
+    note = f"Loaded {filename}: {len(spec.rounds)} rounds replayed."
+    if result.mismatched_rounds:
+        note += (f" Rounds {', '.join(map(str, result.mismatched_rounds))} came out differently on this machine "
+                 "(another model, or float rounding).")
+    set_message(state, "trace", note)

@@ -5,11 +5,21 @@ The controller (ui/chain_state.py) is also tested on its own, without Streamlit.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 import engine
-from engine import ModelLoadError, PromptLookup, SettingsError
+from engine import (
+    ModelLoadError,
+    PromptLookup,
+    SamplerSettings,
+    SettingsError,
+    SpeculativeGeneration,
+    StopSettings,
+)
+from engine.trace import speculative_to_trace
 from tests.ui.apptest import open_page
 from ui import chain_state as bc
 
@@ -103,6 +113,24 @@ def test_k_outside_one_to_eight_leaves_a_message_and_the_rounds_go_on(at: AppTes
     assert any("k = 12 is not allowed" in e.value and "from 1 to 8" in e.value for e in at.error)
     click(at, "bc_step")
     assert lanes(at).speculative.k == 4 and len(lanes(at).speculative.rounds) == 1
+
+
+def test_a_saved_speculative_trace_loads_back_on_the_page(lm, at: AppTest) -> None:
+    generation = SpeculativeGeneration(lm, "Once upon a time, once upon a time,", draft=PromptLookup(lm.eos_ids),
+                                       k=3, sampler=SamplerSettings(temperature=0.7),
+                                       stop=StopSettings(max_new_tokens=12), seed=5)
+    list(generation.run())
+    data = json.dumps(speculative_to_trace(generation)).encode()
+    at.file_uploader(key="bc_trace_upload").set_value(("run.json", data, "application/json")).run()
+    assert not at.exception
+    assert any(f"Loaded run.json: {len(generation.rounds)} rounds replayed." == s.value for s in at.success)
+    loaded = lanes(at)
+    assert loaded.speculative.generated_ids == generation.generated_ids
+    assert len(loaded.plain.steps) == len(generation.generated_ids)
+    assert at.text_area(key=bc.PROMPT).value == generation.prompt and at.number_input(key=bc.K).value == 3
+    at.file_uploader(key="bc_trace_upload").set_value(("bad.json", b"{}", "application/json")).run()
+    assert any("bad.json" in e.value and "not a Token by Token trace" in e.value for e in at.error)
+    assert lanes(at) is loaded
 
 
 # ---- the controller alone -------------------------------------------------------------------

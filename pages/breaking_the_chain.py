@@ -26,7 +26,7 @@ from ui.chain_views import (
     speculative_chips_html,
 )
 from ui.chips import context_html, prompt_chips
-from ui.format import esc
+from ui.format import quoted
 from ui.frame import ensure_app_frame
 from ui.model import current_model
 from ui.teaching import page_style
@@ -198,7 +198,7 @@ def round_view(lanes: bc.Lanes) -> None:
     st.markdown(f"#### Round {record.index}: {len(record.drafted)} guessed, {record.accepted} kept, "
                 f"{len(record.emitted)} added, one forward pass")
     if record.drafted:
-        guessed = " ".join(f"`{esc(p.text)}`" for p in record.drafted)
+        guessed = " ".join(quoted(p.text) for p in record.drafted)
         source = ("a deterministic guess, so q = 1 for each guessed token" if record.deterministic_draft
                   else "the draft model's own distribution q at each position")
         st.markdown(f"**1 · Draft** ({record.method}, {record.timing.draft_ms:.1f} ms): {guessed} — {source}.")
@@ -215,8 +215,8 @@ def round_view(lanes: bc.Lanes) -> None:
     if record.cut_by_stop:
         st.markdown(f"A stop condition fired inside this round: {record.cut_by_stop} decided token"
                     f"{'s were' if record.cut_by_stop != 1 else ' was'} dropped, exactly where plain decoding stops.")
-    st.markdown(f"**4 · KV cache**: the verify pass wrote {record.kv.written} positions; "
-                f"{record.kv.cropped} were cropped (rejected guesses); the newest token is read next round. "
+    st.markdown(f"**4 · KV cache**: the verify pass wrote {record.kv.written} positions; {record.kv.cropped} "
+                "were cropped (rejected guesses, or tokens past a stop); the newest token is read next round. "
                 f"Bookkeeping took {record.timing.bookkeeping_ms:.1f} ms.")
     st.html(kv_html(record))
     with st.expander("Every round"):

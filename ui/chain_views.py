@@ -26,7 +26,7 @@ CHAIN_CSS = """
 <style>
 .bc-round{display:inline;border-bottom:3px solid #868e96;padding-bottom:2px;margin-right:2px}
 .bc-guesses{display:flex;flex-wrap:wrap;gap:8px;align-items:stretch;margin:4px 0}
-.bc-pos{border:1px solid #dee2e6;border-radius:6px;padding:4px 6px;min-width:190px;flex:1 1 190px;font-size:.82rem}
+.bc-pos{border:1px solid #dee2e6;border-radius:6px;padding:4px 6px;min-width:230px;flex:1 1 230px;font-size:.8rem}
 .bc-pos h5{margin:0 0 2px 0;font-size:.85rem}
 .bc-pos.bc-no{opacity:.45}
 .bc-ok{color:#2b8a3e;font-weight:700}.bc-bad{color:#c92a2a;font-weight:700}.bc-bonus{color:#6741d9;font-weight:700}
@@ -67,7 +67,7 @@ def speculative_chips_html(prompt_html: str, generation: SpeculativeGeneration) 
             "</span></div>")
 
 
-def _bar(value: float, colour: str, width: int = 60) -> str:
+def _bar(value: float, colour: str, width: int = 36) -> str:
     return f'<span class="bc-bar" style="width:{max(1, round(width * value))}px;background:{colour}"></span>'
 
 
@@ -121,9 +121,11 @@ def rejection_html(record: RoundRecord, texts: TokenTexts) -> str:
     if rejection is None:
         if record.bonus is None:
             return ""
-        return (f"Every guess was kept, so the last distribution of the same pass gives a <b>bonus token</b>: "
-                f"<b>{esc(quoted(record.bonus.text))}</b>. This round added {len(record.emitted)} tokens for one "
-                "forward pass.")
+        bonus = (f"Every guess was kept, so the last distribution of the same pass gives a <b>bonus token</b>: "
+                 f"<b>{esc(quoted(record.bonus.text))}</b>.")
+        if record.cut_by_stop:
+            return bonus + " It is not kept: a stop condition fired before it."
+        return bonus + f" This round added {len(record.emitted)} tokens for one forward pass."
     guess = texts.piece(record.checks[rejection.index].token_id)
     if record.sampler.greedy:
         why = (f"Greedy: the guess {esc(quoted(guess.text))} is not the target's argmax, so the argmax "

@@ -14,7 +14,7 @@ import torch
 from engine import Generation, GenerationFinished, SamplerSettings, SettingsError, StopSettings
 from engine.drafting import NO_DRAFT, Draft, DraftModel, PromptLookup, latest_match, self_draft
 from engine.errors import ModelLoadError
-from engine.forward import forward_all, forward_one, new_cache
+from engine.forward import forward_all, forward_one, new_cache, plain_head
 from engine.speculative import SpeculativeGeneration
 
 GREEDY = SamplerSettings(temperature=0)
@@ -272,3 +272,19 @@ def test_prompt_lookup_proposes_what_followed_and_stops_after_an_end_token() -> 
     assert lookup.get_candidates([7, 8, 9, 4, 0, 5, 7, 8], 3, GREEDY, torch.Generator()).token_ids == (9, 4, 0)
     assert lookup.get_candidates([7, 8, 9, 4, 5, 6, 7, 8], 2, GREEDY, torch.Generator()).token_ids == (9, 4)
     assert lookup.get_candidates([1, 2, 3, 4], 4, GREEDY, torch.Generator()) is NO_DRAFT
+
+
+def test_forward_all_gives_the_models_own_logits_at_every_kept_position(lm) -> None:
+    ids = Generation(lm, COPY_PROMPT, chat=True).prompt_ids
+    with torch.inference_mode():
+        expected = lm.model(input_ids=torch.tensor([ids])).logits[0, -5:]  # [5, vocab]
+    got = forward_all(lm, ids, new_cache(lm), keep=5)
+    assert got.shape == (5, lm.vocab_size)
+    assert torch.allclose(got, expected, atol=1e-4, rtol=0)
+    assert torch.equal(got.argmax(-1), expected.argmax(-1))
+
+
+def test_a_head_with_soft_capping_is_not_taken_as_a_plain_linear_map(lm, monkeypatch) -> None:
+    assert plain_head(lm) is lm.model.get_output_embeddings()
+    monkeypatch.setattr(lm.model.config, "final_logit_softcapping", 30.0, raising=False)
+    assert plain_head(lm) is None

@@ -167,11 +167,13 @@ def self_draft(target: LoadedModel, kind: str) -> LoadedModel:
             if target.device.type != "cpu":
                 raise ModelLoadError("int8 dynamic quantisation runs on the CPU only; the target is on "
                                      f"{target.device}: use the bfloat16 copy.")
+            # the decoder's linear layers only: the head stays a float matrix, tied to the embeddings
             with warnings.catch_warnings():  # torch marks its quantised tensor types deprecated; they still work
                 warnings.simplefilter("ignore", UserWarning)
-                model = torch.ao.quantization.quantize_dynamic(model.cpu(), {torch.nn.Linear}, dtype=torch.qint8)
+                torch.ao.quantization.quantize_dynamic(model.get_decoder(), {torch.nn.Linear}, dtype=torch.qint8,
+                                                       inplace=True)
             model = model.eval()
-            dtype = target.dtype  # activations stay float32; only the Linear weights are int8
+            dtype = target.dtype  # activations stay float32; only the decoder's Linear weights are int8
     except ModelLoadError:
         raise
     except Exception as exc:  # any failure to build the copy is a load failure

@@ -281,6 +281,7 @@ def cost_section(lanes: bc.Lanes) -> None:
                  f"average; a plain decode step took **{decode_ms:.1f} ms** ({verify_ms / decode_ms:.2f}×). "
                  "(Timings on a shared machine are noisy.)")
     st.markdown(text)
+    st.markdown(time_per_token_text(lanes))
     if st.button("Measure prefill against decode", key="bc_measure",
                  help="The KV cache & speed page's measurement: the prompt in one pass against one token per pass"):
         with st.spinner("Measuring…"):
@@ -301,6 +302,25 @@ def cost_section(lanes: bc.Lanes) -> None:
             f"k = {spec.k}: **{expected_tokens_per_round(alpha, spec.k):.2f}** expected; measured over the "
             f"{len(full)} rounds that guessed k tokens: **{measured_per_round:.2f}**. (Guesses are not independent "
             "in real text: a copied passage is kept in long runs, then a whole round fails.)")
+
+
+def time_per_token_text(lanes: bc.Lanes) -> str:
+    """Wall time per token so far in each lane, and which is faster, said plainly."""
+    spec, plain = lanes.speculative, lanes.plain
+    if len(spec.rounds) < 2 or len(plain.steps) < 2:
+        return ""
+    # both without their first pass, which reads the prompt
+    spec_ms = sum(r.timing.round_ms for r in spec.rounds[1:]) / sum(len(r.emitted) for r in spec.rounds[1:])
+    plain_ms = sum(s.timing.step_ms for s in plain.steps[1:]) / (len(plain.steps) - 1)
+    if spec_ms <= plain_ms:
+        verdict = f"speculative decoding is **{plain_ms / spec_ms:.2f}× faster** here"
+    else:
+        verdict = f"speculative decoding is **{spec_ms / plain_ms:.2f}× slower** here"
+        if not spec.rounds[-1].deterministic_draft:
+            verdict += (": the draft model is a copy of the same small model, so its k passes cost about as much "
+                        "as the passes they save")
+    return (f"**Time per token so far** (after the prompt): speculative {spec_ms:.1f} ms, plain {plain_ms:.1f} ms: "
+            f"{verdict}. (Measured on a shared machine: noisy.)")
 
 
 OTHER_METHODS = """

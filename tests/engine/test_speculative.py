@@ -288,3 +288,11 @@ def test_a_head_with_soft_capping_is_not_taken_as_a_plain_linear_map(lm, monkeyp
     assert plain_head(lm) is lm.model.get_output_embeddings()
     monkeypatch.setattr(lm.model.config, "final_logit_softcapping", 30.0, raising=False)
     assert plain_head(lm) is None
+
+
+def test_greedy_with_an_int8_self_draft_equals_plain_decoding(lm) -> None:
+    draft = self_draft(lm, "int8")
+    assert type(draft.model.get_output_embeddings()) is torch.nn.Linear  # only the decoder is quantised
+    generation = speculative(lm, *CASES[1], DraftModel(draft, lm), k=4)
+    assert generation.generated_ids == plain_ids(lm, *CASES[1])
+    assert generation.acceptance_rate > 0.5

@@ -72,6 +72,8 @@ def test_run_goes_to_the_stop_condition_with_identical_text_and_fewer_passes(at:
     assert at.button(key="bc_step").disabled
     assert any("finished: eos" in m.value for m in at.markdown)
     assert any("Expected tokens per round" in m.value for m in at.markdown)
+    per_token = next(m.value for m in at.markdown if m.value.startswith("**Time per token so far**"))
+    assert "× faster" in per_token or "× slower" in per_token
 
 
 def test_reset_starts_both_lanes_over(at: AppTest) -> None:

@@ -84,10 +84,11 @@ PRESETS = (
     Preset("Repeat a sentence (copying)", "Repeating given text: long runs of guesses survive.",
            "Repeat the following text exactly: Autoregressive models write one token at a time, and every new "
            "token depends on all the tokens before it.", True),
-    Preset("Code: a second function like the first",
-           "Code repeats its own structure: the second function reuses most of the first one's tokens.",
-           "def add_all(items):\n    total = 0\n    for item in items:\n        total = total + item\n    return total"
-           "\n\n\ndef multiply_all(items):\n", False, max_new_tokens=40, stop_sequences="\\n\\n\\n"),
+    Preset("Code: edit a given function",
+           "Code: the answer reuses the given function's lines, and this small model then repeats itself, which "
+           "lookup catches too.",
+           "Add a docstring to this function and return the whole function:\n\ndef add_all(items):\n    total = 0\n"
+           "    for item in items:\n        total = total + item\n    return total", True),
     Preset("Free-form story (lookup rarely helps)",
            "New text: the context seldom holds the next tokens, so most rounds have no guess and cost one plain "
            "pass.", "The history of the printing press", False),

@@ -56,6 +56,7 @@ pages = [
     st.Page(HERE / "pages" / "step_through.py", title="Step through", icon=":material/play_arrow:", default=True),
     st.Page(HERE / "pages" / "sampler_lab.py", title="Sampler lab", icon=":material/tune:"),
     st.Page(HERE / "pages" / "kv_speed.py", title="KV cache & speed", icon=":material/memory:"),
+    st.Page(HERE / "pages" / "breaking_the_chain.py", title="Breaking the chain", icon=":material/fast_forward:"),
     st.Page(HERE / "pages" / "lesson.py", title="Lesson", icon=":material/school:"),
 ]
 navigation = st.navigation(pages)

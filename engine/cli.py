@@ -11,12 +11,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from engine.drafting import DRAFT_METHODS, DraftMethod, DraftModel, draft_for
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError
 from engine.generation import Generation, StepRecord
-from engine.loading import load_model
+from engine.loading import LoadedModel, load_model
 from engine.settings import CHAINS, SamplerSettings, StopSettings
+from engine.speculative import RoundRecord, SpeculativeGeneration
 from engine.stopping import unescape
-from engine.trace import save_trace
+from engine.trace import save_speculative_trace, save_trace
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -40,6 +42,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--allow-special-tokens", action="store_true",
                         help="with --chat: typed special-token text becomes special tokens (prompt-injection demo)")
     parser.add_argument("--json", metavar="PATH", help="write the full trace as JSON")
+    parser.add_argument("--speculative", choices=[*DRAFT_METHODS, "draft-model"],
+                        help="speculative decoding: where the guesses come from (one row per round)")
+    parser.add_argument("--draft-k", type=int, default=4, help="tokens guessed per round, 1 to 8 (default 4)")
+    parser.add_argument("--draft-model", metavar="SOURCE",
+                        help="with --speculative draft-model: a model with the same tokenizer (Hub id, folder, .gguf)")
     return parser.parse_args(argv)
 
 
@@ -58,6 +65,49 @@ def format_row(step: StepRecord) -> str:
 
 
 HEADER = f"{'step':>4}  {'token':<15} {'prob':>7} {'final':>7}  {'top-3 (raw prob)':<48} {'KV pos':>6}  stop"
+ROUND_HEADER = (f"{'round':>5} {'guessed':>7} {'kept':>4}  {'tokens added':<40} {'KV':>13} {'verify ms':>9}  stop")
+
+
+def format_round(record: RoundRecord) -> str:
+    """One table row per round: guesses, kept, the tokens it added (| marks the target's own
+    token), the KV cache before -> after (cropped), the verify pass's time, stop status."""
+    kinds = {"accepted": "", "replaced": "|", "bonus": "|+"}
+    added = "".join(kinds[kind] + _show(piece.text, 40) for piece, kind in zip(record.emitted, record.emitted_kinds,
+                                                                               strict=True))
+    kv = f"{record.kv.before}->{record.kv.after} -{record.kv.cropped}"
+    return (f"{record.index:>5} {len(record.drafted):>7} {record.accepted:>4}  {added[:40]:<40} {kv:>13} "
+            f"{record.timing.verify_ms:>9.1f}  {record.termination.finish_reason or ''}")
+
+
+def make_draft(lm: LoadedModel, method: str, draft_source: str | None) -> DraftMethod:
+    """The draft method the options ask for (raises SettingsError or ModelLoadError)."""
+    if method != "draft-model":
+        return draft_for(lm, method)
+    if not draft_source:
+        raise SettingsError("--draft-model", draft_source, "a model source with --speculative draft-model")
+    return DraftModel(load_model(draft_source, device=lm.device), lm)
+
+
+def run_speculative(args: argparse.Namespace, lm: LoadedModel, sampler: SamplerSettings, stop: StopSettings) -> int:
+    try:
+        generation = SpeculativeGeneration(lm, args.prompt, chat=args.chat, sampler=sampler, stop=stop,
+                                           seed=args.seed, k=args.draft_k,
+                                           draft=make_draft(lm, args.speculative, args.draft_model))
+    except (SettingsError, PromptError, ModelLoadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"model: {lm.name} on {lm.device}\nprompt: {len(generation.prompt_ids)} tokens · draft: "
+          f"{generation.draft.label} · k = {generation.k}\n{ROUND_HEADER}")
+    for record in generation.run():
+        print(format_round(record), flush=True)
+    tokens, passes = len(generation.generated_ids), len(generation.rounds)
+    rate = generation.acceptance_rate
+    print(f"finish_reason: {generation.finish_reason}\ntokens: {tokens} in {passes} forward passes "
+          f"({tokens / passes:.2f} per pass); guesses kept: {'-' if rate is None else f'{rate:.2f}'}\n"
+          f"text: {generation.text!r}")
+    if args.json:
+        print(f"trace: {save_speculative_trace(generation, args.json)}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             check_writable(Path(args.json))  # before the generation, not after it
         lm = load_model(args.model)
+        if args.speculative:
+            return run_speculative(args, lm, sampler, stop)
         generation = Generation(lm, args.prompt, chat=args.chat, sampler=sampler, stop=stop, seed=args.seed,
                                 draw=args.draw, allow_special=args.allow_special_tokens)
     except (SettingsError, PromptError, ModelLoadError) as exc:

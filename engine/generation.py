@@ -37,7 +37,7 @@ from engine.sampling import (
     entropy_bits,
 )
 from engine.settings import SamplerSettings, StopSettings
-from engine.stopping import Termination, finish_reason, returned_text, stop_sequence_states
+from engine.stopping import Termination, returned_text, stop_sequence_states, termination_after
 from engine.tokens import TokenPiece
 
 TOP_N = 50  # candidates recorded per step, by raw probability
@@ -600,13 +600,8 @@ class Generation:
 
     def _termination(self, generated: list[int], text: str, eos_prob: float) -> Termination:
         """Every condition's state once `generated` (whose decoded text is `text`) is out."""
-        stops = stop_sequence_states(text, self.stop.stop_sequences)
-        state = dict(eos_picked=bool(generated) and generated[-1] in self.lm.eos_ids,
-                     ignore_eos=self.stop.ignore_eos, stops=stops, new_tokens=len(generated),
-                     max_new_tokens=self.stop.max_new_tokens,
-                     context_tokens=len(self.prompt_ids) + len(generated),
-                     context_window=self.lm.context_window)
-        return Termination(eos_ids=self.lm.eos_ids, eos_prob=eos_prob, finish_reason=finish_reason(**state), **state)
+        return termination_after(generated, text, eos_ids=self.lm.eos_ids, eos_prob=eos_prob, stop=self.stop,
+                                 prompt_tokens=len(self.prompt_ids), context_window=self.lm.context_window)
 
 
 def _is_whole(value: object) -> bool:

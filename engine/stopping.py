@@ -6,7 +6,10 @@ match may span several tokens or end inside one; the returned text ends just bef
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from engine.settings import StopSettings
 
 FINISH_REASONS = ("eos", "stop_sequence", "max_tokens", "context_window")
 
@@ -82,6 +85,16 @@ def returned_text(text: str, stops: tuple[StopSequenceState, ...]) -> str:
     """The completion as an API returns it: cut just before the first stop sequence."""
     match = first_match(stops)
     return text if match is None else text[:match.position]
+
+
+def termination_after(generated: Sequence[int], text: str, *, eos_ids: tuple[int, ...], eos_prob: float,
+                      stop: StopSettings, prompt_tokens: int, context_window: int) -> Termination:
+    """Every condition's state once `generated` (whose decoded text is `text`) is out."""
+    stops = stop_sequence_states(text, stop.stop_sequences)
+    state = dict(eos_picked=bool(generated) and generated[-1] in eos_ids, ignore_eos=stop.ignore_eos,
+                 stops=stops, new_tokens=len(generated), max_new_tokens=stop.max_new_tokens,
+                 context_tokens=prompt_tokens + len(generated), context_window=context_window)
+    return Termination(eos_ids=eos_ids, eos_prob=eos_prob, finish_reason=finish_reason(**state), **state)
 
 
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}

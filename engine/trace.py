@@ -3,6 +3,11 @@
 The trace holds every step's record (the pick, the top candidates, the sampler stages, the
 KV cache, termination, timing) plus what is needed to replay it: model, prompt, seed,
 per-step sampler settings and which tokens were forced.
+
+A speculative generation's trace has the same top level and one short step per token (so the
+step-through page can replay it as plain decoding), plus two optional keys: "speculative"
+(the draft method and k) and "rounds" (every round's record). Traces without them load as
+before, so the version stays 1.
 """
 
 from __future__ import annotations
@@ -14,16 +19,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import GenerationFinished, SettingsError, TraceError, shown
+from engine.drafting import DraftMethod
+from engine.errors import GenerationFinished, PromptError, SettingsError, TraceError, shown
 from engine.generation import Generation, StepRecord
 from engine.limits import Limits
 from engine.loading import LoadedModel
 from engine.settings import SamplerSettings, StopSettings
+from engine.speculative import RoundRecord, SpeculativeGeneration
 
 TRACE_FORMAT = "token-by-token/trace"
 TRACE_VERSION = 1
 REQUIRED_KEYS = ("prompt", "chat", "seed", "stop", "prompt_token_ids", "steps", "finish_reason", "text")
 REQUIRED_STEP_KEYS = ("index", "token_id", "sampler", "forced")
+REQUIRED_ROUND_KEYS = ("index", "method", "k", "sampler", "emitted_ids")
 
 
 def _step_to_dict(step: StepRecord) -> dict[str, Any]:
@@ -124,6 +132,12 @@ def parse_trace(data: str | bytes | dict[str, Any], limits: Limits | None = None
             raise TraceError(f"The trace's '{key}' must be {words}, not {shown(data[key])}.")
     for position, step in enumerate(data["steps"], start=1):
         _check_step(position, step)
+    rounds = data.get("rounds", [])
+    if not isinstance(rounds, list):
+        raise TraceError("The trace's 'rounds' must be a list.")
+    for position, record in enumerate(rounds, start=1):
+        if not isinstance(record, dict) or any(key not in record for key in REQUIRED_ROUND_KEYS):
+            raise TraceError(f"Round {position} of the trace lacks one of {', '.join(REQUIRED_ROUND_KEYS)}.")
     return data
 
 
@@ -260,3 +274,125 @@ def _as_list(value: object) -> object:
     """A JSON list of stop sequences as the tuple StopSettings takes; anything else as it is,
     for StopSettings to refuse by name."""
     return tuple(value) if isinstance(value, list) else value
+
+
+# ---- speculative generations ---------------------------------------------------------------
+
+
+def _round_to_dict(record: RoundRecord) -> dict[str, Any]:
+    rejection = record.rejection
+    return {
+        "index": record.index,
+        "method": record.method,
+        "k": record.k,
+        "sampler": asdict(record.sampler),
+        "drafted_ids": [p.token_id for p in record.drafted],
+        "drafted_texts": [p.text for p in record.drafted],
+        "deterministic_draft": record.deterministic_draft,
+        "checks": [asdict(check) for check in record.checks],
+        "accepted": record.accepted,
+        "rejection": None if rejection is None else {
+            "index": rejection.index, "position": rejection.position, "u": rejection.u,
+            "accept_prob": rejection.accept_prob, "residual_mass": rejection.residual_mass,
+            "token_id": rejection.token.token_id, "text": rejection.token.text,
+            "draw": asdict(rejection.draw) if rejection.draw else None},
+        "bonus_id": record.bonus.token_id if record.bonus else None,
+        "emitted_ids": list(record.emitted_ids),
+        "emitted_texts": [p.text for p in record.emitted],
+        "emitted_kinds": list(record.emitted_kinds),
+        "cut_by_stop": record.cut_by_stop,
+        "first_position": record.first_position,
+        "fed_tokens": record.fed_tokens,
+        "positions": [{"position": v.position, "drafted_id": v.drafted_id, "reached": v.reached,
+                       "others_p": v.others_p, "entropy_bits": v.entropy_bits,
+                       "top": [asdict(row) for row in v.top]} for v in record.positions],
+        "kv_cache": {"before": record.kv.before, "written": record.kv.written, "cropped": record.kv.cropped,
+                     "after": record.kv.after, "bytes": record.kv.snapshot.bytes},
+        "finish_reason": record.termination.finish_reason,
+        "timing": asdict(record.timing),
+    }
+
+
+def speculative_to_trace(generation: SpeculativeGeneration) -> dict[str, Any]:
+    """A speculative generation as a JSON-ready trace: the plain trace's top level, one short
+    step per token, and every round's record under "rounds"."""
+    lm, rounds = generation.lm, generation.rounds
+    steps = []
+    for record in rounds:
+        for offset, (piece, kind) in enumerate(zip(record.emitted, record.emitted_kinds, strict=True)):
+            steps.append({"index": len(steps) + 1, "position": record.first_position + offset,
+                          "token_id": piece.token_id, "text": piece.text, "special": piece.special,
+                          "sampler": asdict(record.sampler), "forced": False, "round": record.index, "kind": kind})
+    return {
+        "format": TRACE_FORMAT,
+        "version": TRACE_VERSION,
+        "model": {"name": lm.name, "source": lm.source.kind, "location": lm.source.location,
+                  "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch.")},
+        "prompt": generation.prompt,
+        "chat": generation.chat,
+        "system_prompt": generation.system_prompt,
+        "prompt_text": generation.prompt_text,
+        "prompt_token_ids": list(generation.prompt_ids),
+        "seed": generation.seed,
+        "draw": "cdf",
+        "sampler": asdict(generation.sampler),
+        "stop": asdict(generation.stop) | {"stop_sequences": list(generation.stop.stop_sequences)},
+        "speculative": {"method": generation.draft.name, "k": generation.k},
+        "steps": steps,
+        "rounds": [_round_to_dict(record) for record in rounds],
+        "finish_reason": generation.finish_reason,
+        "text": generation.text,
+        "timing": {"load_s": lm.load_seconds, "rounds_s": sum(r.timing.round_ms for r in rounds) / 1e3},
+    }
+
+
+def save_speculative_trace(generation: SpeculativeGeneration, path: str | Path) -> Path:
+    """Write a speculative generation's trace as JSON and return its path."""
+    path = Path(path)
+    path.write_text(json.dumps(speculative_to_trace(generation), indent=1, ensure_ascii=False))
+    return path
+
+
+@dataclass(frozen=True)
+class SpeculativeReplay:
+    """A speculative trace replayed into a live generation."""
+
+    generation: SpeculativeGeneration
+    mismatched_rounds: tuple[int, ...]  # rounds whose tokens came out differently on this machine
+
+
+def replay_speculative(lm: LoadedModel, trace: dict[str, Any], make_draft: Callable[[str], DraftMethod]
+                       ) -> SpeculativeReplay:
+    """Rebuild a speculative generation from its trace: same prompt, seed and stop settings, and
+    each round again with its recorded sampler, k and draft method (`make_draft(method name)`).
+    Rounds are deterministic given the seed, so they repeat; a round whose tokens differ here
+    (another model, or float rounding on another machine) is reported, not forced."""
+    trace = parse_trace(trace)
+    if not trace.get("rounds"):
+        raise TraceError("This trace has no speculative rounds: load it on the Step through page instead.")
+    try:
+        stop = StopSettings(**(trace["stop"] | {"stop_sequences": tuple(trace["stop"]["stop_sequences"])}))
+        first = trace["rounds"][0]
+        generation = SpeculativeGeneration(lm, trace["prompt"], chat=bool(trace["chat"]),
+                                           system_prompt=trace.get("system_prompt"),
+                                           draft=make_draft(first["method"]), k=int(first["k"]) or 1,
+                                           sampler=SamplerSettings(**first["sampler"]), stop=stop,
+                                           seed=int(trace["seed"]))
+        mismatched = []
+        for record in trace["rounds"]:
+            if record["method"] != generation.draft.name:
+                generation.draft = make_draft(record["method"])
+            generation.sampler = SamplerSettings(**record["sampler"])
+            if int(record["k"]) >= 1:  # k is recorded after capping; 0 only where no room was left
+                generation.set_k(int(record["k"]))
+            if generation.finished:
+                break
+            if list(generation.step().emitted_ids) != [int(i) for i in record["emitted_ids"]]:
+                mismatched.append(int(record["index"]))
+        speculative = trace.get("speculative") or {}
+        if speculative.get("k"):
+            generation.set_k(int(speculative["k"]))
+        generation.sampler = SamplerSettings(**(trace.get("sampler") or {}))
+    except (TypeError, KeyError, ValueError, SettingsError, PromptError) as exc:
+        raise TraceError(f"The trace's settings cannot be used: {exc}") from exc
+    return SpeculativeReplay(generation, tuple(mismatched))

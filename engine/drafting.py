@@ -1,0 +1,262 @@
+"""Draft methods for speculative decoding: cheap guesses at the next few tokens.
+
+Every method has one small interface, like transformers' `CandidateGenerator`:
+`get_candidates(context, k, sampler, generator)` proposes up to k tokens (with the draft's
+own distribution q at each, or none when the guess is deterministic), and `update(context)`
+tells it what the context became after the target model checked the guess (a draft model
+crops its own KV cache to the tokens that survived). A method never decides what is
+emitted: the target model's verify pass does (engine/speculative.py).
+
+- `PromptLookup`: no model at all. Find the context's last few tokens earlier in the context
+  and propose what followed them there. Free to compute; good when the answer copies from the
+  prompt (quoting, editing a given sentence, code), useless on free-form text.
+- `DraftModel`: a second causal LM with the same tokenizer, run one token at a time for k
+  steps. Any model works, including a cheaper copy of the target itself (`self_draft`).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import torch
+
+from engine.cpu_threads import on_sampler_thread
+from engine.errors import ModelLoadError, SettingsError
+from engine.forward import crop_cache, forward_one, new_cache
+from engine.loading import LoadedModel
+from engine.sampling import draw_uniform, pick_by_cdf, run_chain
+from engine.settings import SamplerSettings
+
+MAX_NGRAM = 3  # longest suffix prompt lookup tries to find earlier in the context
+MIN_NGRAM = 2  # shortest: a single repeated token matches too often on free-form text to pay
+SELF_DRAFT_KINDS = ("bfloat16", "int8")
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One round's guess: up to k token ids and the draft's distribution q at each."""
+
+    token_ids: tuple[int, ...]
+    q: torch.Tensor | None  # [len(token_ids), vocab] the draft's final distributions; None = deterministic
+
+    def q_of(self, index: int) -> float:
+        """The probability the draft gave its own token at `index` (1 for a deterministic guess)."""
+        return 1.0 if self.q is None else float(self.q[index, self.token_ids[index]])
+
+    def q_row(self, index: int, vocab: int) -> torch.Tensor:
+        """The draft's distribution `[vocab]` at `index`: a one-hot for a deterministic guess."""
+        if self.q is not None:
+            return self.q[index]
+        row = torch.zeros(vocab)
+        row[self.token_ids[index]] = 1.0
+        return row
+
+
+NO_DRAFT = Draft((), None)
+
+
+class DraftMethod(Protocol):
+    """What the speculative loop asks of a draft method."""
+
+    name: str  # the CLI's and the trace's name for it
+    label: str  # for people
+
+    def get_candidates(self, context_ids: Sequence[int], k: int, sampler: SamplerSettings,
+                       generator: torch.Generator) -> Draft:
+        """Up to `k` tokens to follow `context_ids`."""
+        ...
+
+    def update(self, context_ids: Sequence[int]) -> None:
+        """The context after the round (the accepted drafts and the target's own token)."""
+        ...
+
+
+# ---- prompt lookup ---------------------------------------------------------------------------
+
+
+def latest_match(context_ids: Sequence[int], n: int) -> int | None:
+    """Where the context's last `n` tokens last occurred earlier in it (the start index), or
+    None. An occurrence must leave at least one token after it to propose."""
+    length = len(context_ids)
+    if n < 1 or length <= n:
+        return None
+    suffix = list(context_ids[-n:])
+    last = suffix[-1]
+    # scan back from the latest candidate; comparing the last token first keeps this cheap
+    for start in range(length - n - 1, -1, -1):
+        if context_ids[start + n - 1] == last and list(context_ids[start:start + n]) == suffix:
+            return start
+    return None
+
+
+class PromptLookup:
+    """Propose what followed the latest earlier occurrence of the context's last n tokens
+    (n from MAX_NGRAM down to MIN_NGRAM). The guess is deterministic: q is a one-hot, so the
+    target accepts a guessed token with probability p(token) when sampling.
+
+    Args:
+        eos_ids: end tokens; a proposal stops after one (what follows it would never be used).
+        max_ngram, min_ngram: the suffix lengths tried, longest first.
+    """
+
+    name = "prompt-lookup"
+    label = "prompt lookup (no draft model)"
+
+    def __init__(self, eos_ids: Sequence[int] = (), max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM) -> None:
+        if not isinstance(min_ngram, int) or not 1 <= min_ngram <= max_ngram:
+            raise SettingsError("min_ngram", min_ngram, f"a whole number from 1 to max_ngram ({max_ngram})")
+        self.eos_ids = frozenset(eos_ids)
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def get_candidates(self, context_ids: Sequence[int], k: int, sampler: SamplerSettings,
+                       generator: torch.Generator) -> Draft:
+        if k < 1:
+            return NO_DRAFT
+        for n in range(self.max_ngram, self.min_ngram - 1, -1):
+            start = latest_match(context_ids, n)
+            if start is not None:
+                return Draft(self._cut_after_eos(context_ids[start + n:start + n + k]), None)
+        return NO_DRAFT
+
+    def update(self, context_ids: Sequence[int]) -> None:
+        """Nothing to keep: the context itself is the lookup table."""
+
+    def _cut_after_eos(self, proposal: Sequence[int]) -> tuple[int, ...]:
+        for index, token in enumerate(proposal):
+            if token in self.eos_ids:
+                return tuple(proposal[:index + 1])
+        return tuple(proposal)
+
+
+# ---- a draft model ---------------------------------------------------------------------------
+
+
+def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:
+    """A draft model must spell every token the way the target does: same vocabulary (ids and
+    strings), same special ids, same end tokens. Raises SettingsError naming the difference."""
+    if draft.vocab_size != target.vocab_size:
+        raise SettingsError("draft model", draft.name, f"a model with the target's vocabulary of {target.vocab_size:,} "
+                            f"tokens (it has {draft.vocab_size:,})")
+    if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
+        raise SettingsError("draft model", draft.name, "a model whose tokenizer maps every token to the same id as "
+                            f"{target.name}'s (the vocabularies differ)")
+    if sorted(draft.tokenizer.all_special_ids) != sorted(target.tokenizer.all_special_ids):
+        raise SettingsError("draft model", draft.name, "a model with the target's special token ids "
+                            f"{sorted(target.tokenizer.all_special_ids)}")
+    if draft.eos_ids != target.eos_ids:
+        raise SettingsError("draft model", draft.name, f"a model with the target's end tokens {list(target.eos_ids)}")
+
+
+def self_draft(target: LoadedModel, kind: str) -> LoadedModel:
+    """A cheaper copy of the target to draft with: its weights in bfloat16, or its linear
+    layers quantised to int8 (dynamic quantisation, CPU only). Same tokenizer by construction.
+    Raises ModelLoadError when the copy cannot be made on this machine."""
+    if kind not in SELF_DRAFT_KINDS:
+        raise SettingsError("self-draft kind", kind, f"one of {', '.join(SELF_DRAFT_KINDS)}")
+    try:
+        model = copy.deepcopy(target.model)
+        if kind == "bfloat16":
+            model = model.to(torch.bfloat16).eval()
+            dtype = torch.bfloat16
+        else:
+            if target.device.type != "cpu":
+                raise ModelLoadError("int8 dynamic quantisation runs on the CPU only; the target is on "
+                                     f"{target.device}: use the bfloat16 copy.")
+            # the decoder's linear layers only: the head stays a float matrix, tied to the embeddings
+            with warnings.catch_warnings():  # torch marks its quantised tensor types deprecated; they still work
+                warnings.simplefilter("ignore", UserWarning)
+                torch.ao.quantization.quantize_dynamic(model.get_decoder(), {torch.nn.Linear}, dtype=torch.qint8,
+                                                       inplace=True)
+            model = model.eval()
+            dtype = target.dtype  # activations stay float32; only the decoder's Linear weights are int8
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # any failure to build the copy is a load failure
+        raise ModelLoadError(f"Could not make a {kind} copy of {target.name}: {exc}") from exc
+    return replace(target, model=model, dtype=dtype, name=f"{target.name.split(' (')[0]} ({kind} copy)")
+
+
+@on_sampler_thread
+def _draft_pick(logits: torch.Tensor, context_ids: list[int], sampler: SamplerSettings,
+                generator: torch.Generator) -> tuple[int, torch.Tensor]:
+    """The draft's token and its final distribution q `[vocab]`, through the same sampler chain
+    as the target (so q and p are shaped alike) and the generation's own generator."""
+    q = run_chain(logits, torch.tensor(context_ids), sampler).final_probs
+    if sampler.greedy:
+        return int(torch.argmax(q)), q
+    token, _ = pick_by_cdf(q, draw_uniform(generator))
+    return token, q
+
+
+class DraftModel:
+    """Draft with a second causal LM, one token per forward pass, k passes per round. It keeps
+    its own KV cache; after each round the cache is cropped to the tokens that survived.
+
+    Args:
+        draft: the draft model (checked: same tokenizer as the target).
+        target: the model whose output the drafts must match.
+        name: the trace's and the CLI's name for this method.
+    """
+
+    def __init__(self, draft: LoadedModel, target: LoadedModel, name: str = "draft-model") -> None:
+        check_same_tokenizer(target, draft)
+        self.lm = draft
+        self.name = name
+        self.label = f"draft model: {draft.name}"
+        self._cache = new_cache(draft)
+        self._cached_ids: list[int] = []  # the tokens whose keys and values the cache holds
+
+    def get_candidates(self, context_ids: Sequence[int], k: int, sampler: SamplerSettings,
+                       generator: torch.Generator) -> Draft:
+        if k < 1:
+            return NO_DRAFT
+        context = list(context_ids)
+        self.update(context)
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        unseen = context[len(self._cached_ids):]
+        try:
+            for _ in range(k):
+                logits = forward_one(self.lm, unseen, self._cache)  # [vocab]
+                self._cached_ids += unseen
+                token, q = _draft_pick(logits, context + tokens, sampler, generator)
+                tokens.append(token)
+                rows.append(q)
+                if token in self.lm.eos_ids:
+                    break
+                unseen = [token]
+        except BaseException:
+            crop_cache(self._cache, len(self._cached_ids))
+            raise
+        return Draft(tuple(tokens), torch.stack(rows))  # q: [len, vocab]
+
+    def update(self, context_ids: Sequence[int]) -> None:
+        """Crop the cache to the longest prefix it shares with the context, keeping the
+        context's last token out (it is fed on the next round, to get its logits)."""
+        keep = 0
+        limit = min(len(self._cached_ids), len(context_ids) - 1)
+        while keep < limit and self._cached_ids[keep] == context_ids[keep]:
+            keep += 1
+        if keep == 0:
+            self._cache = new_cache(self.lm)
+        elif keep < len(self._cached_ids):
+            crop_cache(self._cache, keep)
+        del self._cached_ids[keep:]
+
+
+DRAFT_METHODS = ("prompt-lookup", "self-draft-bfloat16", "self-draft-int8")
+
+
+def draft_for(target: LoadedModel, name: str) -> DraftMethod:
+    """A draft method by its name (the CLI's --speculative, a trace's "method"). A self-draft
+    copies the target's weights each call: keep the result rather than asking again."""
+    if name == "prompt-lookup":
+        return PromptLookup(target.eos_ids)
+    if name.startswith("self-draft-") and name.removeprefix("self-draft-") in SELF_DRAFT_KINDS:
+        return DraftModel(self_draft(target, name.removeprefix("self-draft-")), target, name=name)
+    raise SettingsError("draft method", name, f"one of {', '.join(DRAFT_METHODS)}")

@@ -1,0 +1,531 @@
+"""Speculative decoding: several tokens per forward pass of the model, the same output.
+
+One round (`SpeculativeGeneration.step` reads as this):
+  1. draft: a cheap method guesses the next k tokens (engine/drafting.py);
+  2. verify: ONE forward pass of the target model reads the tokens its cache has not seen
+     plus the k guesses, and returns its distribution p at each of the k + 1 positions
+     (every guessed position, and the one after the last guess);
+  3. accept / reject, left to right: greedy keeps a guess when it is the target's argmax;
+     sampling keeps it when a uniform u < min(1, p(x) / q(x)), q being the draft's
+     probability of its own guess. The first rejected position instead draws from the
+     residual max(0, p - q), renormalised. If all k survive, the k + 1-th distribution gives
+     a bonus token. Either way the round adds (accepted guesses) + 1 tokens;
+  4. check: the same stop conditions as plain generation, token by token, so a round that
+     crosses one ends exactly where plain generation would;
+  5. crop: the target's KV cache drops the positions of rejected guesses (and the draft
+     model's cache likewise), then the round's record is kept.
+
+Why the output is the target's: greedy keeps only tokens the target would have picked itself.
+With sampling, a token x comes out of a position with probability
+q(x) min(1, p(x)/q(x)) + P(reject) r(x) = min(q(x), p(x)) + max(0, p(x) - q(x)) = p(x).
+The chain is not broken: each accepted token is still conditioned on all before it; the
+target only checks k of them in one pass instead of making them in k passes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from engine.cpu_threads import on_sampler_thread
+from engine.drafting import NO_DRAFT, Draft, DraftMethod
+from engine.errors import GenerationFinished, SettingsError
+from engine.forward import crop_cache, forward_all, new_cache
+from engine.generation import build_prompt
+from engine.kvcache import KVSnapshot, read_kv
+from engine.limits import Limits
+from engine.loading import LoadedModel
+from engine.sampling import ChainOutput, Draw, draw_uniform, pick_by_cdf, run_chain
+from engine.settings import SamplerSettings, StopSettings
+from engine.stopping import Termination, returned_text, stop_sequence_states, termination_after
+from engine.tokens import TokenPiece, TokenTexts
+
+K_MIN, K_MAX = 1, 8
+VIEW_TOP_N = 8  # leaders of p and of q kept per position for the page
+
+
+def check_k(k: object) -> int:
+    """The number of tokens drafted per round, validated."""
+    if not isinstance(k, int) or isinstance(k, bool) or not K_MIN <= k <= K_MAX:
+        raise SettingsError("k", k, f"a whole number from {K_MIN} to {K_MAX} (tokens drafted per round)")
+    return k
+
+
+def expected_tokens_per_round(alpha: float, k: int) -> float:
+    """Tokens a round adds when each guess survives with probability alpha, independently:
+    1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha)."""
+    return float(k + 1) if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+# ---- the accept / reject rule, on frozen logits (no model) -----------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """One drafted token checked against the target."""
+
+    index: int  # 0-based among the round's drafted tokens
+    token_id: int
+    p: float  # the target's final probability of the drafted token here
+    q: float  # the draft's probability of it (1 for a deterministic guess)
+    accepted: bool
+    target_argmax: int  # the target's most probable token here (what greedy keeps)
+    u: float | None  # sampling: the uniform drawn; None for greedy
+    accept_prob: float  # greedy: 1 or 0; sampling: min(1, p / q)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the rule decided for one round, before any stop condition is applied."""
+
+    checks: tuple[Check, ...]  # up to and including the first rejection
+    accepted: int  # drafted tokens kept
+    token_id: int  # the target's own token: the residual draw on a rejection, else the bonus
+    residual: torch.Tensor | None  # [vocab] on a rejection: max(0, p - q) renormalised
+    residual_mass: float  # the sum of max(0, p - q) before renormalising
+    draw: Draw | None  # the residual's or the bonus's draw; None for greedy
+    chains: tuple[ChainOutput, ...]  # the target's chain output at each of the k + 1 positions
+
+    @property
+    def rejected(self) -> bool:
+        return self.accepted < len(self.checks)
+
+    @property
+    def emitted(self) -> tuple[int, ...]:
+        return (*(c.token_id for c in self.checks[:self.accepted]), self.token_id)
+
+
+def target_chains(logits: torch.Tensor, context_ids: Sequence[int], drafted: Sequence[int],
+                  sampler: SamplerSettings) -> tuple[ChainOutput, ...]:
+    """The sampler chain at each verified position: row i of `logits` `[n + 1, vocab]` follows
+    the context plus the first i drafted tokens, and its repetition penalty sees exactly those."""
+    context = list(context_ids)
+    return tuple(run_chain(logits[i], torch.tensor(context + list(drafted[:i])), sampler)
+                 for i in range(logits.shape[0]))
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """max(0, p - q) renormalised, and its mass before renormalising. When p and q agree
+    everywhere (mass 0, only reachable by float rounding) the target's p itself is returned."""
+    residual = (p.double() - q.double()).clamp(min=0)  # [vocab]
+    mass = float(residual.sum())
+    if mass <= 0:
+        return p.clone(), 0.0
+    return (residual / mass).to(p.dtype), mass
+
+
+def judge(chains: Sequence[ChainOutput], draft: Draft, sampler: SamplerSettings,
+          generator: torch.Generator) -> Verdict:
+    """Check the drafted tokens left to right against the target's final distributions
+    `chains` (one per drafted token, plus one), then draw the target's own token.
+
+    Greedy: a guess survives when it equals the target's argmax; the first that does not is
+    replaced by the argmax; with none rejected the last distribution's argmax is the bonus.
+    Sampling: a guess x survives when u < min(1, p(x) / q(x)); the first rejected position
+    draws from max(0, p - q) renormalised; with none rejected the bonus is drawn from the last
+    p. Every random number comes from `generator`, in that order.
+    """
+    checks: list[Check] = []
+    for index, token in enumerate(draft.token_ids):
+        p = chains[index].final_probs  # [vocab]
+        p_token, q_token, argmax = float(p[token]), draft.q_of(index), int(torch.argmax(p))
+        if sampler.greedy:
+            u, accept_prob = None, 1.0 if token == argmax else 0.0
+            accepted = token == argmax
+        else:
+            u, accept_prob = draw_uniform(generator), min(1.0, p_token / q_token)
+            accepted = u < accept_prob
+        checks.append(Check(index, token, p_token, q_token, accepted, argmax, u, accept_prob))
+        if not accepted:
+            return _rejected(chains, draft, checks, sampler, generator)
+    last = chains[len(draft.token_ids)].final_probs
+    token, draw = _draw(last, sampler, generator)
+    return Verdict(tuple(checks), len(checks), token, None, 0.0, draw, tuple(chains))
+
+
+def _rejected(chains: Sequence[ChainOutput], draft: Draft, checks: list[Check], sampler: SamplerSettings,
+              generator: torch.Generator) -> Verdict:
+    index = len(checks) - 1
+    p = chains[index].final_probs
+    residual, mass = residual_distribution(p, draft.q_row(index, p.numel()))
+    token, draw = _draw(residual, sampler, generator)
+    return Verdict(tuple(checks), index, token, residual, mass, draw, tuple(chains))
+
+
+def _draw(probs: torch.Tensor, sampler: SamplerSettings, generator: torch.Generator) -> tuple[int, Draw | None]:
+    if sampler.greedy:
+        return int(torch.argmax(probs)), None
+    return pick_by_cdf(probs, draw_uniform(generator))
+
+
+# ---- the round's record ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenProbs:
+    """One token at one verified position: the target's and the draft's probability of it."""
+
+    token_id: int
+    text: str
+    p: float  # target, final (after the sampler)
+    q: float  # draft (1 / 0 for a deterministic guess)
+    residual: float | None = None  # on the rejected position: its share of max(0, p - q) renormalised
+
+
+@dataclass(frozen=True)
+class PositionView:
+    """The target's distribution at one verified position, beside the draft's."""
+
+    position: int  # the context index this distribution predicts
+    drafted_id: int | None  # the guess made for this position; None at the bonus position
+    top: tuple[TokenProbs, ...]  # leaders of p, of q (and of the residual), sorted by p
+    others_p: float  # the target's probability of every token not in `top`
+    reached: bool  # the left-to-right check got here (False after a rejection)
+    entropy_bits: float  # of the target's final distribution
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """The first rejected guess and what replaced it."""
+
+    index: int  # 0-based among the drafted tokens
+    position: int  # context index
+    u: float | None
+    accept_prob: float
+    residual_mass: float  # sum of max(0, p - q) before renormalising
+    token: TokenPiece  # drawn from the residual (greedy: the target's argmax)
+    draw: Draw | None
+
+
+@dataclass(frozen=True)
+class KVChange:
+    """The target's KV cache through one round: the verify pass writes, the crop removes."""
+
+    before: int  # positions held when the round began
+    written: int  # positions the verify pass added (unseen context + drafted tokens)
+    cropped: int  # positions removed afterwards (rejected guesses, or tokens past a stop)
+    after: int  # positions held when the round ended
+    snapshot: KVSnapshot  # the cache after the crop, measured from its tensors
+
+
+@dataclass(frozen=True)
+class RoundTiming:
+    draft_ms: float  # proposing the guesses (a draft model's k passes; lookup's search)
+    verify_ms: float  # the target's one forward pass
+    bookkeeping_ms: float  # sampler chains, accept / reject, stop checks, cache crop, the record
+    round_ms: float  # the whole round, wall time
+
+
+EMITTED_KINDS = ("accepted", "replaced", "bonus")
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """Everything about one speculative round. Round 1 reads the prompt too."""
+
+    index: int
+    method: str
+    k: int  # tokens asked of the draft: the setting, capped by the room left before a stop
+    sampler: SamplerSettings
+    drafted: tuple[TokenPiece, ...]  # what the draft proposed (may be fewer than k, or none)
+    deterministic_draft: bool  # q is a one-hot (prompt lookup)
+    positions: tuple[PositionView, ...]  # len(drafted) + 1 distributions from the one verify pass
+    checks: tuple[Check, ...]  # the guesses checked, up to the first rejection
+    accepted: int  # guesses kept
+    rejection: Rejection | None
+    bonus: TokenPiece | None  # the extra token when every guess survived
+    emitted: tuple[TokenPiece, ...]  # what joined the context, in order (after any stop cut)
+    emitted_kinds: tuple[str, ...]  # per emitted token: one of EMITTED_KINDS
+    cut_by_stop: int  # tokens this round decided but dropped because a stop condition fired first
+    first_position: int  # the context index of the first emitted token
+    fed_tokens: int  # tokens the verify pass read
+    kv: KVChange
+    termination: Termination
+    output_text: str  # the decoded output after the round, before any stop-sequence cut
+    timing: RoundTiming
+
+    @property
+    def emitted_ids(self) -> tuple[int, ...]:
+        return tuple(piece.token_id for piece in self.emitted)
+
+
+def _token_probs(texts: TokenTexts, ids: Sequence[int], p: torch.Tensor, q: torch.Tensor | None,
+                 drafted_id: int | None, residual: torch.Tensor | None) -> tuple[TokenProbs, ...]:
+    """Rows for `ids`; without a q tensor the draft's guess was deterministic (q = 1 on it)."""
+    p_values = p[list(ids)].tolist()
+    q_values = q[list(ids)].tolist() if q is not None else [float(i == drafted_id) for i in ids]
+    r_values = residual[list(ids)].tolist() if residual is not None else [None] * len(ids)
+    rows = [TokenProbs(i, texts.piece(i).text, pv, qv, rv)
+            for i, pv, qv, rv in zip(ids, p_values, q_values, r_values, strict=True)]
+    return tuple(sorted(rows, key=lambda r: (-r.p, -r.q, r.token_id)))
+
+
+def _leaders(values: torch.Tensor, n: int) -> list[int]:
+    top_values, top_ids = torch.topk(values, min(n, values.numel()))
+    return [i for i, v in zip(top_ids.tolist(), top_values.tolist(), strict=True) if v > 0]
+
+
+def position_view(texts: TokenTexts, position: int, chain: ChainOutput, draft: Draft, index: int,
+                  reached: bool, residual: torch.Tensor | None = None, top_n: int = VIEW_TOP_N) -> PositionView:
+    """Verified position `index` for the page: the leaders of p and of the draft's q (and of
+    the residual) with both probabilities, and the rest of p's mass summed."""
+    p = chain.final_probs
+    drafted_id = draft.token_ids[index] if index < len(draft.token_ids) else None
+    q = draft.q[index] if draft.q is not None and drafted_id is not None else None  # [vocab]
+    ids = dict.fromkeys(_leaders(p, top_n) + (_leaders(q, top_n) if q is not None else [])
+                        + (_leaders(residual, top_n) if residual is not None else [])
+                        + ([drafted_id] if drafted_id is not None else []))
+    top = _token_probs(texts, list(ids), p, q, drafted_id, residual)
+    shown = sum(row.p for row in top)
+    return PositionView(position, drafted_id, top, max(0.0, 1.0 - shown), reached, chain.final_entropy_bits)
+
+
+# ---- the generation --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    cache_length: int
+    rng_state: torch.Tensor
+    started: float  # perf_counter at the round's start
+
+
+@dataclass(frozen=True)
+class _Verified:
+    """What the draft and the verify pass returned, for the rest of the round."""
+
+    context: list[int]  # the context before the round
+    room: int  # guesses asked for: k, capped by the room left before a stop
+    draft: Draft
+    logits: torch.Tensor  # [len(draft) + 1, vocab]
+    fed: int  # tokens the verify pass read
+    draft_ms: float
+    verify_ms: float
+
+
+class SpeculativeGeneration:
+    """One visitor's speculative generation: the context, the target's KV cache, the random
+    generator, the draft method and the record of every round. Not shared between threads.
+
+    Args:
+        lm: the target model.
+        prompt, chat, system_prompt: as for `engine.Generation`.
+        draft: the draft method (engine/drafting.py); may be changed between rounds.
+        k: tokens drafted per round, 1 to 8; may be changed between rounds.
+        sampler, stop: as for `engine.Generation`; may be changed between rounds.
+        seed: seeds this generation's own torch.Generator (the draft's draws, the u of each
+            check, the residual and bonus draws all come from it).
+        allow_special, limits: as for `engine.Generation`.
+    """
+
+    def __init__(self, lm: LoadedModel, prompt: str, *, draft: DraftMethod, k: int = 4, chat: bool = False,
+                 system_prompt: str | None = None, sampler: SamplerSettings | None = None,
+                 stop: StopSettings | None = None, seed: int = 0, allow_special: bool = False,
+                 limits: Limits | None = None) -> None:
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+            raise SettingsError("seed", seed, "a whole number from 0 to 2^63 - 1")
+        self.lm = lm
+        self.prompt = prompt
+        self.chat = chat
+        self.system_prompt = system_prompt
+        self.seed = seed
+        self.k = check_k(k)
+        self.draft = draft
+        self.sampler = sampler or SamplerSettings()
+        self.stop = stop or StopSettings()
+        self.limits = limits or Limits()
+        self.limits.check_new_tokens(self.stop.max_new_tokens)
+        self.allow_special = allow_special
+        built = build_prompt(lm, prompt, chat, system_prompt, allow_special=allow_special,
+                             max_prompt_tokens=self.limits.max_prompt_tokens)
+        self.prompt_text, self.prompt_ids, self.special_text = built.text, built.ids, built.special_text
+        self._generator = torch.Generator(device="cpu").manual_seed(seed)
+        self._cache = new_cache(lm)
+        self._generated: list[int] = []
+        self._rounds: list[RoundRecord] = []
+        self._last_eos_prob = 0.0
+
+    # ---- what the pages read -------------------------------------------------------------------
+
+    @property
+    def rounds(self) -> tuple[RoundRecord, ...]:
+        return tuple(self._rounds)
+
+    @property
+    def generated_ids(self) -> list[int]:
+        return list(self._generated)
+
+    @property
+    def context_ids(self) -> list[int]:
+        return self.prompt_ids + self._generated
+
+    @property
+    def output_text(self) -> str:
+        return self.lm.tokenizer.decode(self._generated, skip_special_tokens=True)
+
+    @property
+    def text(self) -> str:
+        """The completion as returned: cut just before the first stop sequence."""
+        return returned_text(self.output_text, stop_sequence_states(self.output_text, self.stop.stop_sequences))
+
+    @property
+    def termination(self) -> Termination | None:
+        if not self._generated:
+            return None
+        return self._termination(self._generated, self.output_text, self._last_eos_prob)
+
+    @property
+    def finish_reason(self) -> str | None:
+        termination = self.termination
+        return termination.finish_reason if termination else None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def forward_passes(self) -> int:
+        """Forward passes of the target model so far: one per round."""
+        return len(self._rounds)
+
+    @property
+    def drafted_count(self) -> int:
+        """Tokens the draft proposed over every round."""
+        return sum(len(r.drafted) for r in self._rounds)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Guesses kept / guesses checked, over every round (None before any guess)."""
+        checked = sum(len(r.checks) for r in self._rounds)
+        return sum(r.accepted for r in self._rounds) / checked if checked else None
+
+    @property
+    def kv(self) -> KVSnapshot:
+        return read_kv(self._cache, self.lm.geometry, self.lm.dtype)
+
+    # ---- the loop ------------------------------------------------------------------------------
+
+    def set_k(self, k: object) -> None:
+        """Tokens drafted from the next round on (1 to 8); a bad value changes nothing."""
+        self.k = check_k(k)
+
+    def step(self) -> RoundRecord:
+        """One round: draft, verify in one pass, accept / reject, check, crop, record. Atomic:
+        if anything fails, the context, the caches and the random generator are as before."""
+        if self.finished:
+            raise GenerationFinished(f"Generation has finished ({self.finish_reason}); Reset to start again.")
+        before = _Checkpoint(self._cache.get_seq_length(), self._generator.get_state(), time.perf_counter())
+        try:
+            context = self.context_ids
+            room = self._room(context)
+            draft, draft_ms = self._propose(context, room)  # 1. draft
+            unseen = context[before.cache_length:] + list(draft.token_ids)
+            verify_started = time.perf_counter()
+            logits = forward_all(self.lm, unseen, self._cache, keep=len(draft.token_ids) + 1)  # 2. verify [n+1, vocab]
+            verified = _Verified(context, room, draft, logits, len(unseen), draft_ms,
+                                 (time.perf_counter() - verify_started) * 1e3)
+            record = self._settle(verified, before)  # 3. accept / reject, 4. check, 5. crop and record
+        except BaseException:
+            crop_cache(self._cache, before.cache_length)
+            self._generator.set_state(before.rng_state)
+            self.draft.update(self.context_ids)
+            raise
+        return record
+
+    def run(self, max_rounds: int | None = None) -> Iterator[RoundRecord]:
+        """Rounds until a stop condition fires (or `max_rounds`), yielding each record."""
+        taken = 0
+        while not self.finished and (max_rounds is None or taken < max_rounds):
+            yield self.step()
+            taken += 1
+
+    # ---- inside a round ------------------------------------------------------------------------
+
+    def _room(self, context: list[int]) -> int:
+        """Guesses worth making: a round adds up to k + 1 tokens, and must not pass the
+        max-new-tokens cap or the context window."""
+        left_new = self.stop.max_new_tokens - len(self._generated)
+        left_window = self.lm.context_window - len(context)
+        return max(0, min(self.k, left_new - 1, left_window - 1))
+
+    def _propose(self, context: list[int], room: int) -> tuple[Draft, float]:
+        started = time.perf_counter()
+        draft = self.draft.get_candidates(context, room, self.sampler, self._generator) if room else NO_DRAFT
+        return draft, (time.perf_counter() - started) * 1e3
+
+    def _settle(self, verified: _Verified, before: _Checkpoint) -> RoundRecord:
+        """Accept / reject, apply the stop conditions, crop the caches and keep the record."""
+        bookkeeping_started = time.perf_counter()
+        verdict, eos_probs = _verify(verified.logits, verified.context, verified.draft, self.sampler,
+                                     self._generator, self.lm.eos_ids)  # 3
+        emitted, text, termination = self._stop_within(verdict.emitted, eos_probs)  # 4
+        self._generated += emitted
+        self._last_eos_prob = termination.eos_prob
+        crop_cache(self._cache, len(self.context_ids) - 1)  # 5. the last token is read next round
+        self.draft.update(self.context_ids)
+        held = self._cache.get_seq_length()
+        kv = KVChange(before.cache_length, verified.fed, before.cache_length + verified.fed - held, held, self.kv)
+        record = self._record(verified, verdict, emitted, termination, text, kv)
+        bookkeeping_ms = (time.perf_counter() - bookkeeping_started) * 1e3
+        record = replace(record, timing=RoundTiming(verified.draft_ms, verified.verify_ms, bookkeeping_ms,
+                                                    (time.perf_counter() - before.started) * 1e3))
+        self._rounds.append(record)
+        return record
+
+    def _stop_within(self, emitted: tuple[int, ...], eos_probs: Sequence[float]
+                     ) -> tuple[list[int], str, Termination]:
+        """The round's tokens up to the first one after which plain generation would stop."""
+        for count in range(1, len(emitted) + 1):
+            generated = self._generated + list(emitted[:count])
+            text = self.lm.tokenizer.decode(generated, skip_special_tokens=True)
+            termination = self._termination(generated, text, eos_probs[count - 1])
+            if termination.finish_reason is not None or count == len(emitted):
+                return list(emitted[:count]), text, termination
+        raise AssertionError("a round always emits at least one token")
+
+    def _termination(self, generated: list[int], text: str, eos_prob: float) -> Termination:
+        return termination_after(generated, text, eos_ids=self.lm.eos_ids, eos_prob=eos_prob, stop=self.stop,
+                                 prompt_tokens=len(self.prompt_ids), context_window=self.lm.context_window)
+
+    def _record(self, verified: _Verified, verdict: Verdict, emitted: list[int], termination: Termination,
+                text: str, kv: KVChange) -> RoundRecord:
+        texts, context, draft = self.lm.texts, verified.context, verified.draft
+        n = len(draft.token_ids)
+        reached = len(verdict.checks)  # positions 0..reached-1 checked; the bonus position if none rejected
+        positions = tuple(
+            position_view(texts, len(context) + i, verdict.chains[i], draft, i,
+                          reached=i < reached or (i == n and not verdict.rejected),
+                          residual=verdict.residual if verdict.rejected and i == verdict.accepted else None)
+            for i in range(n + 1))
+        rejection = None
+        if verdict.rejected:
+            check = verdict.checks[-1]
+            rejection = Rejection(check.index, len(context) + check.index, check.u, check.accept_prob,
+                                  verdict.residual_mass, texts.piece(verdict.token_id), verdict.draw)
+        kinds = ["accepted"] * verdict.accepted + ["replaced" if verdict.rejected else "bonus"]
+        return RoundRecord(
+            index=len(self._rounds) + 1, method=self.draft.name, k=verified.room,
+            sampler=self.sampler, drafted=tuple(texts.piece(i) for i in draft.token_ids),
+            deterministic_draft=draft.q is None, positions=positions, checks=verdict.checks,
+            accepted=verdict.accepted, rejection=rejection,
+            bonus=None if verdict.rejected else texts.piece(verdict.token_id),
+            emitted=tuple(texts.piece(i) for i in emitted), emitted_kinds=tuple(kinds[:len(emitted)]),
+            cut_by_stop=len(verdict.emitted) - len(emitted), first_position=len(context), fed_tokens=verified.fed,
+            kv=kv, termination=termination, output_text=text, timing=RoundTiming(0.0, 0.0, 0.0, 0.0))
+
+
+@on_sampler_thread
+def _verify(logits: torch.Tensor, context: list[int], draft: Draft, sampler: SamplerSettings,
+            generator: torch.Generator, eos_ids: tuple[int, ...]) -> tuple[Verdict, list[float]]:
+    """The sampler's part of a round, in one hop to the sampler's worker: the chain at each
+    verified position, the accept / reject rule, and the raw end-token probability at each."""
+    chains = target_chains(logits, context, draft.token_ids, sampler)
+    verdict = judge(chains, draft, sampler, generator)
+    if eos_ids:
+        eos_probs = logits.softmax(dim=-1)[:, list(eos_ids)].double().sum(dim=-1).tolist()  # [n + 1]
+    else:
+        eos_probs = [0.0] * logits.shape[0]
+    return verdict, eos_probs

@@ -1,0 +1,366 @@
+"""Breaking the chain: speculative decoding one round at a time, beside plain decoding.
+
+A view of two engine objects in session state (ui/chain_state.py changes them): the
+speculative lane (engine/speculative.py) and a plain lane stepped to the same length.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import streamlit as st
+from streamlit.errors import StreamlitAPIException
+
+from engine import DraftModel, LoadedModel, PromptLookup, self_draft
+from engine.drafting import DraftMethod
+from engine.speculative import K_MAX, K_MIN, expected_tokens_per_round
+from engine.speed import measure_prefill_decode
+from engine.trace import speculative_to_trace
+from ui import chain_state as bc
+from ui.chain_views import (
+    kv_html,
+    positions_html,
+    rejection_html,
+    rounds_table_html,
+    speculative_chips_html,
+)
+from ui.chips import context_html, prompt_chips
+from ui.format import quoted
+from ui.frame import ensure_app_frame
+from ui.model import current_model
+from ui.teaching import page_style
+from ui.views import PANEL_CSS
+
+S = st.session_state
+WORKSPACE_KEY = "bc_workspace"
+RUN_FRAME_S = 0.3  # each round stays on screen at least this long during a Run
+MEASURED = "bc_prefill_decode"
+
+
+# ---- draft methods: the self-copies are shared, read-only, one per model -----------------------
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _self_copy(_lm: LoadedModel, model_key: tuple[str, str, str], kind: str) -> LoadedModel:
+    return self_draft(_lm, kind)
+
+
+def make_draft(lm: LoadedModel, method: str) -> DraftMethod:
+    """A fresh draft method for this visitor (a draft model's KV cache is the visitor's own)."""
+    if method == bc.PROMPT_LOOKUP:
+        return PromptLookup(lm.eos_ids)
+    kind = "bfloat16" if method == bc.SELF_BF16 else "int8"
+    with st.spinner(f"Making a {kind} copy of the model to draft with…"):
+        copy = _self_copy(lm, (lm.name, lm.source.location, str(lm.device)), kind)
+    return DraftModel(copy, lm, name=f"self-draft-{kind}")
+
+
+# ---- callbacks -----------------------------------------------------------------------------------
+
+
+def on_step() -> None:
+    bc.step(S)
+
+
+def on_run() -> None:
+    S[bc.RUNNING] = True
+
+
+def on_stop() -> None:
+    S[bc.RUNNING] = False
+
+
+def on_reset() -> None:
+    bc.reset(S, current_model(), make_draft)
+
+
+def on_method() -> None:
+    bc.choose_method(S, current_model(), make_draft)
+
+
+def on_trace_upload() -> None:
+    upload = S.get("bc_trace_upload")
+    if upload is not None:
+        bc.load_trace(S, current_model(), make_draft, upload.getvalue(), upload.name)
+
+
+def on_preset() -> None:
+    name = S.get(bc.PRESET)
+    if name in bc.PRESETS_BY_NAME:
+        bc.write_preset(S, bc.PRESETS_BY_NAME[name])
+
+
+# ---- setup --------------------------------------------------------------------------------------
+
+
+def setup_controls() -> None:
+    prompt_col, preset_col, method_col = st.columns([5, 3, 3], gap="small")
+    with prompt_col:
+        st.text_area("Prompt", key=bc.PROMPT, height=100,
+                     help="The text both lanes continue. Changing it (or chat, or the seed) starts over.")
+    with preset_col:
+        st.selectbox("Presets", list(bc.PRESETS_BY_NAME), index=None, key=bc.PRESET, on_change=on_preset,
+                     placeholder="Pick an example…")
+        st.toggle("Chat template", key=bc.CHAT)
+        with st.popover("Sampler and stop", width="stretch"):
+            st.slider("Temperature", 0.0, 2.0, step=0.05, key=bc.TEMPERATURE, help="0 = greedy (argmax).")
+            st.slider("Top-k", 0, 100, step=1, key=bc.TOP_K, help="0 = off")
+            st.slider("Top-p", 0.0, 1.0, step=0.01, key=bc.TOP_P, help="1 = off")
+            st.slider("Min-p", 0.0, 1.0, step=0.01, key=bc.MIN_P, help="0 = off")
+            st.slider("Repetition penalty", 0.5, 2.0, step=0.05, key=bc.REPETITION, help="1 = off")
+            st.number_input("Max new tokens", 1, 4096, step=1, key=bc.MAX_NEW)
+            st.text_area("Stop sequences (one per line; write a newline as \\n)", key=bc.STOPS, height=80)
+            st.number_input("Seed", 0, 2**31 - 1, step=1, key=bc.SEED)
+    with method_col:
+        st.selectbox("Draft method", bc.METHODS, key=bc.METHOD, on_change=on_method,
+                     help="Where the guesses come from. Switching keeps the tokens so far.")
+        st.number_input(f"k: tokens guessed per round ({K_MIN} to {K_MAX})", step=1, key=bc.K,
+                        help="More guesses can add more tokens per pass, but a rejection wastes the rest.")
+    if S.get(bc.PRESET) in bc.PRESETS_BY_NAME:
+        st.caption(f"Preset: {bc.PRESETS_BY_NAME[S[bc.PRESET]].about}")
+    for control in ("setup", "sampler", "stop", "k", "method"):
+        if text := bc.message(S, control):
+            (st.info if control == "method" and "From round" in text else st.error)(
+                text, icon=":material/info:" if "From round" in text else ":material/back_hand:")
+
+
+# ---- the workspace ------------------------------------------------------------------------------
+
+
+def button_row(lanes: bc.Lanes) -> None:
+    running, finished = bool(S.get(bc.RUNNING)), lanes.speculative.finished
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.button("Step", key="bc_step", type="primary", on_click=on_step, disabled=running or finished,
+               help="One round: guess k tokens, check them all in one forward pass, keep the agreed prefix.")
+    row.button("Stop" if running else "Run", key="bc_run", on_click=on_stop if running else on_run,
+               disabled=finished and not running, help="Rounds until a stop condition fires.")
+    row.button("Reset", key="bc_reset", on_click=on_reset, disabled=running, help="Start both lanes over.")
+    finish = lanes.speculative.finish_reason
+    row.markdown(f"round **{len(lanes.speculative.rounds)}**"
+                 + (f" · :orange-background[finished: {finish.replace('_', ' ')}]" if finish else "")
+                 + (" · running…" if running else ""))
+    if text := bc.message(S, "buttons"):
+        st.warning(text, icon=":material/back_hand:")
+
+
+def counts_row(lanes: bc.Lanes) -> None:
+    counts = bc.counts(lanes)
+    cols = st.columns(4)
+    cols[0].metric("tokens produced", counts.tokens)
+    cols[1].metric("forward passes: speculative", counts.target_passes,
+                   help="One pass of the model per round, however many tokens the round adds")
+    cols[2].metric("forward passes: plain", counts.plain_passes, help="One pass per token")
+    cols[3].metric("guesses kept", "–" if counts.acceptance is None else f"{counts.accepted} of {counts.checked}",
+                   delta=None if counts.acceptance is None else f"acceptance α = {counts.acceptance:.2f}",
+                   delta_color="off", delta_arrow="off")
+
+
+def lanes_view(lanes: bc.Lanes) -> None:
+    prompt_html = _prompt_chips(lanes)
+    spec, plain = lanes.speculative, lanes.plain
+    left, right = st.columns(2, gap="medium")
+    with left, st.container(border=True):
+        st.markdown(f"**Speculative**: {len(spec.rounds)} forward passes for {len(spec.generated_ids)} tokens")
+        st.html(speculative_chips_html(prompt_html, spec))
+    with right, st.container(border=True):
+        st.markdown(f"**Plain decoding**: {len(plain.steps)} forward passes for {len(plain.steps)} tokens")
+        st.html(context_html(prompt_html, plain.steps, legend=False))
+    if not spec.generated_ids:
+        return
+    if spec.sampler.greedy:
+        if lanes.identical and spec.text == plain.text:
+            st.success("Identical text, token for token: greedy speculative decoding keeps only tokens the model "
+                       "would have picked itself.", icon=":material/check_circle:")
+        else:
+            st.error("The lanes differ: that would be a bug (or a float-rounding near-tie).", icon=":material/error:")
+    else:
+        st.info("Sampling: the two lanes draw different random numbers, so their texts differ, but each token of "
+                "the speculative lane has exactly the distribution plain sampling would give it (the tests check "
+                "this over 20,000 rounds).", icon=":material/casino:")
+
+
+def _prompt_chips(lanes: bc.Lanes) -> str:
+    cached = S.get("bc_prompt_chips")
+    if cached is None or cached[0] is not lanes:
+        cached = (lanes, prompt_chips(lanes.plain.prompt_pieces))
+        S["bc_prompt_chips"] = cached
+    return cached[1]
+
+
+def round_view(lanes: bc.Lanes) -> None:
+    spec = lanes.speculative
+    if not spec.rounds:
+        st.info("Press **Step**. The first round also reads the whole prompt (prefill) in the same pass.")
+        return
+    record = spec.rounds[-1]
+    texts = spec.lm.texts
+    st.markdown(f"#### Round {record.index}: {len(record.drafted)} guessed, {record.accepted} kept, "
+                f"{len(record.emitted)} added, one forward pass")
+    if record.drafted:
+        guessed = " ".join(quoted(p.text) for p in record.drafted)
+        source = ("a deterministic guess, so q = 1 for each guessed token" if record.deterministic_draft
+                  else "the draft model's own distribution q at each position")
+        st.markdown(f"**1 · Draft** ({record.method}, {record.timing.draft_ms:.1f} ms): {guessed} — {source}.")
+    else:
+        st.markdown(f"**1 · Draft** ({record.method}): no guess this round (nothing in the context matched), so the "
+                    "round is a plain decode step.")
+    st.markdown(f"**2 · Verify**: one forward pass read {record.fed_tokens} token"
+                f"{'s' if record.fed_tokens != 1 else ''} in {record.timing.verify_ms:.1f} ms and returned "
+                f"{len(record.positions)} distributions, one per guessed position plus one after the last. "
+                f"**3 · Accept / reject**, left to right:")
+    st.html(PANEL_CSS + positions_html(record))
+    if text := rejection_html(record, texts):
+        st.html(f"<div>{text}</div>")
+    if record.cut_by_stop:
+        st.markdown(f"A stop condition fired inside this round: {record.cut_by_stop} decided token"
+                    f"{'s were' if record.cut_by_stop != 1 else ' was'} dropped, exactly where plain decoding stops.")
+    st.markdown(f"**4 · KV cache**: the verify pass wrote {record.kv.written} positions; {record.kv.cropped} "
+                "were cropped (rejected guesses, or tokens past a stop); the newest token is read next round. "
+                f"Bookkeeping took {record.timing.bookkeeping_ms:.1f} ms.")
+    st.html(kv_html(record))
+    with st.expander("Every round"):
+        st.html(PANEL_CSS + rounds_table_html(spec.rounds))
+
+
+def trace_controls(lanes: bc.Lanes) -> None:
+    """Download this run as a JSON trace (every round), or load one back."""
+    with st.expander("Save or load a run"):
+        st.download_button("Download trace (JSON)", key="bc_trace_download", on_click="ignore",
+                           data=lambda: json.dumps(speculative_to_trace(lanes.speculative), indent=1,
+                                                   ensure_ascii=False),
+                           file_name="speculative-trace.json", mime="application/json")
+        st.file_uploader("Load a speculative trace", type=["json"], key="bc_trace_upload", on_change=on_trace_upload,
+                         help="A trace from this page or from `python -m engine --speculative … --json`.")
+        if text := bc.message(S, "trace"):
+            (st.success if text.startswith("Loaded") else st.error)(text)
+
+
+@st.fragment(key=WORKSPACE_KEY)
+def workspace() -> None:
+    lanes: bc.Lanes | None = S.get(bc.LANES)
+    if lanes is None:
+        st.info("Type a prompt above to start.")
+        return
+    started = time.monotonic()
+    if S.get(bc.RUNNING):
+        bc.step(S)
+        bc.run_should_continue(S)
+    button_row(lanes)
+    counts_row(lanes)
+    lanes_view(lanes)
+    round_view(lanes)
+    trace_controls(lanes)
+    cost_section(lanes)
+    if S.get(bc.RUNNING):
+        time.sleep(max(0.0, RUN_FRAME_S - (time.monotonic() - started)))
+        try:
+            st.rerun(scope="fragment")
+        except StreamlitAPIException:
+            st.rerun()
+
+
+# ---- why it pays ----------------------------------------------------------------------------------
+
+
+def cost_section(lanes: bc.Lanes) -> None:
+    """Why a verify pass costs about one decode step, with this page's own timings."""
+    spec, plain = lanes.speculative, lanes.plain
+    st.markdown("### Why checking k guesses costs about one step")
+    guessed = [r for r in spec.rounds[1:] if r.drafted]
+    decode = [s.timing.forward_ms for s in plain.steps[1:]]
+    text = ("A decode step at batch 1 is bound by memory bandwidth: it reads every weight of the model to make one "
+            "token. The verify pass reads each weight once too, and uses it for all k + 1 positions at once, a "
+            "thin matrix product instead of a matrix–vector one. So it costs little more than one step, and "
+            "buys up to k + 1 tokens.")
+    if guessed and decode:
+        verify_ms = sum(r.timing.verify_ms for r in guessed) / len(guessed)
+        mean_fed = sum(r.fed_tokens for r in guessed) / len(guessed)
+        decode_ms = sum(decode) / len(decode)
+        text += (f" Measured on this page: a verify pass over {mean_fed:.1f} tokens took **{verify_ms:.1f} ms** on "
+                 f"average; a plain decode step took **{decode_ms:.1f} ms** ({verify_ms / decode_ms:.2f}×). "
+                 "(Timings on a shared machine are noisy.)")
+    st.markdown(text)
+    st.markdown(time_per_token_text(lanes))
+    if st.button("Measure prefill against decode", key="bc_measure",
+                 help="The KV cache & speed page's measurement: the prompt in one pass against one token per pass"):
+        with st.spinner("Measuring…"):
+            S[MEASURED] = measure_prefill_decode(spec.lm, prompt_tokens=16, decode_steps=4, repeats=3)
+    if (measured := S.get(MEASURED)) is not None:
+        st.markdown(f"Measured now: {measured.prompt_tokens} tokens in one pass took **{measured.prefill_ms:.1f} ms** "
+                    f"({measured.prefill_ms_per_token:.2f} ms per token); one token per pass took "
+                    f"**{measured.decode_ms:.1f} ms**. Many positions per pass are far cheaper per token: this is "
+                    "what verification exploits.")
+    counts = bc.counts(lanes)
+    alpha = counts.acceptance
+    full = [r for r in spec.rounds if r.drafted and len(r.drafted) == spec.k and not r.cut_by_stop]
+    if alpha is not None and full:
+        measured_per_round = sum(len(r.emitted) for r in full) / len(full)
+        st.markdown(
+            f"**Expected tokens per round.** If each guess survives with probability α, independently, a round "
+            f"adds 1 + α + … + α^k = (1 − α^(k+1)) / (1 − α) tokens. With the measured α = {alpha:.2f} and "
+            f"k = {spec.k}: **{expected_tokens_per_round(alpha, spec.k):.2f}** expected; measured over the "
+            f"{len(full)} rounds that guessed k tokens: **{measured_per_round:.2f}**. (Guesses are not independent "
+            "in real text: a copied passage is kept in long runs, then a whole round fails.)")
+
+
+def time_per_token_text(lanes: bc.Lanes) -> str:
+    """Wall time per token so far in each lane, and which is faster, said plainly."""
+    spec, plain = lanes.speculative, lanes.plain
+    if len(spec.rounds) < 2 or len(plain.steps) < 2:
+        return ""
+    # both without their first pass, which reads the prompt
+    spec_ms = sum(r.timing.round_ms for r in spec.rounds[1:]) / sum(len(r.emitted) for r in spec.rounds[1:])
+    plain_ms = sum(s.timing.step_ms for s in plain.steps[1:]) / (len(plain.steps) - 1)
+    if spec_ms <= plain_ms:
+        verdict = f"speculative decoding is **{plain_ms / spec_ms:.2f}× faster** here"
+    else:
+        verdict = f"speculative decoding is **{spec_ms / plain_ms:.2f}× slower** here"
+        if not spec.rounds[-1].deterministic_draft:
+            verdict += (": the draft model is a copy of the same small model, so its k passes cost about as much "
+                        "as the passes they save")
+    return (f"**Time per token so far** (after the prompt): speculative {spec_ms:.1f} ms, plain {plain_ms:.1f} ms: "
+            f"{verdict}. (Measured on a shared machine: noisy.)")
+
+
+OTHER_METHODS = """
+### Other ways to break the chain
+
+All of them keep the model's rule that each token depends on every token before it; they change how many of
+those tokens one pass of the big model settles.
+
+- **Speculative decoding with a draft model** (this page): any smaller model with the same tokenizer guesses; the
+  output is exactly the big model's. It pays when the draft is much cheaper than the target and agrees with it
+  often. Here the only draft on hand is a copy of the same 135 M model, so drafting costs nearly as much as
+  verifying: it shows the mechanics, and it is slower.
+- **Prompt lookup** (this page): guesses copied from the context itself; no extra model, no training. It pays
+  only when the output repeats the input: edits, quotes, code, retrieval answers.
+- **Parallel decoding heads** (Medusa and similar): extra output heads on the model itself predict tokens 2, 3, …
+  ahead from the same hidden state, and a tree of their guesses is verified in one pass. The heads must be
+  trained (the base model can stay frozen).
+- **Multi-token prediction**: the model is trained from the start to predict several future tokens; the extra
+  predictions can serve as its own draft at inference. It needs a model trained that way.
+- **Continuous batching**: no guessing at all. One pass reads the weights once and makes the next token for many
+  different requests together, so the bandwidth bound is shared rather than broken; each sequence still makes one
+  token per pass. It needs no special model, only a server that schedules requests step by step.
+"""
+
+
+def main() -> None:
+    ensure_app_frame()
+    lm = current_model()
+    bc.init_defaults(S)
+    page_style()
+    st.html(PANEL_CSS)
+    st.header("Breaking the chain", anchor=False)
+    st.caption("Token T+1 needs token T, so plain decoding makes one token per forward pass. Speculative decoding "
+               "guesses the next k tokens cheaply, checks all of them in ONE forward pass of the model, and keeps "
+               "the guesses the model agrees with, plus one token of its own. The output is exactly the model's.")
+    bc.sync(S, lm, make_draft)
+    setup_controls()
+    workspace()
+    st.markdown(OTHER_METHODS)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""The Breaking the chain page on the real model: Step shows one round beside the plain lane,
+Run goes to a stop condition with both texts identical, Reset starts over, the draft method
+switches mid-generation with the tokens kept, and bad input leaves a message and the lanes.
+The controller (ui/chain_state.py) is also tested on its own, without Streamlit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import engine
+from engine import (
+    ModelLoadError,
+    PromptLookup,
+    SamplerSettings,
+    SettingsError,
+    SpeculativeGeneration,
+    StopSettings,
+)
+from engine.trace import speculative_to_trace
+from tests.ui.apptest import open_page
+from ui import chain_state as bc
+
+PAGE = "pages/breaking_the_chain.py"
+
+
+def lanes(at: AppTest) -> bc.Lanes:
+    return at.session_state[bc.LANES]
+
+
+def click(at: AppTest, key: str) -> AppTest:
+    at.button(key=key).click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def html_with(at: AppTest, marker: str) -> str:
+    return next(h.proto.body for h in at.get("html") if marker in h.proto.body)
+
+
+@pytest.fixture()
+def at() -> AppTest:
+    return open_page(PAGE)
+
+
+def test_step_runs_one_round_and_the_plain_lane_catches_up(at: AppTest) -> None:
+    click(at, "bc_step")  # round 1: the prefill; the copying preset has nothing to look up yet
+    click(at, "bc_step")
+    spec = lanes(at).speculative
+    assert len(spec.rounds) == 2
+    assert len(lanes(at).plain.steps) == len(spec.generated_ids)
+    assert metric(at, "forward passes: speculative") == "2"
+    assert metric(at, "tokens produced") == str(len(spec.generated_ids))
+    assert 'data-rounds="2"' in html_with(at, "data-rounds=")
+    assert any(m.value.startswith("#### Round 2:") for m in at.markdown)
+    assert html_with(at, "<div class=\"bc-guesses\">").count('class="bc-pos') == len(spec.rounds[-1].positions)
+
+
+def test_run_goes_to_the_stop_condition_with_identical_text_and_fewer_passes(at: AppTest) -> None:
+    click(at, "bc_run")
+    pair = lanes(at)
+    assert pair.speculative.finished and pair.speculative.finish_reason == pair.plain.finish_reason == "eos"
+    assert pair.speculative.generated_ids == pair.plain.generated_ids
+    assert len(pair.speculative.rounds) < len(pair.plain.steps)
+    assert any("Identical text" in s.value for s in at.success)
+    assert at.button(key="bc_step").disabled
+    assert any("finished: eos" in m.value for m in at.markdown)
+    assert any("Expected tokens per round" in m.value for m in at.markdown)
+    per_token = next(m.value for m in at.markdown if m.value.startswith("**Time per token so far**"))
+    assert "× faster" in per_token or "× slower" in per_token
+
+
+def test_reset_starts_both_lanes_over(at: AppTest) -> None:
+    click(at, "bc_step")
+    click(at, "bc_reset")
+    assert lanes(at).speculative.rounds == () and lanes(at).plain.steps == ()
+    assert metric(at, "tokens produced") == "0"
+
+
+def test_switching_the_draft_method_mid_generation_keeps_the_tokens(at: AppTest) -> None:
+    click(at, "bc_step")
+    kept = lanes(at).speculative.generated_ids
+    at.selectbox(key=bc.METHOD).select(bc.SELF_BF16).run()
+    assert not at.exception
+    assert lanes(at).speculative.generated_ids == kept
+    assert any("From round 2 on" in i.value for i in at.info)
+    click(at, "bc_step")
+    record = lanes(at).speculative.rounds[-1]
+    assert record.method == "self-draft-bfloat16" and not record.deterministic_draft
+    assert lanes(at).identical
+
+
+def test_a_draft_that_fails_to_load_leaves_a_message_and_the_method(at: AppTest, monkeypatch) -> None:
+    def broken(lm, kind):
+        raise ModelLoadError(f"Could not make a {kind} copy: out of memory")
+
+    monkeypatch.setattr(engine, "self_draft", broken)
+    click(at, "bc_step")
+    at.selectbox(key=bc.METHOD).select(bc.SELF_INT8).run()
+    assert not at.exception
+    assert any("out of memory" in e.value and "goes on with prompt lookup" in e.value for e in at.error)
+    assert at.selectbox(key=bc.METHOD).value == bc.PROMPT_LOOKUP
+    click(at, "bc_step")
+    assert lanes(at).speculative.rounds[-1].method == "prompt-lookup"
+
+
+def test_k_outside_one_to_eight_leaves_a_message_and_the_rounds_go_on(at: AppTest) -> None:
+    at.number_input(key=bc.K).set_value(12).run()
+    assert any("k = 12 is not allowed" in e.value and "from 1 to 8" in e.value for e in at.error)
+    click(at, "bc_step")
+    assert lanes(at).speculative.k == 4 and len(lanes(at).speculative.rounds) == 1
+
+
+def test_a_saved_speculative_trace_loads_back_on_the_page(lm, at: AppTest) -> None:
+    generation = SpeculativeGeneration(lm, "Once upon a time, once upon a time,", draft=PromptLookup(lm.eos_ids),
+                                       k=3, sampler=SamplerSettings(temperature=0.7),
+                                       stop=StopSettings(max_new_tokens=12), seed=5)
+    list(generation.run())
+    data = json.dumps(speculative_to_trace(generation)).encode()
+    at.file_uploader(key="bc_trace_upload").set_value(("run.json", data, "application/json")).run()
+    assert not at.exception
+    assert any(f"Loaded run.json: {len(generation.rounds)} rounds replayed." == s.value for s in at.success)
+    loaded = lanes(at)
+    assert loaded.speculative.generated_ids == generation.generated_ids
+    assert len(loaded.plain.steps) == len(generation.generated_ids)
+    assert at.text_area(key=bc.PROMPT).value == generation.prompt and at.number_input(key=bc.K).value == 3
+    at.file_uploader(key="bc_trace_upload").set_value(("bad.json", b"{}", "application/json")).run()
+    assert any("bad.json" in e.value and "not a Token by Token trace" in e.value for e in at.error)
+    assert lanes(at) is loaded
+
+
+# ---- the controller alone -------------------------------------------------------------------
+
+
+def fresh_state(**values) -> dict:
+    state: dict = {}
+    bc.init_defaults(state)
+    state.update(values)
+    return state
+
+
+def lookup(lm, method: str):
+    if method != bc.PROMPT_LOOKUP:
+        raise SettingsError("draft model", method, "a model with the target's tokenizer")
+    return PromptLookup(lm.eos_ids)
+
+
+def test_controller_steps_until_finished_and_both_lanes_agree(lm) -> None:
+    state = fresh_state(**{bc.MAX_NEW: 10})
+    bc.sync(state, lm, lookup)
+    while not state[bc.LANES].speculative.finished:
+        bc.step(state)
+    pair = state[bc.LANES]
+    assert pair.speculative.generated_ids == pair.plain.generated_ids and len(pair.plain.steps) == 10
+    bc.step(state)
+    assert "finished" in bc.message(state, "buttons")
+
+
+def test_controller_refuses_a_draft_with_another_tokenizer_and_keeps_prompt_lookup(lm) -> None:
+    state = fresh_state()
+    bc.sync(state, lm, lookup)
+    state[bc.METHOD] = bc.SELF_BF16
+    bc.choose_method(state, lm, lookup)
+    assert state[bc.METHOD] == bc.PROMPT_LOOKUP and "tokenizer" in bc.message(state, "method")
+
+
+def test_controller_starts_over_only_when_the_prompt_changes(lm) -> None:
+    state = fresh_state()
+    first = bc.sync(state, lm, lookup)
+    state[bc.TEMPERATURE] = 0.5
+    assert bc.sync(state, lm, lookup) is first and first.speculative.sampler.temperature == 0.5
+    state[bc.PROMPT] = "Another prompt"
+    assert bc.sync(state, lm, lookup) is not first
+    state[bc.PROMPT] = "  "
+    kept = bc.sync(state, lm, lookup)
+    assert kept is state[bc.LANES] and "prompt is empty" in bc.message(state, "setup")

@@ -1,0 +1,341 @@
+"""State changes for the "Breaking the chain" page, as plain functions on session state.
+
+The page keeps two lanes on the same prompt and sampler: a speculative generation (one
+forward pass of the model per round, several tokens per round) and a plain one (one pass per
+token), stepped together so they always hold the same number of tokens. Every function here
+takes the state mapping (st.session_state on the page, a dict in tests); none draws anything.
+Keys are namespaced "bc_".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine import (
+    Generation,
+    GenerationFinished,
+    LoadedModel,
+    ModelLoadError,
+    PromptError,
+    SamplerSettings,
+    SettingsError,
+    SpeculativeGeneration,
+    StopSettings,
+    TraceError,
+)
+from engine.drafting import DraftMethod
+from engine.speculative import check_k
+from engine.trace import parse_trace, replay_speculative
+from ui.state import format_stop_sequences, parse_stop_sequences
+
+# Widget keys.
+PROMPT = "bc_prompt"
+CHAT = "bc_chat"
+PRESET = "bc_preset"
+METHOD = "bc_method"
+K = "bc_k"
+TEMPERATURE = "bc_temperature"
+TOP_K = "bc_top_k"
+TOP_P = "bc_top_p"
+MIN_P = "bc_min_p"
+REPETITION = "bc_repetition_penalty"
+MAX_NEW = "bc_max_new_tokens"
+STOPS = "bc_stop_sequences"
+SEED = "bc_seed"
+# Non-widget keys.
+LANES = "bc_lanes"
+MESSAGES = "bc_messages"  # control name -> message shown beside it
+RUNNING = "bc_running"
+ACTIVE_METHOD = "bc_active_method"  # the method the speculative lane drafts with now
+
+PROMPT_LOOKUP = "prompt lookup"
+SELF_BF16 = "draft model: bfloat16 copy of this model"
+SELF_INT8 = "draft model: int8 copy of this model"
+METHODS = (PROMPT_LOOKUP, SELF_BF16, SELF_INT8)
+METHOD_OF_NAME = {"prompt-lookup": PROMPT_LOOKUP, "self-draft-bfloat16": SELF_BF16, "self-draft-int8": SELF_INT8}
+
+WIDGET_DEFAULTS: dict[str, Any] = {
+    PROMPT: "", CHAT: True, METHOD: PROMPT_LOOKUP, K: 4, TEMPERATURE: 0.0, TOP_K: 0, TOP_P: 1.0, MIN_P: 0.0,
+    REPETITION: 1.0, MAX_NEW: 48, STOPS: "", SEED: 0,
+}
+
+MakeDraft = Callable[[LoadedModel, str], DraftMethod]
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    about: str
+    prompt: str
+    chat: bool
+    temperature: float = 0.0
+    max_new_tokens: int = 48
+    stop_sequences: str = ""
+
+
+PRESETS = (
+    Preset("Fix the spelling (copying)",
+           "The answer copies the sentence, so the context already holds most of the next tokens: prompt lookup "
+           "guesses them.",
+           "Fix the spelling in this sentence and write it out again: The wether in Lndon was cold and rainy, so we "
+           "stayed insid and read books all afternon.", True),
+    Preset("Repeat a sentence (copying)", "Repeating given text: long runs of guesses survive.",
+           "Repeat the following text exactly: Autoregressive models write one token at a time, and every new "
+           "token depends on all the tokens before it.", True),
+    Preset("Code: edit a given function",
+           "Code: the answer reuses the given function's lines, and this small model then repeats itself, which "
+           "lookup catches too.",
+           "Add a docstring to this function and return the whole function:\n\ndef add_all(items):\n    total = 0\n"
+           "    for item in items:\n        total = total + item\n    return total", True),
+    Preset("Free-form story (lookup rarely helps)",
+           "New text: the context seldom holds the next tokens, so most rounds have no guess and cost one plain "
+           "pass.", "The history of the printing press", False),
+    Preset("Sampled copying (temperature 0.7)",
+           "With sampling, each guess survives with probability min(1, p/q): watch u against it.",
+           "Fix the spelling in this sentence and write it out again: The wether in Lndon was cold and rainy, so we "
+           "stayed insid and read books all afternon.", True, temperature=0.7),
+)
+PRESETS_BY_NAME = {p.name: p for p in PRESETS}
+DEFAULT_PRESET = PRESETS[0]
+
+
+@dataclass
+class Lanes:
+    """The visitor's two generations of the same prompt: speculative and plain."""
+
+    speculative: SpeculativeGeneration
+    plain: Generation
+
+    @property
+    def identical(self) -> bool:
+        """Both lanes hold the same tokens so far (each compared up to the shorter)."""
+        spec, plain = self.speculative.generated_ids, self.plain.generated_ids
+        shared = min(len(spec), len(plain))
+        return spec[:shared] == plain[:shared]
+
+
+# ---- messages ------------------------------------------------------------------------------
+
+
+def set_message(state: MutableMapping[str, Any], control: str, text: str | None) -> None:
+    messages = state.setdefault(MESSAGES, {})
+    if text is None:
+        messages.pop(control, None)
+    else:
+        messages[control] = text
+
+
+def message(state: MutableMapping[str, Any], control: str) -> str | None:
+    return state.get(MESSAGES, {}).get(control)
+
+
+# ---- settings from the widgets ---------------------------------------------------------------
+
+
+def init_defaults(state: MutableMapping[str, Any]) -> None:
+    """Every widget's value once (the first preset's prompt), so widgets take no `value=`."""
+    if PROMPT not in state:
+        write_preset(state, DEFAULT_PRESET)
+    for key, value in WIDGET_DEFAULTS.items():
+        state.setdefault(key, value)
+
+
+def write_preset(state: MutableMapping[str, Any], preset: Preset) -> None:
+    """Fill the prompt, chat, temperature and stop widgets from a preset (other filters off)."""
+    state.update({PROMPT: preset.prompt, CHAT: preset.chat, TEMPERATURE: preset.temperature, TOP_K: 0, TOP_P: 1.0,
+                  MIN_P: 0.0, REPETITION: 1.0, MAX_NEW: preset.max_new_tokens, STOPS: preset.stop_sequences})
+
+
+def sampler_from(state: MutableMapping[str, Any]) -> SamplerSettings:
+    """The sampler the widgets describe (raises SettingsError)."""
+    return SamplerSettings(temperature=round(float(state[TEMPERATURE]), 4), top_k=int(state[TOP_K]),
+                           top_p=round(float(state[TOP_P]), 4), min_p=round(float(state[MIN_P]), 4),
+                           repetition_penalty=round(float(state[REPETITION]), 4))
+
+
+def stop_from(state: MutableMapping[str, Any]) -> StopSettings:
+    """The stop settings the widgets describe (raises SettingsError)."""
+    return StopSettings(max_new_tokens=int(state[MAX_NEW]), stop_sequences=parse_stop_sequences(state[STOPS]))
+
+
+# ---- the lanes -------------------------------------------------------------------------------
+
+
+def new_lanes(state: MutableMapping[str, Any], lm: LoadedModel, draft: DraftMethod) -> Lanes:
+    """Both lanes from the widgets' values (raises PromptError or SettingsError)."""
+    sampler, stop, k = sampler_from(state), stop_from(state), check_k(state[K])
+    options = dict(chat=bool(state[CHAT]), sampler=sampler, stop=stop, seed=int(state[SEED]))
+    return Lanes(SpeculativeGeneration(lm, state[PROMPT], draft=draft, k=k, **options),
+                 Generation(lm, state[PROMPT], **options))
+
+
+def _setup(state: MutableMapping[str, Any]) -> tuple[str, bool, int]:
+    return state[PROMPT], bool(state[CHAT]), int(state[SEED])
+
+
+def _setup_of(lanes: Lanes) -> tuple[str, bool, int]:
+    spec = lanes.speculative
+    return spec.prompt, spec.chat, spec.seed
+
+
+def sync(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft) -> Lanes | None:
+    """Start over when the prompt, chat flag, seed or model changed; otherwise pass the sampler,
+    stop settings and k on to the lanes for their next round. Bad input leaves a message beside
+    its control and the current lanes as they are."""
+    lanes: Lanes | None = state.get(LANES)
+    if lanes is None or lanes.speculative.lm is not lm or _setup_of(lanes) != _setup(state):
+        try:
+            lanes = new_lanes(state, lm, _active_draft(state, lm, make_draft))
+        except (PromptError, SettingsError, ModelLoadError) as exc:
+            set_message(state, "setup", str(exc))
+            return lanes
+        set_message(state, "setup", None)
+        state[LANES] = lanes
+        state[RUNNING] = False
+    _pass_settings(state, lanes)
+    return lanes
+
+
+def _active_draft(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft) -> DraftMethod:
+    """The draft method in force: the last one that was built without error."""
+    return make_draft(lm, state.get(ACTIVE_METHOD, PROMPT_LOOKUP))
+
+
+def _pass_settings(state: MutableMapping[str, Any], lanes: Lanes) -> None:
+    for control, apply in (("sampler", lambda: sampler_from(state)), ("stop", lambda: stop_from(state))):
+        try:
+            value = apply()
+        except SettingsError as exc:
+            set_message(state, control, str(exc))
+            continue
+        set_message(state, control, None)
+        for lane in (lanes.speculative, lanes.plain):
+            setattr(lane, control, value)
+    try:
+        lanes.speculative.set_k(state[K])
+    except SettingsError as exc:
+        set_message(state, "k", f"{exc} The rounds go on with k = {lanes.speculative.k}.")
+    else:
+        set_message(state, "k", None)
+
+
+def choose_method(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft) -> None:
+    """The method widget moved: draft with it from the next round on, keeping the generation.
+    A method that cannot be built leaves a message and the previous method in force."""
+    wanted = state[METHOD]
+    try:
+        draft = make_draft(lm, wanted)
+    except (ModelLoadError, SettingsError) as exc:
+        previous = state.get(ACTIVE_METHOD, PROMPT_LOOKUP)
+        set_message(state, "method", f"{wanted}: {exc} The generation goes on with {previous}.")
+        state[METHOD] = previous
+        return
+    state[ACTIVE_METHOD] = wanted
+    lanes: Lanes | None = state.get(LANES)
+    if lanes is not None:
+        rounds = len(lanes.speculative.rounds)
+        lanes.speculative.draft = draft
+        set_message(state, "method", f"From round {rounds + 1} on, the guesses come from {wanted}; the "
+                                     f"{len(lanes.speculative.generated_ids)} tokens so far are kept."
+                    if rounds else None)
+
+
+def step(state: MutableMapping[str, Any]) -> None:
+    """One speculative round, then the plain lane catches up to as many tokens, one pass each."""
+    lanes: Lanes | None = state.get(LANES)
+    if lanes is None:
+        return
+    try:
+        lanes.speculative.step()
+    except (GenerationFinished, SettingsError, PromptError) as exc:
+        set_message(state, "buttons", str(exc))
+        return
+    set_message(state, "buttons", None)
+    catch_up(lanes)
+
+
+def catch_up(lanes: Lanes) -> None:
+    """Plain decoding, one token per forward pass, until it has as many tokens as the speculative lane
+    (or a stop condition ends it: with the same settings, at the same token)."""
+    target = len(lanes.speculative.generated_ids)
+    while len(lanes.plain.steps) < target and not lanes.plain.finished:
+        lanes.plain.step()
+
+
+def reset(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft) -> None:
+    """Both lanes start over from the prompt with the current settings."""
+    state.pop(LANES, None)
+    state[RUNNING] = False
+    set_message(state, "buttons", None)
+    set_message(state, "method", None)
+    sync(state, lm, make_draft)
+
+
+def run_should_continue(state: MutableMapping[str, Any]) -> bool:
+    """After a Run's round: go on unless the generation finished or a round failed."""
+    lanes: Lanes | None = state.get(LANES)
+    keep_going = lanes is not None and not lanes.speculative.finished and message(state, "buttons") is None
+    state[RUNNING] = keep_going and bool(state.get(RUNNING))
+    return state[RUNNING]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The running totals the page compares."""
+
+    tokens: int  # produced by the speculative lane
+    target_passes: int  # forward passes of the target model, speculative lane
+    plain_passes: int  # forward passes, plain lane (one per token)
+    drafted: int
+    checked: int
+    accepted: int
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.tokens / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.checked if self.checked else None
+
+
+def counts(lanes: Lanes) -> Counts:
+    rounds = lanes.speculative.rounds
+    return Counts(tokens=len(lanes.speculative.generated_ids), target_passes=len(rounds),
+                  plain_passes=len(lanes.plain.steps), drafted=sum(len(r.drafted) for r in rounds),
+                  checked=sum(len(r.checks) for r in rounds), accepted=sum(r.accepted for r in rounds))
+
+
+def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft, data: bytes | str,
+               filename: str) -> None:
+    """Replay a saved speculative trace into both lanes and make the widgets describe it; a bad
+    file leaves a message and the current lanes."""
+
+    def draft_named(name: str) -> DraftMethod:
+        if name not in METHOD_OF_NAME:
+            raise SettingsError("draft method", name, f"one of {', '.join(METHOD_OF_NAME)}")
+        return make_draft(lm, METHOD_OF_NAME[name])
+
+    try:
+        result = replay_speculative(lm, parse_trace(data), draft_named)
+    except (TraceError, ModelLoadError, SettingsError) as exc:
+        set_message(state, "trace", f"{filename}: {exc}")
+        return
+    spec = result.generation
+    plain = Generation(lm, spec.prompt, chat=spec.chat, system_prompt=spec.system_prompt, sampler=spec.sampler,
+                       stop=spec.stop, seed=spec.seed)
+    lanes = Lanes(spec, plain)
+    catch_up(lanes)
+    sampler = spec.sampler
+    state.update({PROMPT: spec.prompt, CHAT: spec.chat, SEED: spec.seed, K: spec.k, TEMPERATURE: sampler.temperature,
+                  TOP_K: sampler.top_k, TOP_P: sampler.top_p, MIN_P: sampler.min_p,
+                  REPETITION: sampler.repetition_penalty, MAX_NEW: spec.stop.max_new_tokens,
+                  STOPS: format_stop_sequences(spec.stop.stop_sequences), METHOD: METHOD_OF_NAME[spec.draft.name],
+                  ACTIVE_METHOD: METHOD_OF_NAME[spec.draft.name], LANES: lanes, RUNNING: False})
+    note = f"Loaded {filename}: {len(spec.rounds)} rounds replayed."
+    if result.mismatched_rounds:
+        note += (f" Rounds {', '.join(map(str, result.mismatched_rounds))} came out differently on this machine "
+                 "(another model, or float rounding).")
+    set_message(state, "trace", note)

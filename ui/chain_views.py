@@ -1,0 +1,174 @@
+"""HTML views of speculative rounds: the lanes' tokens, one round's guesses and checks, the
+k + 1 distributions of the verify pass, the rejection, the KV cache written then cropped.
+
+Pure functions from engine records to HTML strings (tests read them without a browser).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine import RoundRecord, SpeculativeGeneration
+from engine.speculative import Check, PositionView
+from engine.tokens import TokenPiece, TokenTexts
+from ui.charts import FINAL_COLOUR, RAW_COLOUR
+from ui.chips import CHIP_CSS
+from ui.format import esc, pct, quoted, visible
+
+KIND_COLOURS = {"accepted": "#b2f2bb", "replaced": "#ffc078", "bonus": "#d0bfff"}
+KIND_WORDS = {"accepted": "guess kept", "replaced": "target's token after a rejected guess",
+              "bonus": "bonus token (every guess kept)"}
+DRAFT_COLOUR = RAW_COLOUR  # q: the draft's distribution
+TARGET_COLOUR = FINAL_COLOUR  # p: the target's final distribution
+ROWS_PER_POSITION = 6
+
+CHAIN_CSS = """
+<style>
+.bc-round{display:inline;border-bottom:3px solid #868e96;padding-bottom:2px;margin-right:2px}
+.bc-guesses{display:flex;flex-wrap:wrap;gap:8px;align-items:stretch;margin:4px 0}
+.bc-pos{border:1px solid #dee2e6;border-radius:6px;padding:4px 6px;min-width:230px;flex:1 1 230px;font-size:.8rem}
+.bc-pos h5{margin:0 0 2px 0;font-size:.85rem}
+.bc-pos.bc-no{opacity:.45}
+.bc-ok{color:#2b8a3e;font-weight:700}.bc-bad{color:#c92a2a;font-weight:700}.bc-bonus{color:#6741d9;font-weight:700}
+.bc-bar{display:inline-block;height:9px;vertical-align:middle;border-radius:2px}
+.bc-dist{width:100%;border-collapse:collapse}
+.bc-dist td{padding:1px 3px;white-space:nowrap}
+.bc-dist td.tok{font-family:ui-monospace,monospace;max-width:90px;overflow:hidden;text-overflow:ellipsis}
+.bc-dist tr.bc-guess td{background:#fff3bf}
+.bc-kv{display:flex;flex-wrap:wrap;gap:2px;margin:6px 0}
+.bc-cell{width:14px;height:18px;border-radius:2px;background:#ced4da}
+.bc-cell.bc-new{background:#74c0fc}.bc-cell.bc-cut{background:#ffa8a8;background-image:repeating-linear-gradient(
+ 45deg,transparent 0 3px,#fff 3px 5px)}
+.bc-legend{font-size:.8rem;color:#555;display:flex;gap:12px;flex-wrap:wrap;margin-top:4px}
+.bc-sw{display:inline-block;width:14px;height:12px;border-radius:2px;vertical-align:middle;margin-right:3px}
+</style>
+"""
+
+
+def _chip(piece: TokenPiece, background: str, title: str) -> str:
+    text = esc(piece.text) if piece.special else esc(visible(piece.text))
+    return (f'<span class="tbt-chip{" tbt-special" if piece.special else ""}" style="background:{background}" '
+            f'title="{esc(title)}">{text}</span>')
+
+
+def speculative_chips_html(prompt_html: str, generation: SpeculativeGeneration) -> str:
+    """The speculative lane's context: prompt chips, then each round's tokens underlined as a
+    group and coloured by how they came (guess kept, replacement, bonus)."""
+    groups = []
+    for record in generation.rounds:
+        chips = "".join(
+            _chip(piece, KIND_COLOURS[kind], f"round {record.index} · {KIND_WORDS[kind]} · id {piece.token_id}")
+            for piece, kind in zip(record.emitted, record.emitted_kinds, strict=True))
+        groups.append(f'<span class="bc-round" title="round {record.index}: one forward pass">{chips}</span>')
+    legend = "".join(f'<span><span class="bc-sw" style="background:{c}"></span>{KIND_WORDS[k]}</span>'
+                     for k, c in KIND_COLOURS.items())
+    return (CHIP_CSS + CHAIN_CSS + f'<div class="tbt-chips" data-rounds="{len(generation.rounds)}">{prompt_html}'
+            f'{"".join(groups)}</div><div class="bc-legend">{legend}<span>underline: one round = one forward pass'
+            "</span></div>")
+
+
+def _bar(value: float, colour: str, width: int = 36) -> str:
+    return f'<span class="bc-bar" style="width:{max(1, round(width * value))}px;background:{colour}"></span>'
+
+
+def _verdict(check: Check | None, view: PositionView, greedy: bool) -> str:
+    """The headline of one verified position: what was guessed and what the rule said."""
+    if view.drafted_id is None:
+        return ('<span class="bc-bonus">bonus position</span>: every guess was kept, so this distribution '
+                "gives one more token" if view.reached else "bonus position: not reached (a guess was rejected)")
+    if check is None:
+        return "not checked: an earlier guess was rejected"
+    if greedy:
+        rule = "= the target's argmax" if check.accepted else "≠ the target's argmax"
+    else:
+        rule = f"u = {check.u:.3f} {'<' if check.accepted else '≥'} min(1, p/q) = {check.accept_prob:.3f}"
+    mark = '<span class="bc-ok">✓ kept</span>' if check.accepted else '<span class="bc-bad">✗ rejected</span>'
+    return f"{mark} · {esc(rule)}"
+
+
+def position_html(view: PositionView, check: Check | None, greedy: bool, number: int) -> str:
+    """One position of the verify pass: the guess, the target's p beside the draft's q for the
+    leading tokens, and the residual on the rejected position."""
+    guess = (f"guess {esc(quoted(next(r.text for r in view.top if r.token_id == view.drafted_id)))}"
+             if view.drafted_id is not None else "after the last guess")
+    residual = any(r.residual is not None for r in view.top)
+    rows = []
+    for row in view.top[:ROWS_PER_POSITION] + tuple(
+            r for r in view.top[ROWS_PER_POSITION:] if r.token_id == view.drafted_id):
+        cells = (f'<td class="tok">{esc(quoted(row.text))}</td>'
+                 f"<td>{_bar(row.q, DRAFT_COLOUR)} {pct(row.q)}</td><td>{_bar(row.p, TARGET_COLOUR)} {pct(row.p)}</td>")
+        if residual:
+            cells += f"<td>{pct(row.residual or 0.0)}</td>"
+        rows.append(f'<tr class="{"bc-guess" if row.token_id == view.drafted_id else ""}">{cells}</tr>')
+    head = "<tr><td></td><td>q draft</td><td>p target</td>" + ("<td>residual</td>" if residual else "") + "</tr>"
+    return (f'<div class="bc-pos{"" if view.reached else " bc-no"}" data-position="{view.position}">'
+            f"<h5>{number}. position {view.position}: {guess}</h5><div>{_verdict(check, view, greedy)}</div>"
+            f'<table class="bc-dist">{head}{"".join(rows)}</table>'
+            f'<div class="tbt-note">other tokens: p {pct(view.others_p)}</div></div>')
+
+
+def positions_html(record: RoundRecord) -> str:
+    """Every distribution the one verify pass returned, left to right."""
+    checks = {c.index: c for c in record.checks}
+    cards = [position_html(view, checks.get(i), record.sampler.greedy, i + 1)
+             for i, view in enumerate(record.positions)]
+    return CHAIN_CSS + f'<div class="bc-guesses">{"".join(cards)}</div>'
+
+
+def rejection_html(record: RoundRecord, texts: TokenTexts) -> str:
+    """What replaced the first rejected guess, and why that keeps the output exact."""
+    rejection = record.rejection
+    if rejection is None:
+        if record.bonus is None:
+            return ""
+        bonus = (f"Every guess was kept, so the last distribution of the same pass gives a <b>bonus token</b>: "
+                 f"<b>{esc(quoted(record.bonus.text))}</b>.")
+        if record.cut_by_stop:
+            return bonus + " It is not kept: a stop condition fired before it."
+        return bonus + f" This round added {len(record.emitted)} tokens for one forward pass."
+    guess = texts.piece(record.checks[rejection.index].token_id)
+    if record.sampler.greedy:
+        why = (f"Greedy: the guess {esc(quoted(guess.text))} is not the target's argmax, so the argmax "
+               f"<b>{esc(quoted(rejection.token.text))}</b> takes its place: exactly the token plain decoding makes.")
+    else:
+        draw = rejection.draw
+        why = (f"u = {rejection.u:.4f} was not below min(1, p/q) = {rejection.accept_prob:.4f}, so the guess "
+               f"{esc(quoted(guess.text))} is rejected. The replacement is drawn from the <b>residual</b> "
+               f"max(0, p − q), renormalised (it held {pct(rejection.residual_mass)} of p's mass before "
+               f"renormalising): the probability the target wanted for tokens the draft under-proposed. "
+               f"Drawn with u = {draw.u:.4f}: <b>{esc(quoted(rejection.token.text))}</b>."
+               if draw and draw.u is not None else "")
+    dropped = len(record.drafted) - rejection.index - 1
+    return (f"{why} The {dropped} guess{'es' if dropped != 1 else ''} after it {'were' if dropped != 1 else 'was'} "
+            "never checked: they followed a token that is not in the text." if dropped else why)
+
+
+def kv_html(record: RoundRecord) -> str:
+    """The target's cache through the round: held before, written by the verify pass, cropped."""
+    kv = record.kv
+    shown_before = min(kv.before, 24)  # the old positions are all alike: show the last few
+    cells = ['<span class="bc-cell" title="held before this round"></span>'] * shown_before
+    for offset in range(kv.written):
+        position = kv.before + offset
+        cut = position >= kv.after
+        cells.append(f'<span class="bc-cell {"bc-cut" if cut else "bc-new"}" title="position {position}: '
+                     f'{"written, then cropped" if cut else "written and kept"}"></span>')
+    more = f"… {kv.before - shown_before:,} earlier positions, then " if kv.before > shown_before else ""
+    return (CHAIN_CSS + f'<div class="tbt-note">{more}the last {shown_before} held before the round:</div>'
+            f'<div class="bc-kv" data-written="{kv.written}" data-cropped="{kv.cropped}">{"".join(cells)}</div>'
+            f'<div class="bc-legend"><span><span class="bc-sw" style="background:#ced4da"></span>held before '
+            f'({kv.before:,})</span><span><span class="bc-sw" style="background:#74c0fc"></span>written by the '
+            f'verify pass and kept</span><span><span class="bc-sw" style="background:#ffa8a8"></span>written, then '
+            f"cropped ({kv.cropped})</span><span>now {kv.after:,} positions · "
+            f"{kv.snapshot.bytes / 2**20:.2f} MiB measured from the tensors</span></div>")
+
+
+def rounds_table_html(rounds: Sequence[RoundRecord], last: int = 12) -> str:
+    """The latest rounds: guesses, kept, tokens added, and where the time went."""
+    head = ("<tr><th>round</th><th>guessed</th><th>kept</th><th>tokens added</th><th>draft ms</th>"
+            "<th>verify ms</th><th>bookkeeping ms</th></tr>")
+    rows = "".join(
+        f"<tr><td>{r.index}</td><td>{len(r.drafted)}</td><td>{r.accepted}</td><td>{len(r.emitted)}</td>"
+        f'<td class="num">{r.timing.draft_ms:.1f}</td><td class="num">{r.timing.verify_ms:.1f}</td>'
+        f'<td class="num">{r.timing.bookkeeping_ms:.1f}</td></tr>' for r in list(rounds)[-last:][::-1])
+    return f'<table class="tbt-table">{head}{rows}</table>'

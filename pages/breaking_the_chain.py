@@ -28,14 +28,14 @@ from ui.chain_views import (
 from ui.chips import context_html, prompt_chips
 from ui.format import quoted
 from ui.frame import ensure_app_frame
+from ui.keys import CHAIN
+from ui.memo import remember
 from ui.model import current_model
 from ui.teaching import page_style
 from ui.views import PANEL_CSS
 
 S = st.session_state
-WORKSPACE_KEY = "bc_workspace"
 RUN_FRAME_S = 0.3  # each round stays on screen at least this long during a Run
-MEASURED = "bc_prefill_decode"
 
 
 # ---- draft methods: the self-copies are shared, read-only, one per model -----------------------
@@ -64,11 +64,11 @@ def on_step() -> None:
 
 
 def on_run() -> None:
-    S[bc.RUNNING] = True
+    S[CHAIN.running] = True
 
 
 def on_stop() -> None:
-    S[bc.RUNNING] = False
+    S[CHAIN.running] = False
 
 
 def on_reset() -> None:
@@ -80,13 +80,13 @@ def on_method() -> None:
 
 
 def on_trace_upload() -> None:
-    upload = S.get("bc_trace_upload")
+    upload = S.get(CHAIN.trace_upload)
     if upload is not None:
         bc.load_trace(S, current_model(), make_draft, upload.getvalue(), upload.name)
 
 
 def on_preset() -> None:
-    name = S.get(bc.PRESET)
+    name = S.get(CHAIN.preset)
     if name in bc.PRESETS_BY_NAME:
         bc.write_preset(S, bc.PRESETS_BY_NAME[name])
 
@@ -97,28 +97,28 @@ def on_preset() -> None:
 def setup_controls() -> None:
     prompt_col, preset_col, method_col = st.columns([5, 3, 3], gap="small")
     with prompt_col:
-        st.text_area("Prompt", key=bc.PROMPT, height=100,
+        st.text_area("Prompt", key=CHAIN.prompt, height=100,
                      help="The text both lanes continue. Changing it (or chat, or the seed) starts over.")
     with preset_col:
-        st.selectbox("Presets", list(bc.PRESETS_BY_NAME), index=None, key=bc.PRESET, on_change=on_preset,
+        st.selectbox("Presets", list(bc.PRESETS_BY_NAME), index=None, key=CHAIN.preset, on_change=on_preset,
                      placeholder="Pick an example…")
-        st.toggle("Chat template", key=bc.CHAT)
+        st.toggle("Chat template", key=CHAIN.chat)
         with st.popover("Sampler and stop", width="stretch"):
-            st.slider("Temperature", 0.0, 2.0, step=0.05, key=bc.TEMPERATURE, help="0 = greedy (argmax).")
-            st.slider("Top-k", 0, 100, step=1, key=bc.TOP_K, help="0 = off")
-            st.slider("Top-p", 0.0, 1.0, step=0.01, key=bc.TOP_P, help="1 = off")
-            st.slider("Min-p", 0.0, 1.0, step=0.01, key=bc.MIN_P, help="0 = off")
-            st.slider("Repetition penalty", 0.5, 2.0, step=0.05, key=bc.REPETITION, help="1 = off")
-            st.number_input("Max new tokens", 1, 4096, step=1, key=bc.MAX_NEW)
-            st.text_area("Stop sequences (one per line; write a newline as \\n)", key=bc.STOPS, height=80)
-            st.number_input("Seed", 0, 2**31 - 1, step=1, key=bc.SEED)
+            st.slider("Temperature", 0.0, 2.0, step=0.05, key=CHAIN.temperature, help="0 = greedy (argmax).")
+            st.slider("Top-k", 0, 100, step=1, key=CHAIN.top_k, help="0 = off")
+            st.slider("Top-p", 0.0, 1.0, step=0.01, key=CHAIN.top_p, help="1 = off")
+            st.slider("Min-p", 0.0, 1.0, step=0.01, key=CHAIN.min_p, help="0 = off")
+            st.slider("Repetition penalty", 0.5, 2.0, step=0.05, key=CHAIN.repetition_penalty, help="1 = off")
+            st.number_input("Max new tokens", 1, 4096, step=1, key=CHAIN.max_new_tokens)
+            st.text_area("Stop sequences (one per line; write a newline as \\n)", key=CHAIN.stop_sequences, height=80)
+            st.number_input("Seed", 0, 2**31 - 1, step=1, key=CHAIN.seed)
     with method_col:
-        st.selectbox("Draft method", bc.METHODS, key=bc.METHOD, on_change=on_method,
+        st.selectbox("Draft method", bc.METHODS, key=CHAIN.method, on_change=on_method,
                      help="Where the guesses come from. Switching keeps the tokens so far.")
-        st.number_input(f"k: tokens guessed per round ({K_MIN} to {K_MAX})", step=1, key=bc.K,
+        st.number_input(f"k: tokens guessed per round ({K_MIN} to {K_MAX})", step=1, key=CHAIN.k,
                         help="More guesses can add more tokens per pass, but a rejection wastes the rest.")
-    if S.get(bc.PRESET) in bc.PRESETS_BY_NAME:
-        st.caption(f"Preset: {bc.PRESETS_BY_NAME[S[bc.PRESET]].about}")
+    if S.get(CHAIN.preset) in bc.PRESETS_BY_NAME:
+        st.caption(f"Preset: {bc.PRESETS_BY_NAME[S[CHAIN.preset]].about}")
     for control in ("setup", "sampler", "stop", "k", "method"):
         if text := bc.message(S, control):
             (st.info if control == "method" and "From round" in text else st.error)(
@@ -129,13 +129,13 @@ def setup_controls() -> None:
 
 
 def button_row(lanes: bc.Lanes) -> None:
-    running, finished = bool(S.get(bc.RUNNING)), lanes.speculative.finished
+    running, finished = bool(S.get(CHAIN.running)), lanes.speculative.finished
     row = st.container(horizontal=True, vertical_alignment="center")
-    row.button("Step", key="bc_step", type="primary", on_click=on_step, disabled=running or finished,
+    row.button("Step", key=CHAIN.step, type="primary", on_click=on_step, disabled=running or finished,
                help="One round: guess k tokens, check them all in one forward pass, keep the agreed prefix.")
-    row.button("Stop" if running else "Run", key="bc_run", on_click=on_stop if running else on_run,
+    row.button("Stop" if running else "Run", key=CHAIN.run, on_click=on_stop if running else on_run,
                disabled=finished and not running, help="Rounds until a stop condition fires.")
-    row.button("Reset", key="bc_reset", on_click=on_reset, disabled=running, help="Start both lanes over.")
+    row.button("Reset", key=CHAIN.reset, on_click=on_reset, disabled=running, help="Start both lanes over.")
     finish = lanes.speculative.finish_reason
     row.markdown(f"round **{len(lanes.speculative.rounds)}**"
                  + (f" · :orange-background[finished: {finish.replace('_', ' ')}]" if finish else "")
@@ -181,11 +181,10 @@ def lanes_view(lanes: bc.Lanes) -> None:
 
 
 def _prompt_chips(lanes: bc.Lanes) -> str:
-    cached = S.get("bc_prompt_chips")
-    if cached is None or cached[0] is not lanes:
-        cached = (lanes, prompt_chips(lanes.plain.prompt_pieces))
-        S["bc_prompt_chips"] = cached
-    return cached[1]
+    """The prompt's chips: they never change for a prompt, so they are built once."""
+    plain = lanes.plain
+    return remember(S, CHAIN.memo, ("prompt_chips", plain.lm.source, tuple(plain.prompt_ids)),
+                    lambda: prompt_chips(plain.prompt_pieces))
 
 
 def round_view(lanes: bc.Lanes) -> None:
@@ -226,24 +225,24 @@ def round_view(lanes: bc.Lanes) -> None:
 def trace_controls(lanes: bc.Lanes) -> None:
     """Download this run as a JSON trace (every round), or load one back."""
     with st.expander("Save or load a run"):
-        st.download_button("Download trace (JSON)", key="bc_trace_download", on_click="ignore",
+        st.download_button("Download trace (JSON)", key=CHAIN.trace_download, on_click="ignore",
                            data=lambda: json.dumps(speculative_to_trace(lanes.speculative), indent=1,
                                                    ensure_ascii=False),
                            file_name="speculative-trace.json", mime="application/json")
-        st.file_uploader("Load a speculative trace", type=["json"], key="bc_trace_upload", on_change=on_trace_upload,
+        st.file_uploader("Load a speculative trace", type=["json"], key=CHAIN.trace_upload, on_change=on_trace_upload,
                          help="A trace from this page or from `python -m engine --speculative … --json`.")
         if text := bc.message(S, "trace"):
             (st.success if text.startswith("Loaded") else st.error)(text)
 
 
-@st.fragment(key=WORKSPACE_KEY)
+@st.fragment(key=CHAIN.workspace)
 def workspace() -> None:
-    lanes: bc.Lanes | None = S.get(bc.LANES)
+    lanes: bc.Lanes | None = S.get(CHAIN.lanes)
     if lanes is None:
         st.info("Type a prompt above to start.")
         return
     started = time.monotonic()
-    if S.get(bc.RUNNING):
+    if S.get(CHAIN.running):
         bc.step(S)
         bc.run_should_continue(S)
     button_row(lanes)
@@ -252,7 +251,7 @@ def workspace() -> None:
     round_view(lanes)
     trace_controls(lanes)
     cost_section(lanes)
-    if S.get(bc.RUNNING):
+    if S.get(CHAIN.running):
         time.sleep(max(0.0, RUN_FRAME_S - (time.monotonic() - started)))
         try:
             st.rerun(scope="fragment")
@@ -282,11 +281,11 @@ def cost_section(lanes: bc.Lanes) -> None:
                  "(Timings on a shared machine are noisy.)")
     st.markdown(text)
     st.markdown(time_per_token_text(lanes))
-    if st.button("Measure prefill against decode", key="bc_measure",
+    if st.button("Measure prefill against decode", key=CHAIN.measure,
                  help="The KV cache & speed page's measurement: the prompt in one pass against one token per pass"):
         with st.spinner("Measuring…"):
-            S[MEASURED] = measure_prefill_decode(spec.lm, prompt_tokens=16, decode_steps=4, repeats=3)
-    if (measured := S.get(MEASURED)) is not None:
+            S[CHAIN.measured] = measure_prefill_decode(spec.lm, prompt_tokens=16, decode_steps=4, repeats=3)
+    if (measured := S.get(CHAIN.measured)) is not None:
         st.markdown(f"Measured now: {measured.prompt_tokens} tokens in one pass took **{measured.prefill_ms:.1f} ms** "
                     f"({measured.prefill_ms_per_token:.2f} ms per token); one token per pass took "
                     f"**{measured.decode_ms:.1f} ms**. Many positions per pass are far cheaper per token: this is "

@@ -26,7 +26,7 @@ from ui.chain_views import (
     speculative_chips_html,
 )
 from ui.chips import context_html, prompt_chips
-from ui.format import quoted
+from ui.format import plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import CHAIN
 from ui.memo import remember
@@ -122,7 +122,7 @@ def setup_controls() -> None:
     for control in ("setup", "sampler", "stop", "k", "method"):
         if text := bc.message(S, control):
             (st.info if control == "method" and "From round" in text else st.error)(
-                text, icon=":material/info:" if "From round" in text else ":material/back_hand:")
+                plain(text), icon=":material/info:" if "From round" in text else ":material/back_hand:")
 
 
 # ---- the workspace ------------------------------------------------------------------------------
@@ -141,7 +141,7 @@ def button_row(lanes: bc.Lanes) -> None:
                  + (f" · :orange-background[finished: {finish.replace('_', ' ')}]" if finish else "")
                  + (" · running…" if running else ""))
     if text := bc.message(S, "buttons"):
-        st.warning(text, icon=":material/back_hand:")
+        st.warning(plain(text), icon=":material/back_hand:")
 
 
 def counts_row(lanes: bc.Lanes) -> None:
@@ -158,18 +158,18 @@ def counts_row(lanes: bc.Lanes) -> None:
 
 def lanes_view(lanes: bc.Lanes) -> None:
     prompt_html = _prompt_chips(lanes)
-    spec, plain = lanes.speculative, lanes.plain
+    spec, plain_lane = lanes.speculative, lanes.plain
     left, right = st.columns(2, gap="medium")
     with left, st.container(border=True):
         st.markdown(f"**Speculative**: {len(spec.rounds)} forward passes for {len(spec.generated_ids)} tokens")
         st.html(speculative_chips_html(prompt_html, spec))
     with right, st.container(border=True):
-        st.markdown(f"**Plain decoding**: {len(plain.steps)} forward passes for {len(plain.steps)} tokens")
-        st.html(context_html(prompt_html, plain.steps, legend=False))
+        st.markdown(f"**Plain decoding**: {len(plain_lane.steps)} forward passes for {len(plain_lane.steps)} tokens")
+        st.html(context_html(prompt_html, plain_lane.steps, legend=False))
     if not spec.generated_ids:
         return
     if spec.sampler.greedy:
-        if lanes.identical and spec.text == plain.text:
+        if lanes.identical and spec.text == plain_lane.text:
             st.success("Identical text, token for token: greedy speculative decoding keeps only tokens the model "
                        "would have picked itself.", icon=":material/check_circle:")
         else:
@@ -182,9 +182,9 @@ def lanes_view(lanes: bc.Lanes) -> None:
 
 def _prompt_chips(lanes: bc.Lanes) -> str:
     """The prompt's chips: they never change for a prompt, so they are built once."""
-    plain = lanes.plain
-    return remember(S, CHAIN.memo, ("prompt_chips", plain.lm.source, tuple(plain.prompt_ids)),
-                    lambda: prompt_chips(plain.prompt_pieces))
+    plain_lane = lanes.plain
+    return remember(S, CHAIN.memo, ("prompt_chips", plain_lane.lm.source, tuple(plain_lane.prompt_ids)),
+                    lambda: prompt_chips(plain_lane.prompt_pieces))
 
 
 def round_view(lanes: bc.Lanes) -> None:
@@ -197,7 +197,7 @@ def round_view(lanes: bc.Lanes) -> None:
     st.markdown(f"#### Round {record.index}: {len(record.drafted)} guessed, {record.accepted} kept, "
                 f"{len(record.emitted)} added, one forward pass")
     if record.drafted:
-        guessed = " ".join(quoted(p.text) for p in record.drafted)
+        guessed = plain(" ".join(quoted(p.text) for p in record.drafted))  # copied from the visitor's prompt
         source = ("a deterministic guess, so q = 1 for each guessed token" if record.deterministic_draft
                   else "the draft model's own distribution q at each position")
         st.markdown(f"**1 · Draft** ({record.method}, {record.timing.draft_ms:.1f} ms): {guessed} — {source}.")
@@ -231,8 +231,10 @@ def trace_controls(lanes: bc.Lanes) -> None:
                            file_name="speculative-trace.json", mime="application/json")
         st.file_uploader("Load a speculative trace", type=["json"], key=CHAIN.trace_upload, on_change=on_trace_upload,
                          help="A trace from this page or from `python -m engine --speculative … --json`.")
-        if text := bc.message(S, "trace"):
-            (st.success if text.startswith("Loaded") else st.error)(text)
+        if problem := bc.message(S, "trace_error"):
+            st.error(plain(problem), icon=":material/back_hand:")
+        elif note := bc.message(S, "trace"):
+            st.success(plain(note))
 
 
 @st.fragment(key=CHAIN.workspace)
@@ -264,10 +266,10 @@ def workspace() -> None:
 
 def cost_section(lanes: bc.Lanes) -> None:
     """Why a verify pass costs about one decode step, with this page's own timings."""
-    spec, plain = lanes.speculative, lanes.plain
+    spec, plain_lane = lanes.speculative, lanes.plain
     st.markdown("### Why checking k guesses costs about one step")
     guessed = [r for r in spec.rounds[1:] if r.drafted]
-    decode = [s.timing.forward_ms for s in plain.steps[1:]]
+    decode = [s.timing.forward_ms for s in plain_lane.steps[1:]]
     text = ("A decode step at batch 1 is bound by memory bandwidth: it reads every weight of the model to make one "
             "token. The verify pass reads each weight once too, and uses it for all k + 1 positions at once, a "
             "thin matrix product instead of a matrix–vector one. So it costs little more than one step, and "
@@ -305,12 +307,12 @@ def cost_section(lanes: bc.Lanes) -> None:
 
 def time_per_token_text(lanes: bc.Lanes) -> str:
     """Wall time per token so far in each lane, and which is faster, said plainly."""
-    spec, plain = lanes.speculative, lanes.plain
-    if len(spec.rounds) < 2 or len(plain.steps) < 2:
+    spec, plain_lane = lanes.speculative, lanes.plain
+    if len(spec.rounds) < 2 or len(plain_lane.steps) < 2:
         return ""
     # both without their first pass, which reads the prompt
     spec_ms = sum(r.timing.round_ms for r in spec.rounds[1:]) / sum(len(r.emitted) for r in spec.rounds[1:])
-    plain_ms = sum(s.timing.step_ms for s in plain.steps[1:]) / (len(plain.steps) - 1)
+    plain_ms = sum(s.timing.step_ms for s in plain_lane.steps[1:]) / (len(plain_lane.steps) - 1)
     if spec_ms <= plain_ms:
         verdict = f"speculative decoding is **{plain_ms / spec_ms:.2f}× faster** here"
     else:

@@ -305,7 +305,7 @@ def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: Mak
     try:
         result = replay_speculative(lm, parse_trace(data), draft_named)
     except (TraceError, ModelLoadError, SettingsError) as exc:
-        set_message(state, "trace", f"{filename}: {exc}")
+        set_message(state, "trace_error", f"{filename}: {exc}")
         return
     spec = result.generation
     plain = Generation(lm, spec.prompt, chat=spec.chat, system_prompt=spec.system_prompt, sampler=spec.sampler,
@@ -324,4 +324,5 @@ def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: Mak
     if result.mismatched_rounds:
         note += (f" Rounds {', '.join(map(str, result.mismatched_rounds))} came out differently on this machine "
                  "(another model, or float rounding).")
+    set_message(state, "trace_error", None)
     set_message(state, "trace", note)

@@ -20,7 +20,7 @@ from engine import (
     StopSettings,
 )
 from engine.trace import speculative_to_trace
-from tests.ui.apptest import open_page
+from tests.ui.apptest import as_read, open_page
 from ui import chain_state as bc
 from ui.keys import CHAIN
 
@@ -90,7 +90,7 @@ def test_switching_the_draft_method_mid_generation_keeps_the_tokens(at: AppTest)
     at.selectbox(key=CHAIN.method).select(bc.SELF_BF16).run()
     assert not at.exception
     assert lanes(at).speculative.generated_ids == kept
-    assert any("From round 2 on" in i.value for i in at.info)
+    assert any("From round 2 on" in as_read(i.value) for i in at.info)
     click(at, CHAIN.step)
     record = lanes(at).speculative.rounds[-1]
     assert record.method == "self-draft-bfloat16" and not record.deterministic_draft
@@ -105,7 +105,8 @@ def test_a_draft_that_fails_to_load_leaves_a_message_and_the_method(at: AppTest,
     click(at, CHAIN.step)
     at.selectbox(key=CHAIN.method).select(bc.SELF_INT8).run()
     assert not at.exception
-    assert any("out of memory" in e.value and "goes on with prompt lookup" in e.value for e in at.error)
+    assert any("out of memory" in as_read(e.value) and "goes on with prompt lookup" in as_read(e.value)
+               for e in at.error)
     assert at.selectbox(key=CHAIN.method).value == bc.PROMPT_LOOKUP
     click(at, CHAIN.step)
     assert lanes(at).speculative.rounds[-1].method == "prompt-lookup"
@@ -113,7 +114,7 @@ def test_a_draft_that_fails_to_load_leaves_a_message_and_the_method(at: AppTest,
 
 def test_k_outside_one_to_eight_leaves_a_message_and_the_rounds_go_on(at: AppTest) -> None:
     at.number_input(key=CHAIN.k).set_value(12).run()
-    assert any("k = 12 is not allowed" in e.value and "from 1 to 8" in e.value for e in at.error)
+    assert any("k = 12 is not allowed" in as_read(e.value) and "from 1 to 8" in as_read(e.value) for e in at.error)
     click(at, CHAIN.step)
     assert lanes(at).speculative.k == 4 and len(lanes(at).speculative.rounds) == 1
 
@@ -126,14 +127,22 @@ def test_a_saved_speculative_trace_loads_back_on_the_page(lm, at: AppTest) -> No
     data = json.dumps(speculative_to_trace(generation)).encode()
     at.file_uploader(key=CHAIN.trace_upload).set_value(("run.json", data, "application/json")).run()
     assert not at.exception
-    assert any(f"Loaded run.json: {len(generation.rounds)} rounds replayed." == s.value for s in at.success)
+    assert any(f"Loaded run.json: {len(generation.rounds)} rounds replayed." == as_read(s.value) for s in at.success)
     loaded = lanes(at)
     assert loaded.speculative.generated_ids == generation.generated_ids
     assert len(loaded.plain.steps) == len(generation.generated_ids)
     assert at.text_area(key=CHAIN.prompt).value == generation.prompt and at.number_input(key=CHAIN.k).value == 3
     at.file_uploader(key=CHAIN.trace_upload).set_value(("bad.json", b"{}", "application/json")).run()
-    assert any("bad.json" in e.value and "not a Token by Token trace" in e.value for e in at.error)
-    assert lanes(at) is loaded
+    assert any("bad.json" in as_read(e.value) and "not a Token by Token trace" in as_read(e.value) for e in at.error)
+    assert lanes(at) is loaded and not at.success  # the earlier "Loaded" note gave way to the error
+
+
+def test_a_file_name_is_shown_as_written_not_as_markdown(at: AppTest) -> None:
+    name = "[click](https://example.com) **now**.json"
+    at.file_uploader(key=CHAIN.trace_upload).set_value((name, b"{}", "application/json")).run()
+    shown = next(e.value for e in at.error if "not a Token by Token trace" in as_read(e.value))
+    assert as_read(shown).startswith(name + ":")
+    assert "[click](" not in shown and "**now**" not in shown  # escaped: no link, no bold
 
 
 # ---- the controller alone -------------------------------------------------------------------

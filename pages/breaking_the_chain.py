@@ -12,7 +12,7 @@ import time
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from engine import DraftModel, LoadedModel, PromptLookup, self_draft
+from engine import DraftModel, LoadedModel, PromptLookup, TraceError, self_draft
 from engine.drafting import DraftMethod
 from engine.speculative import K_MAX, K_MIN, expected_tokens_per_round
 from engine.speed import measure_prefill_decode
@@ -26,6 +26,7 @@ from ui.chain_views import (
     speculative_chips_html,
 )
 from ui.chips import context_html, prompt_chips
+from ui.deployment import current_deployment
 from ui.format import plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import CHAIN
@@ -80,9 +81,14 @@ def on_method() -> None:
 
 
 def on_trace_upload() -> None:
-    upload = S.get(CHAIN.trace_upload)
-    if upload is not None:
-        bc.load_trace(S, current_model(), make_draft, upload.getvalue(), upload.name)
+    if (upload := S.get(CHAIN.trace_upload)) is None:
+        return
+    try:
+        current_deployment().limits.check_upload(upload.size)  # before reading it
+    except TraceError as exc:
+        bc.set_message(S, "trace_error", f"{upload.name}: {exc}")
+        return
+    bc.load_trace(S, current_model(), make_draft, upload.getvalue(), upload.name)
 
 
 def on_preset() -> None:
@@ -104,14 +110,16 @@ def setup_controls() -> None:
                      placeholder="Pick an example…")
         st.toggle("Chat template", key=CHAIN.chat)
         with st.popover("Sampler and stop", width="stretch"):
-            st.slider("Temperature", 0.0, 2.0, step=0.05, key=CHAIN.temperature, help="0 = greedy (argmax).")
-            st.slider("Top-k", 0, 100, step=1, key=CHAIN.top_k, help="0 = off")
-            st.slider("Top-p", 0.0, 1.0, step=0.01, key=CHAIN.top_p, help="1 = off")
-            st.slider("Min-p", 0.0, 1.0, step=0.01, key=CHAIN.min_p, help="0 = off")
-            st.slider("Repetition penalty", 0.5, 2.0, step=0.05, key=CHAIN.repetition_penalty, help="1 = off")
-            st.number_input("Max new tokens", 1, 4096, step=1, key=CHAIN.max_new_tokens)
+            st.slider("Temperature", **bc.widget_range(CHAIN.temperature), key=CHAIN.temperature,
+                      help="0 = greedy (argmax).")
+            st.slider("Top-k", **bc.widget_range(CHAIN.top_k), key=CHAIN.top_k, help="0 = off")
+            st.slider("Top-p", **bc.widget_range(CHAIN.top_p), key=CHAIN.top_p, help="1 = off")
+            st.slider("Min-p", **bc.widget_range(CHAIN.min_p), key=CHAIN.min_p, help="0 = off")
+            st.slider("Repetition penalty", **bc.widget_range(CHAIN.repetition_penalty),
+                      key=CHAIN.repetition_penalty, help="1 = off")
+            st.number_input("Max new tokens", **bc.widget_range(CHAIN.max_new_tokens), key=CHAIN.max_new_tokens)
             st.text_area("Stop sequences (one per line; write a newline as \\n)", key=CHAIN.stop_sequences, height=80)
-            st.number_input("Seed", 0, 2**31 - 1, step=1, key=CHAIN.seed)
+            st.number_input("Seed", **bc.widget_range(CHAIN.seed), key=CHAIN.seed)
     with method_col:
         st.selectbox("Draft method", bc.METHODS, key=CHAIN.method, on_change=on_method,
                      help="Where the guesses come from. Switching keeps the tokens so far.")
@@ -230,6 +238,7 @@ def trace_controls(lanes: bc.Lanes) -> None:
                                                    ensure_ascii=False),
                            file_name="speculative-trace.json", mime="application/json")
         st.file_uploader("Load a speculative trace", type=["json"], key=CHAIN.trace_upload, on_change=on_trace_upload,
+                         max_upload_size=max(1, current_deployment().limits.max_upload_bytes // 2**20),
                          help="A trace from this page or from `python -m engine --speculative … --json`.")
         if problem := bc.message(S, "trace_error"):
             st.error(plain(problem), icon=":material/back_hand:")

@@ -28,7 +28,9 @@ from engine import (
 from engine.drafting import DraftMethod
 from engine.speculative import check_k
 from engine.trace import parse_trace, replay_speculative
-from ui.keys import CHAIN
+from ui import state as step_state
+from ui.deployment import current_deployment
+from ui.keys import CHAIN, STEP
 from ui.state import format_stop_sequences, parse_stop_sequences
 
 PROMPT_LOOKUP = "prompt lookup"
@@ -43,7 +45,19 @@ WIDGET_DEFAULTS: dict[str, Any] = {
     CHAIN.stop_sequences: "", CHAIN.seed: 0,
 }
 
+# The sampler and stop widgets have the Step page's ranges (ui/state.py, max new tokens capped
+# by the server): the one table a loaded trace is checked against.
+SAME_RANGE_AS = {
+    CHAIN.temperature: STEP.temperature, CHAIN.top_k: STEP.top_k, CHAIN.top_p: STEP.top_p, CHAIN.min_p: STEP.min_p,
+    CHAIN.repetition_penalty: STEP.repetition_penalty, CHAIN.max_new_tokens: STEP.max_new_tokens, CHAIN.seed: STEP.seed,
+}
+
 MakeDraft = Callable[[LoadedModel, str], DraftMethod]
+
+
+def widget_range(key: str) -> dict[str, float]:
+    """A widget's min, max and step (CHAIN keys of SAME_RANGE_AS)."""
+    return step_state.widget_range(SAME_RANGE_AS[key])
 
 
 @dataclass(frozen=True)
@@ -139,9 +153,12 @@ def sampler_from(state: MutableMapping[str, Any]) -> SamplerSettings:
 
 
 def stop_from(state: MutableMapping[str, Any]) -> StopSettings:
-    """The stop settings the widgets describe (raises SettingsError)."""
-    return StopSettings(max_new_tokens=int(state[CHAIN.max_new_tokens]),
+    """The stop settings the widgets describe, within the server's cap (raises SettingsError)."""
+    stop = StopSettings(max_new_tokens=int(state[CHAIN.max_new_tokens]),
                         stop_sequences=parse_stop_sequences(state[CHAIN.stop_sequences]))
+    # checked here for both lanes at once: the speculative lane's stop is a plain attribute
+    current_deployment().limits.check_new_tokens(stop.max_new_tokens)
+    return stop
 
 
 # ---- the lanes -------------------------------------------------------------------------------
@@ -150,7 +167,9 @@ def stop_from(state: MutableMapping[str, Any]) -> StopSettings:
 def new_lanes(state: MutableMapping[str, Any], lm: LoadedModel, draft: DraftMethod) -> Lanes:
     """Both lanes from the widgets' values (raises PromptError or SettingsError)."""
     sampler, stop, k = sampler_from(state), stop_from(state), check_k(state[CHAIN.k])
-    options = dict(chat=bool(state[CHAIN.chat]), sampler=sampler, stop=stop, seed=int(state[CHAIN.seed]))
+    # chat mode reads typed special-token text as plain characters (the Step page has the switch)
+    options = dict(chat=bool(state[CHAIN.chat]), sampler=sampler, stop=stop, seed=int(state[CHAIN.seed]),
+                   allow_special=False, limits=current_deployment().limits)
     return Lanes(SpeculativeGeneration(lm, state[CHAIN.prompt], draft=draft, k=k, **options),
                  Generation(lm, state[CHAIN.prompt], **options))
 
@@ -302,24 +321,28 @@ def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: Mak
             raise SettingsError("draft method", name, f"one of {', '.join(METHOD_OF_NAME)}")
         return make_draft(lm, METHOD_OF_NAME[name])
 
+    limits = current_deployment().limits
     try:
-        result = replay_speculative(lm, parse_trace(data), draft_named)
+        result = replay_speculative(lm, parse_trace(data, limits), draft_named, limits)
     except (TraceError, ModelLoadError, SettingsError) as exc:
         set_message(state, "trace_error", f"{filename}: {exc}")
         return
-    spec = result.generation
-    plain = Generation(lm, spec.prompt, chat=spec.chat, system_prompt=spec.system_prompt, sampler=spec.sampler,
-                       stop=spec.stop, seed=spec.seed)
+    spec, sampler = result.generation, result.generation.sampler
+    values = {CHAIN.temperature: sampler.temperature, CHAIN.top_k: sampler.top_k, CHAIN.top_p: sampler.top_p,
+              CHAIN.min_p: sampler.min_p, CHAIN.repetition_penalty: sampler.repetition_penalty,
+              CHAIN.max_new_tokens: spec.stop.max_new_tokens, CHAIN.seed: spec.seed}
+    if problem := step_state.outside_ranges({SAME_RANGE_AS[key]: value for key, value in values.items()}):
+        set_message(state, "trace_error", f"{filename}: {problem}")  # a widget could not show it
+        return
+    plain = Generation(lm, spec.prompt, chat=spec.chat, system_prompt=spec.system_prompt, sampler=sampler,
+                       stop=spec.stop, seed=spec.seed, allow_special=spec.allow_special, limits=limits)
     lanes = Lanes(spec, plain)
     catch_up(lanes)
-    sampler = spec.sampler
     method = METHOD_OF_NAME[spec.draft.name]
-    state.update({CHAIN.prompt: spec.prompt, CHAIN.chat: spec.chat, CHAIN.seed: spec.seed, CHAIN.k: spec.k,
-                  CHAIN.temperature: sampler.temperature, CHAIN.top_k: sampler.top_k, CHAIN.top_p: sampler.top_p,
-                  CHAIN.min_p: sampler.min_p, CHAIN.repetition_penalty: sampler.repetition_penalty,
-                  CHAIN.max_new_tokens: spec.stop.max_new_tokens,
-                  CHAIN.stop_sequences: format_stop_sequences(spec.stop.stop_sequences), CHAIN.method: method,
-                  CHAIN.active_method: method, CHAIN.lanes: lanes, CHAIN.running: False})
+    state.update(values | {CHAIN.prompt: spec.prompt, CHAIN.chat: spec.chat, CHAIN.k: spec.k,
+                           CHAIN.stop_sequences: format_stop_sequences(spec.stop.stop_sequences),
+                           CHAIN.method: method, CHAIN.active_method: method, CHAIN.lanes: lanes,
+                           CHAIN.running: False})
     note = f"Loaded {filename}: {len(spec.rounds)} rounds replayed."
     if result.mismatched_rounds:
         note += (f" Rounds {', '.join(map(str, result.mismatched_rounds))} came out differently on this machine "

@@ -22,6 +22,7 @@ from engine import (
 from engine.trace import speculative_to_trace
 from tests.ui.apptest import as_read, open_page
 from ui import chain_state as bc
+from ui.deployment import current_deployment
 from ui.keys import CHAIN
 
 PAGE = "pages/breaking_the_chain.py"
@@ -190,3 +191,52 @@ def test_controller_starts_over_only_when_the_prompt_changes(lm) -> None:
     state[CHAIN.prompt] = "  "
     kept = bc.sync(state, lm, lookup)
     assert kept is state[CHAIN.lanes] and "prompt is empty" in bc.message(state, "setup")
+
+
+# ---- the server's caps ----------------------------------------------------------------------
+
+
+@pytest.fixture()
+def capped(monkeypatch):
+    """A server that allows 8 new tokens and 1 MB uploads."""
+    monkeypatch.setenv("TBT_MAX_NEW_TOKENS", "8")
+    monkeypatch.setenv("TBT_MAX_UPLOAD_MB", "1")
+    current_deployment.cache_clear()
+    yield current_deployment().limits
+    current_deployment.cache_clear()
+
+
+def test_controller_keeps_both_lanes_within_the_servers_cap(lm, capped) -> None:
+    state = fresh_state(**{CHAIN.max_new_tokens: 8})
+    pair = bc.sync(state, lm, lookup)
+    assert pair.speculative.limits == pair.plain.limits == capped
+    assert not pair.plain.allow_special and not pair.speculative.allow_special
+    state[CHAIN.max_new_tokens] = 9
+    assert bc.sync(state, lm, lookup) is pair and "at most 8 on this server" in bc.message(state, "stop")
+    assert pair.speculative.stop.max_new_tokens == pair.plain.stop.max_new_tokens == 8
+    state[CHAIN.prompt] = "Another prompt"
+    assert bc.sync(state, lm, lookup) is pair and "at most 8 on this server" in bc.message(state, "setup")
+
+
+def test_controller_refuses_a_trace_beyond_the_servers_cap_or_the_widgets(lm, capped) -> None:
+    state = fresh_state(**{CHAIN.max_new_tokens: 8})
+    pair = bc.sync(state, lm, lookup)
+    generation = SpeculativeGeneration(lm, "Once upon a time,", draft=PromptLookup(lm.eos_ids), k=2,
+                                       stop=StopSettings(max_new_tokens=12))
+    list(generation.run(max_rounds=1))
+    trace = speculative_to_trace(generation)
+    bc.load_trace(state, lm, lookup, json.dumps(trace), "long.json")
+    assert "long.json" in bc.message(state, "trace_error") and "at most 8" in bc.message(state, "trace_error")
+    hot = trace | {"stop": trace["stop"] | {"max_new_tokens": 8}, "sampler": trace["sampler"] | {"temperature": 5.0}}
+    bc.load_trace(state, lm, lookup, json.dumps(hot), "hot.json")
+    assert "temperature = 5.0 is outside" in bc.message(state, "trace_error")
+    assert state[CHAIN.lanes] is pair and state[CHAIN.temperature] == 0.0
+
+
+def test_the_page_caps_max_new_tokens_and_the_upload_size(capped) -> None:
+    at = open_page(PAGE, {CHAIN.prompt: "Repeat: one two three", CHAIN.max_new_tokens: 8})
+    assert at.number_input(key=CHAIN.max_new_tokens).max == 8
+    big = b" " * (capped.max_upload_bytes + 1)
+    at.file_uploader(key=CHAIN.trace_upload).set_value(("big.json", big, "application/json")).run()
+    assert any(as_read(e.value).startswith("big.json: The file is 1.0 MB; this server takes files up to 1.0 MB")
+               for e in at.error), [e.value for e in at.error]

@@ -22,21 +22,23 @@ from ui.chain_views import (
     kv_html,
     positions_html,
     rejection_html,
+    round_line_html,
     rounds_table_html,
     speculative_chips_html,
 )
-from ui.chips import context_html, prompt_chips
+from ui.chips import chip_window, context_html, prompt_chips
 from ui.deployment import current_deployment
 from ui.format import plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import CHAIN
 from ui.memo import remember
 from ui.model import current_model
-from ui.teaching import page_style
+from ui.teaching import FORWARD, RUN, page_style, presenter_keys, presenting
 from ui.views import PANEL_CSS
 
 S = st.session_state
 RUN_FRAME_S = 0.3  # each round stays on screen at least this long during a Run
+CHIP_LINES = 3  # presentation mode: rows of chips shown per lane (the newest), so a round fits 1280x720
 
 
 # ---- draft methods: the self-copies are shared, read-only, one per model -----------------------
@@ -170,10 +172,11 @@ def lanes_view(lanes: bc.Lanes) -> None:
     left, right = st.columns(2, gap="medium")
     with left, st.container(border=True):
         st.markdown(f"**Speculative**: {len(spec.rounds)} forward passes for {len(spec.generated_ids)} tokens")
-        st.html(speculative_chips_html(prompt_html, spec))
+        st.html(speculative_chips_html(prompt_html, spec, CHIP_LINES if presenting() else None))
     with right, st.container(border=True):
         st.markdown(f"**Plain decoding**: {len(plain_lane.steps)} forward passes for {len(plain_lane.steps)} tokens")
-        st.html(context_html(prompt_html, plain_lane.steps, legend=False))
+        chips = context_html(prompt_html, plain_lane.steps, legend=False)
+        st.html(chip_window(chips, CHIP_LINES) if presenting() else chips)
     if not spec.generated_ids:
         return
     if spec.sampler.greedy:
@@ -259,7 +262,9 @@ def workspace() -> None:
     button_row(lanes)
     counts_row(lanes)
     lanes_view(lanes)
-    round_view(lanes)
+    if presenting() and lanes.speculative.rounds:  # one screen: the round's guesses, kept and rejected
+        st.html(round_line_html(lanes.speculative.rounds[-1]))
+    round_view(lanes)  # in presentation mode, the details below the fold
     trace_controls(lanes)
     cost_section(lanes)
     if S.get(CHAIN.running):
@@ -361,14 +366,22 @@ def main() -> None:
     lm = current_model()
     bc.init_defaults(S)
     page_style()
+    presenter_keys({CHAIN.step: FORWARD, CHAIN.run: RUN})  # no Back on this page: PageUp / ← do nothing
     st.html(PANEL_CSS)
-    st.header("Breaking the chain", anchor=False)
-    st.caption("Token T+1 needs token T, so plain decoding makes one token per forward pass. Speculative decoding "
-               "guesses the next k tokens cheaply, checks all of them in ONE forward pass of the model, and keeps "
-               "the guesses the model agrees with, plus one token of its own. The output is exactly the model's.")
+    if not presenting():  # a projector's screen goes to the round
+        st.header("Breaking the chain", anchor=False)
+        st.caption("Token T+1 needs token T, so plain decoding makes one token per forward pass. Speculative "
+                   "decoding guesses the next k tokens cheaply, checks all of them in ONE forward pass of the model, "
+                   "and keeps the guesses the model agrees with, plus one token of its own. The output is exactly "
+                   "the model's.")
     bc.sync(S, lm, make_draft)
-    setup_controls()
-    workspace()
+    if presenting():  # on a projector the setup folds away under the rounds
+        workspace()
+        with st.expander("Prompt and settings"):
+            setup_controls()
+    else:
+        setup_controls()
+        workspace()
     st.markdown(OTHER_METHODS)
 
 

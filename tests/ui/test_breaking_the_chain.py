@@ -23,7 +23,7 @@ from engine.trace import speculative_to_trace
 from tests.ui.apptest import as_read, open_page
 from ui import chain_state as bc
 from ui.deployment import current_deployment
-from ui.keys import CHAIN
+from ui.keys import APP, CHAIN
 
 PAGE = "pages/breaking_the_chain.py"
 
@@ -240,3 +240,22 @@ def test_the_page_caps_max_new_tokens_and_the_upload_size(capped) -> None:
     at.file_uploader(key=CHAIN.trace_upload).set_value(("big.json", big, "application/json")).run()
     assert any(as_read(e.value).startswith("big.json: The file is 1.0 MB; this server takes files up to 1.0 MB")
                for e in at.error), [e.value for e in at.error]
+
+
+# ---- presentation mode ------------------------------------------------------------------------
+
+
+def test_presentation_mode_shows_the_round_on_one_line_and_folds_the_setup_away() -> None:
+    at = open_page(PAGE, {APP.presentation: True})
+    assert not at.header and at.expander[-1].label == "Prompt and settings"  # below the workspace
+    keys = html_with(at, "tbt-keys")
+    assert all(f"&quot;{k}&quot;: &quot;{CHAIN.step}&quot;" in keys for k in ("PageDown", "ArrowRight", " "))
+    assert f"&quot;.&quot;: &quot;{CHAIN.run}&quot;" in keys and "PageUp" not in keys
+    for _ in range(3):
+        click(at, CHAIN.step)
+    record = lanes(at).speculative.rounds[-1]
+    line = html_with(at, 'class="bc-line"')
+    assert f'data-round="3" data-accepted="{record.accepted}" data-drafted="{len(record.drafted)}"' in line
+    assert line.count("bc-mark bc-ok") == record.accepted
+    assert line.count("bc-mark bc-bad") == (record.rejection is not None)
+    assert "tbt-chip-window" in html_with(at, "data-rounds=") and "tbt-chip-window" in html_with(at, "data-steps=")

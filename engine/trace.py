@@ -361,15 +361,18 @@ class SpeculativeReplay:
     mismatched_rounds: tuple[int, ...]  # rounds whose tokens came out differently on this machine
 
 
-def replay_speculative(lm: LoadedModel, trace: dict[str, Any], make_draft: Callable[[str], DraftMethod]
-                       ) -> SpeculativeReplay:
+def replay_speculative(lm: LoadedModel, trace: dict[str, Any], make_draft: Callable[[str], DraftMethod],
+                       limits: Limits | None = None) -> SpeculativeReplay:
     """Rebuild a speculative generation from its trace: same prompt, seed and stop settings, and
     each round again with its recorded sampler, k and draft method (`make_draft(method name)`).
     Rounds are deterministic given the seed, so they repeat; a round whose tokens differ here
-    (another model, or float rounding on another machine) is reported, not forced."""
-    trace = parse_trace(trace)
+    (another model, or float rounding on another machine) is reported, not forced. The server's
+    `limits` cap the trace, its prompt and new tokens, and the replay's time (ReplayCancelled)."""
+    limits = limits or Limits()
+    trace = parse_trace(trace, limits)
     if not trace.get("rounds"):
         raise TraceError("This trace has no speculative rounds: load it on the Step through page instead.")
+    started = time.monotonic()
     try:
         stop = StopSettings(**(trace["stop"] | {"stop_sequences": tuple(trace["stop"]["stop_sequences"])}))
         first = trace["rounds"][0]
@@ -377,7 +380,7 @@ def replay_speculative(lm: LoadedModel, trace: dict[str, Any], make_draft: Calla
                                            system_prompt=trace.get("system_prompt"),
                                            draft=make_draft(first["method"]), k=int(first["k"]) or 1,
                                            sampler=SamplerSettings(**first["sampler"]), stop=stop,
-                                           seed=int(trace["seed"]))
+                                           seed=int(trace["seed"]), limits=limits)
         mismatched = []
         for record in trace["rounds"]:
             if record["method"] != generation.draft.name:
@@ -389,10 +392,15 @@ def replay_speculative(lm: LoadedModel, trace: dict[str, Any], make_draft: Calla
                 break
             if list(generation.step().emitted_ids) != [int(i) for i in record["emitted_ids"]]:
                 mismatched.append(int(record["index"]))
+            if limits.replay_seconds is not None and time.monotonic() - started > limits.replay_seconds:
+                raise ReplayCancelled(f"The replay took longer than this server allows ({limits.replay_seconds:g} s) "
+                                      f"and stopped after {len(generation.rounds)} of {len(trace['rounds'])} rounds.")
         speculative = trace.get("speculative") or {}
         if speculative.get("k"):
             generation.set_k(int(speculative["k"]))
         generation.sampler = SamplerSettings(**(trace.get("sampler") or {}))
+    except ReplayCancelled:
+        raise
     except (TypeError, KeyError, ValueError, SettingsError, PromptError) as exc:
         raise TraceError(f"The trace's settings cannot be used: {exc}") from exc
     return SpeculativeReplay(generation, tuple(mismatched))

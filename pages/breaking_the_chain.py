@@ -12,7 +12,7 @@ import time
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from engine import DraftModel, LoadedModel, PromptLookup, self_draft
+from engine import DraftModel, LoadedModel, PromptLookup, TraceError, self_draft
 from engine.drafting import DraftMethod
 from engine.speculative import K_MAX, K_MIN, expected_tokens_per_round
 from engine.speed import measure_prefill_decode
@@ -22,20 +22,23 @@ from ui.chain_views import (
     kv_html,
     positions_html,
     rejection_html,
+    round_line_html,
     rounds_table_html,
     speculative_chips_html,
 )
-from ui.chips import context_html, prompt_chips
-from ui.format import quoted
+from ui.chips import chip_window, context_html, prompt_chips
+from ui.deployment import current_deployment
+from ui.format import plain, quoted
 from ui.frame import ensure_app_frame
+from ui.keys import CHAIN
+from ui.memo import remember
 from ui.model import current_model
-from ui.teaching import page_style
+from ui.teaching import FORWARD, RUN, page_style, presenter_keys, presenting
 from ui.views import PANEL_CSS
 
 S = st.session_state
-WORKSPACE_KEY = "bc_workspace"
 RUN_FRAME_S = 0.3  # each round stays on screen at least this long during a Run
-MEASURED = "bc_prefill_decode"
+CHIP_LINES = 3  # presentation mode: rows of chips shown per lane (the newest), so a round fits 1280x720
 
 
 # ---- draft methods: the self-copies are shared, read-only, one per model -----------------------
@@ -64,11 +67,11 @@ def on_step() -> None:
 
 
 def on_run() -> None:
-    S[bc.RUNNING] = True
+    S[CHAIN.running] = True
 
 
 def on_stop() -> None:
-    S[bc.RUNNING] = False
+    S[CHAIN.running] = False
 
 
 def on_reset() -> None:
@@ -80,13 +83,18 @@ def on_method() -> None:
 
 
 def on_trace_upload() -> None:
-    upload = S.get("bc_trace_upload")
-    if upload is not None:
-        bc.load_trace(S, current_model(), make_draft, upload.getvalue(), upload.name)
+    if (upload := S.get(CHAIN.trace_upload)) is None:
+        return
+    try:
+        current_deployment().limits.check_upload(upload.size)  # before reading it
+    except TraceError as exc:
+        bc.set_message(S, "trace_error", f"{upload.name}: {exc}")
+        return
+    bc.load_trace(S, current_model(), make_draft, upload.getvalue(), upload.name)
 
 
 def on_preset() -> None:
-    name = S.get(bc.PRESET)
+    name = S.get(CHAIN.preset)
     if name in bc.PRESETS_BY_NAME:
         bc.write_preset(S, bc.PRESETS_BY_NAME[name])
 
@@ -97,51 +105,53 @@ def on_preset() -> None:
 def setup_controls() -> None:
     prompt_col, preset_col, method_col = st.columns([5, 3, 3], gap="small")
     with prompt_col:
-        st.text_area("Prompt", key=bc.PROMPT, height=100,
+        st.text_area("Prompt", key=CHAIN.prompt, height=100,
                      help="The text both lanes continue. Changing it (or chat, or the seed) starts over.")
     with preset_col:
-        st.selectbox("Presets", list(bc.PRESETS_BY_NAME), index=None, key=bc.PRESET, on_change=on_preset,
+        st.selectbox("Presets", list(bc.PRESETS_BY_NAME), index=None, key=CHAIN.preset, on_change=on_preset,
                      placeholder="Pick an example…")
-        st.toggle("Chat template", key=bc.CHAT)
+        st.toggle("Chat template", key=CHAIN.chat)
         with st.popover("Sampler and stop", width="stretch"):
-            st.slider("Temperature", 0.0, 2.0, step=0.05, key=bc.TEMPERATURE, help="0 = greedy (argmax).")
-            st.slider("Top-k", 0, 100, step=1, key=bc.TOP_K, help="0 = off")
-            st.slider("Top-p", 0.0, 1.0, step=0.01, key=bc.TOP_P, help="1 = off")
-            st.slider("Min-p", 0.0, 1.0, step=0.01, key=bc.MIN_P, help="0 = off")
-            st.slider("Repetition penalty", 0.5, 2.0, step=0.05, key=bc.REPETITION, help="1 = off")
-            st.number_input("Max new tokens", 1, 4096, step=1, key=bc.MAX_NEW)
-            st.text_area("Stop sequences (one per line; write a newline as \\n)", key=bc.STOPS, height=80)
-            st.number_input("Seed", 0, 2**31 - 1, step=1, key=bc.SEED)
+            st.slider("Temperature", **bc.widget_range(CHAIN.temperature), key=CHAIN.temperature,
+                      help="0 = greedy (argmax).")
+            st.slider("Top-k", **bc.widget_range(CHAIN.top_k), key=CHAIN.top_k, help="0 = off")
+            st.slider("Top-p", **bc.widget_range(CHAIN.top_p), key=CHAIN.top_p, help="1 = off")
+            st.slider("Min-p", **bc.widget_range(CHAIN.min_p), key=CHAIN.min_p, help="0 = off")
+            st.slider("Repetition penalty", **bc.widget_range(CHAIN.repetition_penalty),
+                      key=CHAIN.repetition_penalty, help="1 = off")
+            st.number_input("Max new tokens", **bc.widget_range(CHAIN.max_new_tokens), key=CHAIN.max_new_tokens)
+            st.text_area("Stop sequences (one per line; write a newline as \\n)", key=CHAIN.stop_sequences, height=80)
+            st.number_input("Seed", **bc.widget_range(CHAIN.seed), key=CHAIN.seed)
     with method_col:
-        st.selectbox("Draft method", bc.METHODS, key=bc.METHOD, on_change=on_method,
+        st.selectbox("Draft method", bc.METHODS, key=CHAIN.method, on_change=on_method,
                      help="Where the guesses come from. Switching keeps the tokens so far.")
-        st.number_input(f"k: tokens guessed per round ({K_MIN} to {K_MAX})", step=1, key=bc.K,
+        st.number_input(f"k: tokens guessed per round ({K_MIN} to {K_MAX})", step=1, key=CHAIN.k,
                         help="More guesses can add more tokens per pass, but a rejection wastes the rest.")
-    if S.get(bc.PRESET) in bc.PRESETS_BY_NAME:
-        st.caption(f"Preset: {bc.PRESETS_BY_NAME[S[bc.PRESET]].about}")
+    if S.get(CHAIN.preset) in bc.PRESETS_BY_NAME:
+        st.caption(f"Preset: {bc.PRESETS_BY_NAME[S[CHAIN.preset]].about}")
     for control in ("setup", "sampler", "stop", "k", "method"):
         if text := bc.message(S, control):
             (st.info if control == "method" and "From round" in text else st.error)(
-                text, icon=":material/info:" if "From round" in text else ":material/back_hand:")
+                plain(text), icon=":material/info:" if "From round" in text else ":material/back_hand:")
 
 
 # ---- the workspace ------------------------------------------------------------------------------
 
 
 def button_row(lanes: bc.Lanes) -> None:
-    running, finished = bool(S.get(bc.RUNNING)), lanes.speculative.finished
+    running, finished = bool(S.get(CHAIN.running)), lanes.speculative.finished
     row = st.container(horizontal=True, vertical_alignment="center")
-    row.button("Step", key="bc_step", type="primary", on_click=on_step, disabled=running or finished,
+    row.button("Step", key=CHAIN.step, type="primary", on_click=on_step, disabled=running or finished,
                help="One round: guess k tokens, check them all in one forward pass, keep the agreed prefix.")
-    row.button("Stop" if running else "Run", key="bc_run", on_click=on_stop if running else on_run,
+    row.button("Stop" if running else "Run", key=CHAIN.run, on_click=on_stop if running else on_run,
                disabled=finished and not running, help="Rounds until a stop condition fires.")
-    row.button("Reset", key="bc_reset", on_click=on_reset, disabled=running, help="Start both lanes over.")
+    row.button("Reset", key=CHAIN.reset, on_click=on_reset, disabled=running, help="Start both lanes over.")
     finish = lanes.speculative.finish_reason
     row.markdown(f"round **{len(lanes.speculative.rounds)}**"
                  + (f" · :orange-background[finished: {finish.replace('_', ' ')}]" if finish else "")
                  + (" · running…" if running else ""))
     if text := bc.message(S, "buttons"):
-        st.warning(text, icon=":material/back_hand:")
+        st.warning(plain(text), icon=":material/back_hand:")
 
 
 def counts_row(lanes: bc.Lanes) -> None:
@@ -158,18 +168,19 @@ def counts_row(lanes: bc.Lanes) -> None:
 
 def lanes_view(lanes: bc.Lanes) -> None:
     prompt_html = _prompt_chips(lanes)
-    spec, plain = lanes.speculative, lanes.plain
+    spec, plain_lane = lanes.speculative, lanes.plain
     left, right = st.columns(2, gap="medium")
     with left, st.container(border=True):
         st.markdown(f"**Speculative**: {len(spec.rounds)} forward passes for {len(spec.generated_ids)} tokens")
-        st.html(speculative_chips_html(prompt_html, spec))
+        st.html(speculative_chips_html(prompt_html, spec, CHIP_LINES if presenting() else None))
     with right, st.container(border=True):
-        st.markdown(f"**Plain decoding**: {len(plain.steps)} forward passes for {len(plain.steps)} tokens")
-        st.html(context_html(prompt_html, plain.steps, legend=False))
+        st.markdown(f"**Plain decoding**: {len(plain_lane.steps)} forward passes for {len(plain_lane.steps)} tokens")
+        chips = context_html(prompt_html, plain_lane.steps, legend=False)
+        st.html(chip_window(chips, CHIP_LINES) if presenting() else chips)
     if not spec.generated_ids:
         return
     if spec.sampler.greedy:
-        if lanes.identical and spec.text == plain.text:
+        if lanes.identical and spec.text == plain_lane.text:
             st.success("Identical text, token for token: greedy speculative decoding keeps only tokens the model "
                        "would have picked itself.", icon=":material/check_circle:")
         else:
@@ -181,11 +192,10 @@ def lanes_view(lanes: bc.Lanes) -> None:
 
 
 def _prompt_chips(lanes: bc.Lanes) -> str:
-    cached = S.get("bc_prompt_chips")
-    if cached is None or cached[0] is not lanes:
-        cached = (lanes, prompt_chips(lanes.plain.prompt_pieces))
-        S["bc_prompt_chips"] = cached
-    return cached[1]
+    """The prompt's chips: they never change for a prompt, so they are built once."""
+    plain_lane = lanes.plain
+    return remember(S, CHAIN.memo, ("prompt_chips", plain_lane.lm.source, tuple(plain_lane.prompt_ids)),
+                    lambda: prompt_chips(plain_lane.prompt_pieces))
 
 
 def round_view(lanes: bc.Lanes) -> None:
@@ -198,7 +208,7 @@ def round_view(lanes: bc.Lanes) -> None:
     st.markdown(f"#### Round {record.index}: {len(record.drafted)} guessed, {record.accepted} kept, "
                 f"{len(record.emitted)} added, one forward pass")
     if record.drafted:
-        guessed = " ".join(quoted(p.text) for p in record.drafted)
+        guessed = plain(" ".join(quoted(p.text) for p in record.drafted))  # copied from the visitor's prompt
         source = ("a deterministic guess, so q = 1 for each guessed token" if record.deterministic_draft
                   else "the draft model's own distribution q at each position")
         st.markdown(f"**1 · Draft** ({record.method}, {record.timing.draft_ms:.1f} ms): {guessed} — {source}.")
@@ -226,33 +236,38 @@ def round_view(lanes: bc.Lanes) -> None:
 def trace_controls(lanes: bc.Lanes) -> None:
     """Download this run as a JSON trace (every round), or load one back."""
     with st.expander("Save or load a run"):
-        st.download_button("Download trace (JSON)", key="bc_trace_download", on_click="ignore",
+        st.download_button("Download trace (JSON)", key=CHAIN.trace_download, on_click="ignore",
                            data=lambda: json.dumps(speculative_to_trace(lanes.speculative), indent=1,
                                                    ensure_ascii=False),
                            file_name="speculative-trace.json", mime="application/json")
-        st.file_uploader("Load a speculative trace", type=["json"], key="bc_trace_upload", on_change=on_trace_upload,
+        st.file_uploader("Load a speculative trace", type=["json"], key=CHAIN.trace_upload, on_change=on_trace_upload,
+                         max_upload_size=max(1, current_deployment().limits.max_upload_bytes // 2**20),
                          help="A trace from this page or from `python -m engine --speculative … --json`.")
-        if text := bc.message(S, "trace"):
-            (st.success if text.startswith("Loaded") else st.error)(text)
+        if problem := bc.message(S, "trace_error"):
+            st.error(plain(problem), icon=":material/back_hand:")
+        elif note := bc.message(S, "trace"):
+            st.success(plain(note))
 
 
-@st.fragment(key=WORKSPACE_KEY)
+@st.fragment(key=CHAIN.workspace)
 def workspace() -> None:
-    lanes: bc.Lanes | None = S.get(bc.LANES)
+    lanes: bc.Lanes | None = S.get(CHAIN.lanes)
     if lanes is None:
         st.info("Type a prompt above to start.")
         return
     started = time.monotonic()
-    if S.get(bc.RUNNING):
+    if S.get(CHAIN.running):
         bc.step(S)
         bc.run_should_continue(S)
     button_row(lanes)
     counts_row(lanes)
     lanes_view(lanes)
-    round_view(lanes)
+    if presenting() and lanes.speculative.rounds:  # one screen: the round's guesses, kept and rejected
+        st.html(round_line_html(lanes.speculative.rounds[-1]))
+    round_view(lanes)  # in presentation mode, the details below the fold
     trace_controls(lanes)
     cost_section(lanes)
-    if S.get(bc.RUNNING):
+    if S.get(CHAIN.running):
         time.sleep(max(0.0, RUN_FRAME_S - (time.monotonic() - started)))
         try:
             st.rerun(scope="fragment")
@@ -265,10 +280,10 @@ def workspace() -> None:
 
 def cost_section(lanes: bc.Lanes) -> None:
     """Why a verify pass costs about one decode step, with this page's own timings."""
-    spec, plain = lanes.speculative, lanes.plain
+    spec, plain_lane = lanes.speculative, lanes.plain
     st.markdown("### Why checking k guesses costs about one step")
     guessed = [r for r in spec.rounds[1:] if r.drafted]
-    decode = [s.timing.forward_ms for s in plain.steps[1:]]
+    decode = [s.timing.forward_ms for s in plain_lane.steps[1:]]
     text = ("A decode step at batch 1 is bound by memory bandwidth: it reads every weight of the model to make one "
             "token. The verify pass reads each weight once too, and uses it for all k + 1 positions at once, a "
             "thin matrix product instead of a matrix–vector one. So it costs little more than one step, and "
@@ -282,11 +297,11 @@ def cost_section(lanes: bc.Lanes) -> None:
                  "(Timings on a shared machine are noisy.)")
     st.markdown(text)
     st.markdown(time_per_token_text(lanes))
-    if st.button("Measure prefill against decode", key="bc_measure",
+    if st.button("Measure prefill against decode", key=CHAIN.measure,
                  help="The KV cache & speed page's measurement: the prompt in one pass against one token per pass"):
         with st.spinner("Measuring…"):
-            S[MEASURED] = measure_prefill_decode(spec.lm, prompt_tokens=16, decode_steps=4, repeats=3)
-    if (measured := S.get(MEASURED)) is not None:
+            S[CHAIN.measured] = measure_prefill_decode(spec.lm, prompt_tokens=16, decode_steps=4, repeats=3)
+    if (measured := S.get(CHAIN.measured)) is not None:
         st.markdown(f"Measured now: {measured.prompt_tokens} tokens in one pass took **{measured.prefill_ms:.1f} ms** "
                     f"({measured.prefill_ms_per_token:.2f} ms per token); one token per pass took "
                     f"**{measured.decode_ms:.1f} ms**. Many positions per pass are far cheaper per token: this is "
@@ -306,12 +321,12 @@ def cost_section(lanes: bc.Lanes) -> None:
 
 def time_per_token_text(lanes: bc.Lanes) -> str:
     """Wall time per token so far in each lane, and which is faster, said plainly."""
-    spec, plain = lanes.speculative, lanes.plain
-    if len(spec.rounds) < 2 or len(plain.steps) < 2:
+    spec, plain_lane = lanes.speculative, lanes.plain
+    if len(spec.rounds) < 2 or len(plain_lane.steps) < 2:
         return ""
     # both without their first pass, which reads the prompt
     spec_ms = sum(r.timing.round_ms for r in spec.rounds[1:]) / sum(len(r.emitted) for r in spec.rounds[1:])
-    plain_ms = sum(s.timing.step_ms for s in plain.steps[1:]) / (len(plain.steps) - 1)
+    plain_ms = sum(s.timing.step_ms for s in plain_lane.steps[1:]) / (len(plain_lane.steps) - 1)
     if spec_ms <= plain_ms:
         verdict = f"speculative decoding is **{plain_ms / spec_ms:.2f}× faster** here"
     else:
@@ -351,14 +366,22 @@ def main() -> None:
     lm = current_model()
     bc.init_defaults(S)
     page_style()
+    presenter_keys({CHAIN.step: FORWARD, CHAIN.run: RUN})  # no Back on this page: PageUp / ← do nothing
     st.html(PANEL_CSS)
-    st.header("Breaking the chain", anchor=False)
-    st.caption("Token T+1 needs token T, so plain decoding makes one token per forward pass. Speculative decoding "
-               "guesses the next k tokens cheaply, checks all of them in ONE forward pass of the model, and keeps "
-               "the guesses the model agrees with, plus one token of its own. The output is exactly the model's.")
+    if not presenting():  # a projector's screen goes to the round
+        st.header("Breaking the chain", anchor=False)
+        st.caption("Token T+1 needs token T, so plain decoding makes one token per forward pass. Speculative "
+                   "decoding guesses the next k tokens cheaply, checks all of them in ONE forward pass of the model, "
+                   "and keeps the guesses the model agrees with, plus one token of its own. The output is exactly "
+                   "the model's.")
     bc.sync(S, lm, make_draft)
-    setup_controls()
-    workspace()
+    if presenting():  # on a projector the setup folds away under the rounds
+        workspace()
+        with st.expander("Prompt and settings"):
+            setup_controls()
+    else:
+        setup_controls()
+        workspace()
     st.markdown(OTHER_METHODS)
 
 

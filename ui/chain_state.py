@@ -4,7 +4,7 @@ The page keeps two lanes on the same prompt and sampler: a speculative generatio
 forward pass of the model per round, several tokens per round) and a plain one (one pass per
 token), stepped together so they always hold the same number of tokens. Every function here
 takes the state mapping (st.session_state on the page, a dict in tests); none draws anything.
-Keys are namespaced "bc_".
+The keys are ui/keys.py's CHAIN.
 """
 
 from __future__ import annotations
@@ -28,27 +28,10 @@ from engine import (
 from engine.drafting import DraftMethod
 from engine.speculative import check_k
 from engine.trace import parse_trace, replay_speculative
+from ui import state as step_state
+from ui.deployment import current_deployment
+from ui.keys import CHAIN, STEP
 from ui.state import format_stop_sequences, parse_stop_sequences
-
-# Widget keys.
-PROMPT = "bc_prompt"
-CHAT = "bc_chat"
-PRESET = "bc_preset"
-METHOD = "bc_method"
-K = "bc_k"
-TEMPERATURE = "bc_temperature"
-TOP_K = "bc_top_k"
-TOP_P = "bc_top_p"
-MIN_P = "bc_min_p"
-REPETITION = "bc_repetition_penalty"
-MAX_NEW = "bc_max_new_tokens"
-STOPS = "bc_stop_sequences"
-SEED = "bc_seed"
-# Non-widget keys.
-LANES = "bc_lanes"
-MESSAGES = "bc_messages"  # control name -> message shown beside it
-RUNNING = "bc_running"
-ACTIVE_METHOD = "bc_active_method"  # the method the speculative lane drafts with now
 
 PROMPT_LOOKUP = "prompt lookup"
 SELF_BF16 = "draft model: bfloat16 copy of this model"
@@ -57,11 +40,24 @@ METHODS = (PROMPT_LOOKUP, SELF_BF16, SELF_INT8)
 METHOD_OF_NAME = {"prompt-lookup": PROMPT_LOOKUP, "self-draft-bfloat16": SELF_BF16, "self-draft-int8": SELF_INT8}
 
 WIDGET_DEFAULTS: dict[str, Any] = {
-    PROMPT: "", CHAT: True, METHOD: PROMPT_LOOKUP, K: 4, TEMPERATURE: 0.0, TOP_K: 0, TOP_P: 1.0, MIN_P: 0.0,
-    REPETITION: 1.0, MAX_NEW: 48, STOPS: "", SEED: 0,
+    CHAIN.prompt: "", CHAIN.chat: True, CHAIN.method: PROMPT_LOOKUP, CHAIN.k: 4, CHAIN.temperature: 0.0,
+    CHAIN.top_k: 0, CHAIN.top_p: 1.0, CHAIN.min_p: 0.0, CHAIN.repetition_penalty: 1.0, CHAIN.max_new_tokens: 48,
+    CHAIN.stop_sequences: "", CHAIN.seed: 0,
+}
+
+# The sampler and stop widgets have the Step page's ranges (ui/state.py, max new tokens capped
+# by the server): the one table a loaded trace is checked against.
+SAME_RANGE_AS = {
+    CHAIN.temperature: STEP.temperature, CHAIN.top_k: STEP.top_k, CHAIN.top_p: STEP.top_p, CHAIN.min_p: STEP.min_p,
+    CHAIN.repetition_penalty: STEP.repetition_penalty, CHAIN.max_new_tokens: STEP.max_new_tokens, CHAIN.seed: STEP.seed,
 }
 
 MakeDraft = Callable[[LoadedModel, str], DraftMethod]
+
+
+def widget_range(key: str) -> dict[str, float]:
+    """A widget's min, max and step (CHAIN keys of SAME_RANGE_AS)."""
+    return step_state.widget_range(SAME_RANGE_AS[key])
 
 
 @dataclass(frozen=True)
@@ -120,7 +116,7 @@ class Lanes:
 
 
 def set_message(state: MutableMapping[str, Any], control: str, text: str | None) -> None:
-    messages = state.setdefault(MESSAGES, {})
+    messages = state.setdefault(CHAIN.messages, {})
     if text is None:
         messages.pop(control, None)
     else:
@@ -128,7 +124,7 @@ def set_message(state: MutableMapping[str, Any], control: str, text: str | None)
 
 
 def message(state: MutableMapping[str, Any], control: str) -> str | None:
-    return state.get(MESSAGES, {}).get(control)
+    return state.get(CHAIN.messages, {}).get(control)
 
 
 # ---- settings from the widgets ---------------------------------------------------------------
@@ -136,7 +132,7 @@ def message(state: MutableMapping[str, Any], control: str) -> str | None:
 
 def init_defaults(state: MutableMapping[str, Any]) -> None:
     """Every widget's value once (the first preset's prompt), so widgets take no `value=`."""
-    if PROMPT not in state:
+    if CHAIN.prompt not in state:
         write_preset(state, DEFAULT_PRESET)
     for key, value in WIDGET_DEFAULTS.items():
         state.setdefault(key, value)
@@ -144,20 +140,25 @@ def init_defaults(state: MutableMapping[str, Any]) -> None:
 
 def write_preset(state: MutableMapping[str, Any], preset: Preset) -> None:
     """Fill the prompt, chat, temperature and stop widgets from a preset (other filters off)."""
-    state.update({PROMPT: preset.prompt, CHAT: preset.chat, TEMPERATURE: preset.temperature, TOP_K: 0, TOP_P: 1.0,
-                  MIN_P: 0.0, REPETITION: 1.0, MAX_NEW: preset.max_new_tokens, STOPS: preset.stop_sequences})
+    state.update({CHAIN.prompt: preset.prompt, CHAIN.chat: preset.chat, CHAIN.temperature: preset.temperature,
+                  CHAIN.top_k: 0, CHAIN.top_p: 1.0, CHAIN.min_p: 0.0, CHAIN.repetition_penalty: 1.0,
+                  CHAIN.max_new_tokens: preset.max_new_tokens, CHAIN.stop_sequences: preset.stop_sequences})
 
 
 def sampler_from(state: MutableMapping[str, Any]) -> SamplerSettings:
     """The sampler the widgets describe (raises SettingsError)."""
-    return SamplerSettings(temperature=round(float(state[TEMPERATURE]), 4), top_k=int(state[TOP_K]),
-                           top_p=round(float(state[TOP_P]), 4), min_p=round(float(state[MIN_P]), 4),
-                           repetition_penalty=round(float(state[REPETITION]), 4))
+    return SamplerSettings(temperature=round(float(state[CHAIN.temperature]), 4), top_k=int(state[CHAIN.top_k]),
+                           top_p=round(float(state[CHAIN.top_p]), 4), min_p=round(float(state[CHAIN.min_p]), 4),
+                           repetition_penalty=round(float(state[CHAIN.repetition_penalty]), 4))
 
 
 def stop_from(state: MutableMapping[str, Any]) -> StopSettings:
-    """The stop settings the widgets describe (raises SettingsError)."""
-    return StopSettings(max_new_tokens=int(state[MAX_NEW]), stop_sequences=parse_stop_sequences(state[STOPS]))
+    """The stop settings the widgets describe, within the server's cap (raises SettingsError)."""
+    stop = StopSettings(max_new_tokens=int(state[CHAIN.max_new_tokens]),
+                        stop_sequences=parse_stop_sequences(state[CHAIN.stop_sequences]))
+    # checked here for both lanes at once: the speculative lane's stop is a plain attribute
+    current_deployment().limits.check_new_tokens(stop.max_new_tokens)
+    return stop
 
 
 # ---- the lanes -------------------------------------------------------------------------------
@@ -165,14 +166,16 @@ def stop_from(state: MutableMapping[str, Any]) -> StopSettings:
 
 def new_lanes(state: MutableMapping[str, Any], lm: LoadedModel, draft: DraftMethod) -> Lanes:
     """Both lanes from the widgets' values (raises PromptError or SettingsError)."""
-    sampler, stop, k = sampler_from(state), stop_from(state), check_k(state[K])
-    options = dict(chat=bool(state[CHAT]), sampler=sampler, stop=stop, seed=int(state[SEED]))
-    return Lanes(SpeculativeGeneration(lm, state[PROMPT], draft=draft, k=k, **options),
-                 Generation(lm, state[PROMPT], **options))
+    sampler, stop, k = sampler_from(state), stop_from(state), check_k(state[CHAIN.k])
+    # chat mode reads typed special-token text as plain characters (the Step page has the switch)
+    options = dict(chat=bool(state[CHAIN.chat]), sampler=sampler, stop=stop, seed=int(state[CHAIN.seed]),
+                   allow_special=False, limits=current_deployment().limits)
+    return Lanes(SpeculativeGeneration(lm, state[CHAIN.prompt], draft=draft, k=k, **options),
+                 Generation(lm, state[CHAIN.prompt], **options))
 
 
 def _setup(state: MutableMapping[str, Any]) -> tuple[str, bool, int]:
-    return state[PROMPT], bool(state[CHAT]), int(state[SEED])
+    return state[CHAIN.prompt], bool(state[CHAIN.chat]), int(state[CHAIN.seed])
 
 
 def _setup_of(lanes: Lanes) -> tuple[str, bool, int]:
@@ -184,7 +187,7 @@ def sync(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft
     """Start over when the prompt, chat flag, seed or model changed; otherwise pass the sampler,
     stop settings and k on to the lanes for their next round. Bad input leaves a message beside
     its control and the current lanes as they are."""
-    lanes: Lanes | None = state.get(LANES)
+    lanes: Lanes | None = state.get(CHAIN.lanes)
     if lanes is None or lanes.speculative.lm is not lm or _setup_of(lanes) != _setup(state):
         try:
             lanes = new_lanes(state, lm, _active_draft(state, lm, make_draft))
@@ -192,15 +195,15 @@ def sync(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft
             set_message(state, "setup", str(exc))
             return lanes
         set_message(state, "setup", None)
-        state[LANES] = lanes
-        state[RUNNING] = False
+        state[CHAIN.lanes] = lanes
+        state[CHAIN.running] = False
     _pass_settings(state, lanes)
     return lanes
 
 
 def _active_draft(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft) -> DraftMethod:
     """The draft method in force: the last one that was built without error."""
-    return make_draft(lm, state.get(ACTIVE_METHOD, PROMPT_LOOKUP))
+    return make_draft(lm, state.get(CHAIN.active_method, PROMPT_LOOKUP))
 
 
 def _pass_settings(state: MutableMapping[str, Any], lanes: Lanes) -> None:
@@ -214,7 +217,7 @@ def _pass_settings(state: MutableMapping[str, Any], lanes: Lanes) -> None:
         for lane in (lanes.speculative, lanes.plain):
             setattr(lane, control, value)
     try:
-        lanes.speculative.set_k(state[K])
+        lanes.speculative.set_k(state[CHAIN.k])
     except SettingsError as exc:
         set_message(state, "k", f"{exc} The rounds go on with k = {lanes.speculative.k}.")
     else:
@@ -224,16 +227,16 @@ def _pass_settings(state: MutableMapping[str, Any], lanes: Lanes) -> None:
 def choose_method(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft) -> None:
     """The method widget moved: draft with it from the next round on, keeping the generation.
     A method that cannot be built leaves a message and the previous method in force."""
-    wanted = state[METHOD]
+    wanted = state[CHAIN.method]
     try:
         draft = make_draft(lm, wanted)
     except (ModelLoadError, SettingsError) as exc:
-        previous = state.get(ACTIVE_METHOD, PROMPT_LOOKUP)
+        previous = state.get(CHAIN.active_method, PROMPT_LOOKUP)
         set_message(state, "method", f"{wanted}: {exc} The generation goes on with {previous}.")
-        state[METHOD] = previous
+        state[CHAIN.method] = previous
         return
-    state[ACTIVE_METHOD] = wanted
-    lanes: Lanes | None = state.get(LANES)
+    state[CHAIN.active_method] = wanted
+    lanes: Lanes | None = state.get(CHAIN.lanes)
     if lanes is not None:
         rounds = len(lanes.speculative.rounds)
         lanes.speculative.draft = draft
@@ -244,7 +247,7 @@ def choose_method(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: 
 
 def step(state: MutableMapping[str, Any]) -> None:
     """One speculative round, then the plain lane catches up to as many tokens, one pass each."""
-    lanes: Lanes | None = state.get(LANES)
+    lanes: Lanes | None = state.get(CHAIN.lanes)
     if lanes is None:
         return
     try:
@@ -266,8 +269,8 @@ def catch_up(lanes: Lanes) -> None:
 
 def reset(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft) -> None:
     """Both lanes start over from the prompt with the current settings."""
-    state.pop(LANES, None)
-    state[RUNNING] = False
+    state.pop(CHAIN.lanes, None)
+    state[CHAIN.running] = False
     set_message(state, "buttons", None)
     set_message(state, "method", None)
     sync(state, lm, make_draft)
@@ -275,10 +278,10 @@ def reset(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraf
 
 def run_should_continue(state: MutableMapping[str, Any]) -> bool:
     """After a Run's round: go on unless the generation finished or a round failed."""
-    lanes: Lanes | None = state.get(LANES)
+    lanes: Lanes | None = state.get(CHAIN.lanes)
     keep_going = lanes is not None and not lanes.speculative.finished and message(state, "buttons") is None
-    state[RUNNING] = keep_going and bool(state.get(RUNNING))
-    return state[RUNNING]
+    state[CHAIN.running] = keep_going and bool(state.get(CHAIN.running))
+    return state[CHAIN.running]
 
 
 @dataclass(frozen=True)
@@ -318,24 +321,31 @@ def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: Mak
             raise SettingsError("draft method", name, f"one of {', '.join(METHOD_OF_NAME)}")
         return make_draft(lm, METHOD_OF_NAME[name])
 
+    limits = current_deployment().limits
     try:
-        result = replay_speculative(lm, parse_trace(data), draft_named)
+        result = replay_speculative(lm, parse_trace(data, limits), draft_named, limits)
     except (TraceError, ModelLoadError, SettingsError) as exc:
-        set_message(state, "trace", f"{filename}: {exc}")
+        set_message(state, "trace_error", f"{filename}: {exc}")
         return
-    spec = result.generation
-    plain = Generation(lm, spec.prompt, chat=spec.chat, system_prompt=spec.system_prompt, sampler=spec.sampler,
-                       stop=spec.stop, seed=spec.seed)
+    spec, sampler = result.generation, result.generation.sampler
+    values = {CHAIN.temperature: sampler.temperature, CHAIN.top_k: sampler.top_k, CHAIN.top_p: sampler.top_p,
+              CHAIN.min_p: sampler.min_p, CHAIN.repetition_penalty: sampler.repetition_penalty,
+              CHAIN.max_new_tokens: spec.stop.max_new_tokens, CHAIN.seed: spec.seed}
+    if problem := step_state.outside_ranges({SAME_RANGE_AS[key]: value for key, value in values.items()}):
+        set_message(state, "trace_error", f"{filename}: {problem}")  # a widget could not show it
+        return
+    plain = Generation(lm, spec.prompt, chat=spec.chat, system_prompt=spec.system_prompt, sampler=sampler,
+                       stop=spec.stop, seed=spec.seed, allow_special=spec.allow_special, limits=limits)
     lanes = Lanes(spec, plain)
     catch_up(lanes)
-    sampler = spec.sampler
-    state.update({PROMPT: spec.prompt, CHAT: spec.chat, SEED: spec.seed, K: spec.k, TEMPERATURE: sampler.temperature,
-                  TOP_K: sampler.top_k, TOP_P: sampler.top_p, MIN_P: sampler.min_p,
-                  REPETITION: sampler.repetition_penalty, MAX_NEW: spec.stop.max_new_tokens,
-                  STOPS: format_stop_sequences(spec.stop.stop_sequences), METHOD: METHOD_OF_NAME[spec.draft.name],
-                  ACTIVE_METHOD: METHOD_OF_NAME[spec.draft.name], LANES: lanes, RUNNING: False})
+    method = METHOD_OF_NAME[spec.draft.name]
+    state.update(values | {CHAIN.prompt: spec.prompt, CHAIN.chat: spec.chat, CHAIN.k: spec.k,
+                           CHAIN.stop_sequences: format_stop_sequences(spec.stop.stop_sequences),
+                           CHAIN.method: method, CHAIN.active_method: method, CHAIN.lanes: lanes,
+                           CHAIN.running: False})
     note = f"Loaded {filename}: {len(spec.rounds)} rounds replayed."
     if result.mismatched_rounds:
         note += (f" Rounds {', '.join(map(str, result.mismatched_rounds))} came out differently on this machine "
                  "(another model, or float rounding).")
+    set_message(state, "trace_error", None)
     set_message(state, "trace", note)

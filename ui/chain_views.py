@@ -12,7 +12,7 @@ from engine import RoundRecord, SpeculativeGeneration
 from engine.speculative import Check, PositionView
 from engine.tokens import TokenPiece, TokenTexts
 from ui.charts import FINAL_COLOUR, RAW_COLOUR
-from ui.chips import CHIP_CSS
+from ui.chips import CHIP_CSS, chip_window
 from ui.format import esc, pct, quoted, visible
 
 KIND_COLOURS = {"accepted": "#b2f2bb", "replaced": "#ffc078", "bonus": "#d0bfff"}
@@ -41,30 +41,82 @@ CHAIN_CSS = """
  45deg,transparent 0 3px,#fff 3px 5px)}
 .bc-legend{font-size:.8rem;color:#555;display:flex;gap:12px;flex-wrap:wrap;margin-top:4px}
 .bc-sw{display:inline-block;width:14px;height:12px;border-radius:2px;vertical-align:middle;margin-right:3px}
+.bc-flat .bc-round{display:contents}
+.bc-flat .bc-r0 .tbt-chip{box-shadow:0 3px 0 #495057}.bc-flat .bc-r1 .tbt-chip{box-shadow:0 3px 0 #adb5bd}
+.bc-line{border:1px solid #dee2e6;border-radius:6px;padding:.3rem .6rem}
+.bc-line-title{font-weight:700;font-size:1.05rem;margin-bottom:.2rem}
+.bc-line-chips{gap:.3rem .25rem}
+.bc-mark{font-family:system-ui,sans-serif;margin-right:.5rem;color:#495057}
+.bc-rejected{text-decoration:line-through;text-decoration-color:#c92a2a}
+.bc-skip{opacity:.5}
+.bc-arrow{font-family:system-ui,sans-serif;margin:0 .4rem 0 .2rem;font-weight:700}
 </style>
 """
 
 
-def _chip(piece: TokenPiece, background: str, title: str) -> str:
+def _chip(piece: TokenPiece, background: str, title: str, css: str = "") -> str:
     text = esc(piece.text) if piece.special else esc(visible(piece.text))
-    return (f'<span class="tbt-chip{" tbt-special" if piece.special else ""}" style="background:{background}" '
+    return (f'<span class="tbt-chip{" tbt-special" if piece.special else ""}{css}" style="background:{background}" '
             f'title="{esc(title)}">{text}</span>')
 
 
-def speculative_chips_html(prompt_html: str, generation: SpeculativeGeneration) -> str:
+def speculative_chips_html(prompt_html: str, generation: SpeculativeGeneration, window_lines: int | None = None
+                           ) -> str:
     """The speculative lane's context: prompt chips, then each round's tokens underlined as a
-    group and coloured by how they came (guess kept, replacement, bonus)."""
+    group and coloured by how they came (guess kept, replacement, bonus). With `window_lines`
+    (presentation mode) the chips sit in a window that many rows high showing the newest."""
     groups = []
     for record in generation.rounds:
         chips = "".join(
             _chip(piece, KIND_COLOURS[kind], f"round {record.index} · {KIND_WORDS[kind]} · id {piece.token_id}")
             for piece, kind in zip(record.emitted, record.emitted_kinds, strict=True))
-        groups.append(f'<span class="bc-round" title="round {record.index}: one forward pass">{chips}</span>')
+        groups.append(f'<span class="bc-round bc-r{record.index % 2}" title="round {record.index}: one forward pass">'
+                      f"{chips}</span>")
     legend = "".join(f'<span><span class="bc-sw" style="background:{c}"></span>{KIND_WORDS[k]}</span>'
                      for k, c in KIND_COLOURS.items())
-    return (CHIP_CSS + CHAIN_CSS + f'<div class="tbt-chips" data-rounds="{len(generation.rounds)}">{prompt_html}'
-            f'{"".join(groups)}</div><div class="bc-legend">{legend}<span>underline: one round = one forward pass'
-            "</span></div>")
+    # in a window every chip is a row item of its own (rows of one height, so none shows cut); each
+    # chip then carries its round's underline, alternating in shade from round to round
+    flat = "" if window_lines is None else " bc-flat"
+    chips = (f'<div class="tbt-chips{flat}" data-rounds="{len(generation.rounds)}">{prompt_html}{"".join(groups)}'
+             "</div>")
+    return (CHIP_CSS + CHAIN_CSS + (chips if window_lines is None else chip_window(chips, window_lines))
+            + f'<div class="bc-legend">{legend}<span>underline: one round = one forward pass</span></div>')
+
+
+def _guess_chip(piece: TokenPiece, check: Check | None) -> str:
+    """A drafted token marked by the check: ✓ kept, ✗ rejected, or – never checked."""
+    if check is None:
+        return _chip(piece, "#e9ecef", "not checked: an earlier guess was rejected", " bc-skip") + (
+            '<span class="bc-mark">–</span>')
+    if check.accepted:
+        return _chip(piece, KIND_COLOURS["accepted"], "guess kept") + '<span class="bc-mark bc-ok">✓</span>'
+    return _chip(piece, "#ffc9c9", "guess rejected", " bc-rejected") + '<span class="bc-mark bc-bad">✗</span>'
+
+
+def round_line_html(record: RoundRecord) -> str:
+    """One round on one line, for presentation mode: the guesses marked ✓ / ✗, then the token
+    the target adds itself, and what the one forward pass bought."""
+    checks = {c.index: c for c in record.checks}
+    guesses = "".join(_guess_chip(piece, checks.get(i)) for i, piece in enumerate(record.drafted))
+    own = record.rejection.token if record.rejection is not None else record.bonus
+    kind = "replaced" if record.rejection is not None else "bonus"
+    if record.drafted:
+        kept = len(record.emitted) > record.accepted  # not when a stop fired before it
+        label = ("replaces ✗" if kind == "replaced" else "bonus") + ("" if kept else ", dropped at the stop")
+        chip = "" if own is None else _chip(own, KIND_COLOURS[kind], KIND_WORDS[kind], "" if kept else " bc-skip")
+        target = f'<span class="bc-arrow">→</span>{chip}<span class="bc-mark">{label}</span>' if chip else ""
+    else:
+        target = ('<span class="bc-mark">a plain step:</span>'
+                  + "".join(_chip(p, KIND_COLOURS[k], KIND_WORDS[k])
+                            for p, k in zip(record.emitted, record.emitted_kinds, strict=True)))
+    added = len(record.emitted)
+    guessed = f"{record.accepted} of {len(record.drafted)} guesses kept" if record.drafted else "no guess"
+    summary = (f"Round {record.index}: {guessed} · 1 forward pass → {added} token{'s' if added != 1 else ''}"
+               + (f" ({record.cut_by_stop} dropped at a stop)" if record.cut_by_stop else ""))
+    return (CHIP_CSS + CHAIN_CSS + f'<div class="bc-line" data-round="{record.index}" '
+            f'data-accepted="{record.accepted}" data-drafted="{len(record.drafted)}">'
+            f'<div class="bc-line-title">{esc(summary)}</div>'
+            f'<div class="tbt-chips bc-line-chips">{guesses}{target}</div></div>')
 
 
 def _bar(value: float, colour: str, width: int = 36) -> str:

@@ -2,8 +2,8 @@
 
 Each page owns a prefix, so two pages never share a key by accident and a key found in
 st.session_state says which page wrote it: `app_` for the frame (app.py and what every page
-shares), `st_` for Step through, `lab_` for the Sampler lab, `kv_` for KV cache & speed and
-`lesson_` for the Lesson. Widget keys are here too: a widget's key is its value's key in
+shares), `st_` for Step through, `lab_` for the Sampler lab, `kv_` for KV cache & speed, `lesson_`
+for the Lesson and `bc_` for Breaking the chain. Widget keys are here too: a widget's key is its value's key in
 session_state. Pages and ui/ use these names, never string literals (tests/ui/test_keys.py
 checks both rules).
 """
@@ -168,9 +168,47 @@ class LessonKeys(PageKeys):
     reveal_chart: str = "lesson_reveal_chart"
 
 
+@dataclass(frozen=True)
+class ChainKeys(PageKeys):
+    """Breaking the chain: the setup widgets, the two lanes, the Run, the measurements."""
+
+    prefix: ClassVar[str] = "bc_"
+    # setup widgets (their values make the lanes: ui/chain_state.py)
+    prompt: str = "bc_prompt"
+    chat: str = "bc_chat"
+    preset: str = "bc_preset"
+    method: str = "bc_method"  # the draft method the widget asks for
+    k: str = "bc_k"
+    temperature: str = "bc_temperature"
+    top_k: str = "bc_top_k"
+    top_p: str = "bc_top_p"
+    min_p: str = "bc_min_p"
+    repetition_penalty: str = "bc_repetition_penalty"
+    max_new_tokens: str = "bc_max_new_tokens"
+    stop_sequences: str = "bc_stop_sequences"
+    seed: str = "bc_seed"
+    # buttons (the browser tests and AppTests find them by these keys)
+    step: str = "bc_step"
+    run: str = "bc_run"  # Run, and Stop while a Run goes on
+    reset: str = "bc_reset"
+    measure: str = "bc_measure"
+    trace_download: str = "bc_trace_download"
+    trace_upload: str = "bc_trace_upload"
+    # fragments
+    workspace: str = "bc_workspace"
+    # state no widget owns
+    lanes: str = "bc_lanes"  # the visitor's two generations (ui/chain_state.py Lanes)
+    messages: str = "bc_messages"  # control name -> message shown beside that control
+    running: str = "bc_running"
+    active_method: str = "bc_active_method"  # the method the speculative lane drafts with now
+    measured: str = "bc_prefill_decode"  # the prefill-against-decode measurement asked for
+    memo: str = "bc_memo"  # ui/memo.py store: prompt chips
+
+
 APP = AppKeys()
 STEP = StepKeys()
 LAB = LabKeys()
 KV = KVKeys()
 LESSON = LessonKeys()
-PAGES: tuple[PageKeys, ...] = (APP, STEP, LAB, KV, LESSON)
+CHAIN = ChainKeys()
+PAGES: tuple[PageKeys, ...] = (APP, STEP, LAB, KV, LESSON, CHAIN)

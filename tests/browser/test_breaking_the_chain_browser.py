@@ -1,6 +1,7 @@
 """Breaking the chain in a real browser: reached from the sidebar, two Steps show a round with
-its verified positions, Run goes to the end with both lanes identical; screenshots go to
-test-artifacts/ for a person to look at."""
+its verified positions, Run goes to the end with both lanes identical; in presentation mode at
+1280x720 a presenter remote's keys step and run it, and each round fits one screen. Screenshots
+go to test-artifacts/ for a person to look at."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import re
 
 import pytest
 
+from tests.browser.conftest import ARTIFACTS
+from tests.browser.test_presentation import outside_viewport, presentation_on
 from tests.browser.test_teaching_pages import SLOW, open_page, settle, shoot
 
 pytestmark = pytest.mark.browser
@@ -31,3 +34,50 @@ def test_steps_then_run_show_rounds_beside_plain_decoding(page):
     tokens, speculative, plain = (int(v) for v in passes[:3])
     assert speculative < plain == tokens
     shoot(page, "breaking_the_chain_finished", height=2600)
+
+
+ROUNDS = "Number(document.querySelector('[data-rounds]')?.dataset.rounds ?? -1)"
+ON_ROUND_SCREEN = {
+    "buttons": ".st-key-bc_step",
+    "speculative lane's chips": ":nth-match(.tbt-chip-window, 1)",
+    "plain lane's chips": ":nth-match(.tbt-chip-window, 2)",
+    "the plain lane's newest chip": ".tbt-newest",
+    "the round's guesses, marked": ".bc-line",
+    "a mark": ".bc-line .bc-mark",
+    "tokens produced": ":nth-match([data-testid='stMetric'], 1)",
+    "passes, speculative": ":nth-match([data-testid='stMetric'], 2)",
+    "passes, plain": ":nth-match([data-testid='stMetric'], 3)",
+}
+
+
+def test_presentation_mode_fits_a_round_on_a_720p_screen_and_steps_from_the_keys(browser, app_url):
+    width, height = 1280, 720
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    try:
+        page.goto(app_url)
+        open_page(page, "Breaking the chain")
+        page.get_by_role("button", name="Step").wait_for(timeout=SLOW)
+        settle(page)
+        presentation_on(page)
+        assert page.get_by_role("heading", name="Breaking the chain").count() == 0
+        hint = page.evaluate("getComputedStyle(document.querySelector('.st-key-bc_step button'), '::after').content")
+        assert "PgDn" in hint
+        page.evaluate("document.activeElement.blur()")  # the toggle just clicked would keep the arrows
+        page.mouse.move(width - 5, height - 5)
+        for count in range(1, 7):  # a presenter remote's "next"
+            page.keyboard.press("PageDown" if count % 2 else "ArrowRight")
+            page.wait_for_function(f"{ROUNDS} === {count}", timeout=SLOW)
+            settle(page)
+        assert page.locator(".bc-line").first.get_attribute("data-round") == "6"
+        assert outside_viewport(page, ON_ROUND_SCREEN, width, height) == []
+        assert page.locator(".bc-line .bc-ok").count() >= 1  # the copying preset: guesses kept by round 6
+        page.screenshot(path=str(ARTIFACTS / f"presentation_chain_{width}x{height}.png"))
+
+        page.keyboard.press(".")  # the remote's blank-screen button: Run, to the end
+        page.get_by_text(re.compile("finished: eos")).wait_for(timeout=SLOW)
+        settle(page)
+        assert outside_viewport(page, ON_ROUND_SCREEN, width, height) == []
+        page.screenshot(path=str(ARTIFACTS / f"presentation_chain_finished_{width}x{height}.png"))
+    finally:
+        context.close()

@@ -10,8 +10,9 @@ import pytest
 from engine import Generation, SamplerSettings, StopSettings, TraceError, parse_trace, replay, to_trace
 from engine.cli import ROUND_HEADER, main
 from engine.drafting import PromptLookup, draft_for
+from engine.limits import Limits
 from engine.speculative import SpeculativeGeneration
-from engine.trace import replay_speculative, speculative_to_trace
+from engine.trace import ReplayCancelled, replay_speculative, speculative_to_trace
 
 COPY_PROMPT = ("Fix the spelling in this sentence and write it out again: The wether in Lndon was cold and rainy, "
                "so we stayed insid and read books all afternon.")
@@ -85,3 +86,17 @@ def test_a_round_missing_its_tokens_is_refused(lm) -> None:
     del trace["rounds"][0]["emitted_ids"]
     with pytest.raises(TraceError, match="Round 1 of the trace lacks"):
         parse_trace(trace)
+
+
+def test_a_speculative_replay_keeps_to_the_servers_caps(lm) -> None:
+    trace = speculative_to_trace(speculative(lm, SamplerSettings(temperature=0)))  # 16 new tokens
+
+    def replayed(limits: Limits):
+        return replay_speculative(lm, trace, lambda name: draft_for(lm, name), limits)
+
+    with pytest.raises(TraceError, match="max_new_tokens = 16 is not allowed: at most 8"):
+        replayed(Limits(max_new_tokens=8))
+    with pytest.raises(TraceError, match="this server replays at most 4"):
+        replayed(Limits(max_replay_steps=4))
+    with pytest.raises(ReplayCancelled, match="stopped after 1 of"):
+        replayed(Limits(replay_seconds=1e-9))

@@ -20,14 +20,16 @@ from engine import (
     StopSettings,
 )
 from engine.trace import speculative_to_trace
-from tests.ui.apptest import open_page
+from tests.ui.apptest import as_read, open_page
 from ui import chain_state as bc
+from ui.deployment import current_deployment
+from ui.keys import APP, CHAIN
 
 PAGE = "pages/breaking_the_chain.py"
 
 
 def lanes(at: AppTest) -> bc.Lanes:
-    return at.session_state[bc.LANES]
+    return at.session_state[CHAIN.lanes]
 
 
 def click(at: AppTest, key: str) -> AppTest:
@@ -50,8 +52,8 @@ def at() -> AppTest:
 
 
 def test_step_runs_one_round_and_the_plain_lane_catches_up(at: AppTest) -> None:
-    click(at, "bc_step")  # round 1: the prefill; the copying preset has nothing to look up yet
-    click(at, "bc_step")
+    click(at, CHAIN.step)  # round 1: the prefill; the copying preset has nothing to look up yet
+    click(at, CHAIN.step)
     spec = lanes(at).speculative
     assert len(spec.rounds) == 2
     assert len(lanes(at).plain.steps) == len(spec.generated_ids)
@@ -63,13 +65,13 @@ def test_step_runs_one_round_and_the_plain_lane_catches_up(at: AppTest) -> None:
 
 
 def test_run_goes_to_the_stop_condition_with_identical_text_and_fewer_passes(at: AppTest) -> None:
-    click(at, "bc_run")
+    click(at, CHAIN.run)
     pair = lanes(at)
     assert pair.speculative.finished and pair.speculative.finish_reason == pair.plain.finish_reason == "eos"
     assert pair.speculative.generated_ids == pair.plain.generated_ids
     assert len(pair.speculative.rounds) < len(pair.plain.steps)
     assert any("Identical text" in s.value for s in at.success)
-    assert at.button(key="bc_step").disabled
+    assert at.button(key=CHAIN.step).disabled
     assert any("finished: eos" in m.value for m in at.markdown)
     assert any("Expected tokens per round" in m.value for m in at.markdown)
     per_token = next(m.value for m in at.markdown if m.value.startswith("**Time per token so far**"))
@@ -77,20 +79,20 @@ def test_run_goes_to_the_stop_condition_with_identical_text_and_fewer_passes(at:
 
 
 def test_reset_starts_both_lanes_over(at: AppTest) -> None:
-    click(at, "bc_step")
-    click(at, "bc_reset")
+    click(at, CHAIN.step)
+    click(at, CHAIN.reset)
     assert lanes(at).speculative.rounds == () and lanes(at).plain.steps == ()
     assert metric(at, "tokens produced") == "0"
 
 
 def test_switching_the_draft_method_mid_generation_keeps_the_tokens(at: AppTest) -> None:
-    click(at, "bc_step")
+    click(at, CHAIN.step)
     kept = lanes(at).speculative.generated_ids
-    at.selectbox(key=bc.METHOD).select(bc.SELF_BF16).run()
+    at.selectbox(key=CHAIN.method).select(bc.SELF_BF16).run()
     assert not at.exception
     assert lanes(at).speculative.generated_ids == kept
-    assert any("From round 2 on" in i.value for i in at.info)
-    click(at, "bc_step")
+    assert any("From round 2 on" in as_read(i.value) for i in at.info)
+    click(at, CHAIN.step)
     record = lanes(at).speculative.rounds[-1]
     assert record.method == "self-draft-bfloat16" and not record.deterministic_draft
     assert lanes(at).identical
@@ -101,19 +103,20 @@ def test_a_draft_that_fails_to_load_leaves_a_message_and_the_method(at: AppTest,
         raise ModelLoadError(f"Could not make a {kind} copy: out of memory")
 
     monkeypatch.setattr(engine, "self_draft", broken)
-    click(at, "bc_step")
-    at.selectbox(key=bc.METHOD).select(bc.SELF_INT8).run()
+    click(at, CHAIN.step)
+    at.selectbox(key=CHAIN.method).select(bc.SELF_INT8).run()
     assert not at.exception
-    assert any("out of memory" in e.value and "goes on with prompt lookup" in e.value for e in at.error)
-    assert at.selectbox(key=bc.METHOD).value == bc.PROMPT_LOOKUP
-    click(at, "bc_step")
+    assert any("out of memory" in as_read(e.value) and "goes on with prompt lookup" in as_read(e.value)
+               for e in at.error)
+    assert at.selectbox(key=CHAIN.method).value == bc.PROMPT_LOOKUP
+    click(at, CHAIN.step)
     assert lanes(at).speculative.rounds[-1].method == "prompt-lookup"
 
 
 def test_k_outside_one_to_eight_leaves_a_message_and_the_rounds_go_on(at: AppTest) -> None:
-    at.number_input(key=bc.K).set_value(12).run()
-    assert any("k = 12 is not allowed" in e.value and "from 1 to 8" in e.value for e in at.error)
-    click(at, "bc_step")
+    at.number_input(key=CHAIN.k).set_value(12).run()
+    assert any("k = 12 is not allowed" in as_read(e.value) and "from 1 to 8" in as_read(e.value) for e in at.error)
+    click(at, CHAIN.step)
     assert lanes(at).speculative.k == 4 and len(lanes(at).speculative.rounds) == 1
 
 
@@ -123,16 +126,24 @@ def test_a_saved_speculative_trace_loads_back_on_the_page(lm, at: AppTest) -> No
                                        stop=StopSettings(max_new_tokens=12), seed=5)
     list(generation.run())
     data = json.dumps(speculative_to_trace(generation)).encode()
-    at.file_uploader(key="bc_trace_upload").set_value(("run.json", data, "application/json")).run()
+    at.file_uploader(key=CHAIN.trace_upload).set_value(("run.json", data, "application/json")).run()
     assert not at.exception
-    assert any(f"Loaded run.json: {len(generation.rounds)} rounds replayed." == s.value for s in at.success)
+    assert any(f"Loaded run.json: {len(generation.rounds)} rounds replayed." == as_read(s.value) for s in at.success)
     loaded = lanes(at)
     assert loaded.speculative.generated_ids == generation.generated_ids
     assert len(loaded.plain.steps) == len(generation.generated_ids)
-    assert at.text_area(key=bc.PROMPT).value == generation.prompt and at.number_input(key=bc.K).value == 3
-    at.file_uploader(key="bc_trace_upload").set_value(("bad.json", b"{}", "application/json")).run()
-    assert any("bad.json" in e.value and "not a Token by Token trace" in e.value for e in at.error)
-    assert lanes(at) is loaded
+    assert at.text_area(key=CHAIN.prompt).value == generation.prompt and at.number_input(key=CHAIN.k).value == 3
+    at.file_uploader(key=CHAIN.trace_upload).set_value(("bad.json", b"{}", "application/json")).run()
+    assert any("bad.json" in as_read(e.value) and "not a Token by Token trace" in as_read(e.value) for e in at.error)
+    assert lanes(at) is loaded and not at.success  # the earlier "Loaded" note gave way to the error
+
+
+def test_a_file_name_is_shown_as_written_not_as_markdown(at: AppTest) -> None:
+    name = "[click](https://example.com) **now**.json"
+    at.file_uploader(key=CHAIN.trace_upload).set_value((name, b"{}", "application/json")).run()
+    shown = next(e.value for e in at.error if "not a Token by Token trace" in as_read(e.value))
+    assert as_read(shown).startswith(name + ":")
+    assert "[click](" not in shown and "**now**" not in shown  # escaped: no link, no bold
 
 
 # ---- the controller alone -------------------------------------------------------------------
@@ -152,11 +163,11 @@ def lookup(lm, method: str):
 
 
 def test_controller_steps_until_finished_and_both_lanes_agree(lm) -> None:
-    state = fresh_state(**{bc.MAX_NEW: 10})
+    state = fresh_state(**{CHAIN.max_new_tokens: 10})
     bc.sync(state, lm, lookup)
-    while not state[bc.LANES].speculative.finished:
+    while not state[CHAIN.lanes].speculative.finished:
         bc.step(state)
-    pair = state[bc.LANES]
+    pair = state[CHAIN.lanes]
     assert pair.speculative.generated_ids == pair.plain.generated_ids and len(pair.plain.steps) == 10
     bc.step(state)
     assert "finished" in bc.message(state, "buttons")
@@ -165,18 +176,86 @@ def test_controller_steps_until_finished_and_both_lanes_agree(lm) -> None:
 def test_controller_refuses_a_draft_with_another_tokenizer_and_keeps_prompt_lookup(lm) -> None:
     state = fresh_state()
     bc.sync(state, lm, lookup)
-    state[bc.METHOD] = bc.SELF_BF16
+    state[CHAIN.method] = bc.SELF_BF16
     bc.choose_method(state, lm, lookup)
-    assert state[bc.METHOD] == bc.PROMPT_LOOKUP and "tokenizer" in bc.message(state, "method")
+    assert state[CHAIN.method] == bc.PROMPT_LOOKUP and "tokenizer" in bc.message(state, "method")
 
 
 def test_controller_starts_over_only_when_the_prompt_changes(lm) -> None:
     state = fresh_state()
     first = bc.sync(state, lm, lookup)
-    state[bc.TEMPERATURE] = 0.5
+    state[CHAIN.temperature] = 0.5
     assert bc.sync(state, lm, lookup) is first and first.speculative.sampler.temperature == 0.5
-    state[bc.PROMPT] = "Another prompt"
+    state[CHAIN.prompt] = "Another prompt"
     assert bc.sync(state, lm, lookup) is not first
-    state[bc.PROMPT] = "  "
+    state[CHAIN.prompt] = "  "
     kept = bc.sync(state, lm, lookup)
-    assert kept is state[bc.LANES] and "prompt is empty" in bc.message(state, "setup")
+    assert kept is state[CHAIN.lanes] and "prompt is empty" in bc.message(state, "setup")
+
+
+# ---- the server's caps ----------------------------------------------------------------------
+
+
+@pytest.fixture()
+def capped(monkeypatch):
+    """A server that allows 8 new tokens and 1 MB uploads."""
+    monkeypatch.setenv("TBT_MAX_NEW_TOKENS", "8")
+    monkeypatch.setenv("TBT_MAX_UPLOAD_MB", "1")
+    current_deployment.cache_clear()
+    yield current_deployment().limits
+    current_deployment.cache_clear()
+
+
+def test_controller_keeps_both_lanes_within_the_servers_cap(lm, capped) -> None:
+    state = fresh_state(**{CHAIN.max_new_tokens: 8})
+    pair = bc.sync(state, lm, lookup)
+    assert pair.speculative.limits == pair.plain.limits == capped
+    assert not pair.plain.allow_special and not pair.speculative.allow_special
+    state[CHAIN.max_new_tokens] = 9
+    assert bc.sync(state, lm, lookup) is pair and "at most 8 on this server" in bc.message(state, "stop")
+    assert pair.speculative.stop.max_new_tokens == pair.plain.stop.max_new_tokens == 8
+    state[CHAIN.prompt] = "Another prompt"
+    assert bc.sync(state, lm, lookup) is pair and "at most 8 on this server" in bc.message(state, "setup")
+
+
+def test_controller_refuses_a_trace_beyond_the_servers_cap_or_the_widgets(lm, capped) -> None:
+    state = fresh_state(**{CHAIN.max_new_tokens: 8})
+    pair = bc.sync(state, lm, lookup)
+    generation = SpeculativeGeneration(lm, "Once upon a time,", draft=PromptLookup(lm.eos_ids), k=2,
+                                       stop=StopSettings(max_new_tokens=12))
+    list(generation.run(max_rounds=1))
+    trace = speculative_to_trace(generation)
+    bc.load_trace(state, lm, lookup, json.dumps(trace), "long.json")
+    assert "long.json" in bc.message(state, "trace_error") and "at most 8" in bc.message(state, "trace_error")
+    hot = trace | {"stop": trace["stop"] | {"max_new_tokens": 8}, "sampler": trace["sampler"] | {"temperature": 5.0}}
+    bc.load_trace(state, lm, lookup, json.dumps(hot), "hot.json")
+    assert "temperature = 5.0 is outside" in bc.message(state, "trace_error")
+    assert state[CHAIN.lanes] is pair and state[CHAIN.temperature] == 0.0
+
+
+def test_the_page_caps_max_new_tokens_and_the_upload_size(capped) -> None:
+    at = open_page(PAGE, {CHAIN.prompt: "Repeat: one two three", CHAIN.max_new_tokens: 8})
+    assert at.number_input(key=CHAIN.max_new_tokens).max == 8
+    big = b" " * (capped.max_upload_bytes + 1)
+    at.file_uploader(key=CHAIN.trace_upload).set_value(("big.json", big, "application/json")).run()
+    assert any(as_read(e.value).startswith("big.json: The file is 1.0 MB; this server takes files up to 1.0 MB")
+               for e in at.error), [e.value for e in at.error]
+
+
+# ---- presentation mode ------------------------------------------------------------------------
+
+
+def test_presentation_mode_shows_the_round_on_one_line_and_folds_the_setup_away() -> None:
+    at = open_page(PAGE, {APP.presentation: True})
+    assert not at.header and at.expander[-1].label == "Prompt and settings"  # below the workspace
+    keys = html_with(at, "tbt-keys")
+    assert all(f"&quot;{k}&quot;: &quot;{CHAIN.step}&quot;" in keys for k in ("PageDown", "ArrowRight", " "))
+    assert f"&quot;.&quot;: &quot;{CHAIN.run}&quot;" in keys and "PageUp" not in keys
+    for _ in range(3):
+        click(at, CHAIN.step)
+    record = lanes(at).speculative.rounds[-1]
+    line = html_with(at, 'class="bc-line"')
+    assert f'data-round="3" data-accepted="{record.accepted}" data-drafted="{len(record.drafted)}"' in line
+    assert line.count("bc-mark bc-ok") == record.accepted
+    assert line.count("bc-mark bc-bad") == (record.rejection is not None)
+    assert "tbt-chip-window" in html_with(at, "data-rounds=") and "tbt-chip-window" in html_with(at, "data-steps=")

@@ -8,6 +8,11 @@ One step is the four stages of the loop, then its record (`Generation.step` read
      forward pass, when the model reads it);
   4. check: EOS, stop sequences, max new tokens, context window;
   5. record: every number of the step, kept with its logits for re-sampling and rewinding.
+
+Memory per visitor is bounded: the raw logits (49,152 floats, 192 KiB a step for SmolLM2) are
+kept for the latest KEEP_LOGITS steps only. An older step's logits are computed again when
+asked for (re-sampling it, going Back to it): one forward pass of that step's token over the
+KV cache's prefix, which repeats the step's own pass. Every record stays.
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, PromptError, SettingsError
-from engine.forward import crop_cache, forward_one, new_cache
+from engine.forward import cache_prefix, crop_cache, forward_one, new_cache
 from engine.kvcache import KVSnapshot, read_kv
 from engine.loading import LoadedModel
 from engine.sampling import (
@@ -38,8 +44,12 @@ from engine.settings import SamplerSettings, StopSettings
 from engine.stopping import Termination, finish_reason, returned_text, stop_sequence_states
 from engine.tokens import TokenPiece
 
+if TYPE_CHECKING:
+    from engine.scheduler import ForwardScheduler
+
 TOP_N = 50  # candidates recorded per step, by raw probability
 FINAL_TOP_N = 10  # the final distribution's leaders are always among them
+KEEP_LOGITS = 16  # latest steps whose raw logits are kept; older ones are computed again when asked for
 
 
 @dataclass(frozen=True)
@@ -139,7 +149,7 @@ class _Checkpoint:
 class _StepTensors:
     """What a step needs kept to be re-sampled or rewound to; never serialised."""
 
-    raw_logits: torch.Tensor  # [vocab], float32
+    raw_logits: torch.Tensor | None  # [vocab], float32; None once the step is older than KEEP_LOGITS
     rng_state: torch.Tensor  # the generator's state before the step's draw
 
 
@@ -211,17 +221,21 @@ class Generation:
             of the cumulative distribution holds it; "multinomial" draws as
             torch.multinomial does, so a seed reproduces `torch.manual_seed(seed)` followed
             by `generate(do_sample=True)` token for token.
+        scheduler: the forward-pass scheduler shared by every generation on this model (the
+            server's); without one, each pass runs at once on the calling thread.
     """
 
     def __init__(self, lm: LoadedModel, prompt: str, *, chat: bool = False,
                  system_prompt: str | None = None, sampler: SamplerSettings | None = None,
-                 stop: StopSettings | None = None, seed: int = 0, draw: str = "cdf") -> None:
+                 stop: StopSettings | None = None, seed: int = 0, draw: str = "cdf",
+                 scheduler: ForwardScheduler | None = None) -> None:
         if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
             raise SettingsError("seed", seed, "a whole number from 0 to 2^63 - 1")
         if draw not in DRAW_METHODS:
             raise SettingsError("draw", draw, f"one of {', '.join(DRAW_METHODS)}")
         self.draw = draw
         self.lm = lm
+        self.scheduler = scheduler
         self.prompt = prompt
         self.chat = chat
         self.system_prompt = system_prompt
@@ -235,6 +249,7 @@ class Generation:
         self._kept: list[_StepTensors] = []
         self._pending: _PendingLogits | None = None  # kept logits the next step uses instead of a pass
         self._text_cache: tuple[int, str] = (-1, "")
+        self._closed = False
 
     # ---- what the pages read -------------------------------------------------------------
 
@@ -293,7 +308,7 @@ class Generation:
 
     def raw_logits(self, index: int | None = None) -> torch.Tensor:
         """A step's raw logits `[vocab]` (a copy); the latest step by default."""
-        return self._kept[self._step_position(index)].raw_logits.clone()
+        return self._logits_at(self._step_position(index)).clone()
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -332,11 +347,11 @@ class Generation:
         exactly what that step would have picked under `sampler`. No forward pass.
         """
         position = self._step_position(index)
-        kept = self._kept[position]
+        logits = self._logits_at(position)
         context = torch.tensor(self.prompt_ids + self.generated_ids[:position])
         generator = torch.Generator(device="cpu")
-        generator.set_state(kept.rng_state)
-        sampled = self._sample(kept.raw_logits, context, sampler, generator)
+        generator.set_state(self._kept[position].rng_state)
+        sampled = self._sample(logits, context, sampler, generator)
         return Resampled(sampled.decision, sampled.distribution)
 
     def rewind(self, steps_to_keep: int) -> None:
@@ -367,9 +382,25 @@ class Generation:
         self._step_position(None)
         return self._retake_latest(None)
 
+    def close(self) -> None:
+        """Release this generation's memory: its queued passes are withdrawn from the scheduler,
+        its KV cache and kept logits are dropped. The records stay readable; it cannot step again."""
+        if self.scheduler is not None:
+            self.scheduler.cancel(self._cache)
+        self._closed = True
+        self._cache = new_cache(self.lm)
+        self._pending = None
+        self._kept = [_StepTensors(None, kept.rng_state) for kept in self._kept]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     # ---- inside a step ---------------------------------------------------------------------
 
     def _check_can_step(self, force_token_id: int | None) -> None:
+        if self._closed:
+            raise GenerationFinished("This generation was closed to free its memory: press Reset to start again.")
         if self.finished:
             raise GenerationFinished(f"Generation has finished ({self.finish_reason}); "
                                      "go Back, change the stop settings, or Reset.")
@@ -400,8 +431,32 @@ class Generation:
             return pending.logits, pending.forward_tokens, pending.forward_ms
         unseen = self.context_ids[self._cache.get_seq_length():]
         started = time.perf_counter()
-        logits = forward_one(self.lm, unseen, self._cache)
+        logits = forward_one(self.lm, unseen, self._cache, self.scheduler)
         return logits, len(unseen), (time.perf_counter() - started) * 1e3
+
+    def _logits_at(self, position: int) -> torch.Tensor:
+        """Step `position + 1`'s raw logits `[vocab]`: kept, or computed again by repeating the
+        step's pass (the prompt into a fresh cache for step 1; otherwise the step's input token
+        over a prefix of the KV cache, which is shared, not copied) and kept again."""
+        kept = self._kept[position]
+        if kept.raw_logits is not None:
+            return kept.raw_logits
+        if self._closed:
+            raise GenerationFinished("This generation was closed to free its memory: press Reset to start again.")
+        if position == 0:
+            logits = forward_one(self.lm, self.prompt_ids, new_cache(self.lm), self.scheduler)
+        else:
+            fed = len(self.prompt_ids) + position - 1  # step position + 1 read the token at this place
+            logits = forward_one(self.lm, [self.context_ids[fed]], cache_prefix(self._cache, fed), self.scheduler)
+        self._kept[position] = _StepTensors(logits, kept.rng_state)
+        return logits
+
+    def _forget_old_logits(self) -> None:
+        """Drop the raw logits of every step but the latest KEEP_LOGITS (including any computed
+        again for an older step since the last step)."""
+        for position in range(len(self._kept) - KEEP_LOGITS):
+            if self._kept[position].raw_logits is not None:
+                self._kept[position] = _StepTensors(None, self._kept[position].rng_state)
 
     @on_sampler_thread
     def _sample(self, raw_logits: torch.Tensor, context: torch.Tensor, sampler: SamplerSettings,
@@ -443,6 +498,7 @@ class Generation:
         )
         self._steps.append(record)
         self._kept.append(_StepTensors(raw_logits=raw_logits, rng_state=before.rng_state))
+        self._forget_old_logits()
         self._text_cache = (len(self._steps), text)
         return record
 
@@ -460,7 +516,7 @@ class Generation:
     def _kept_pass(self, position: int) -> _PendingLogits:
         """Step `position + 1`'s logits with the size and time of the pass that made them."""
         record = self._steps[position]
-        return _PendingLogits(self._kept[position].raw_logits, record.forward_tokens, record.timing.forward_ms)
+        return _PendingLogits(self._logits_at(position), record.forward_tokens, record.timing.forward_ms)
 
     def _retake_latest(self, force_token_id: int | None) -> StepRecord:
         """Take the latest step again from its kept logits and random state: the cache is not

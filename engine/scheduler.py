@@ -244,4 +244,5 @@ class ForwardScheduler:
                 self._queue.remove(request)
                 request.future.cancel()
                 return
-        wait([request.future])
+        if not request.future.done():  # its pass is under way: the cache is the worker's until it ends
+            wait([request.future])

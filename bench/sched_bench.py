@@ -1,12 +1,13 @@
 """Engine benchmark for many visitors at once: N generations stepping as fast as they can.
 
-    .venv/bin/python -m bench.sched_bench [--visitors 1,5,10,30] [--steps 12] [--modes direct,scheduler]
+    .venv/bin/python -m bench.sched_bench [--visitors 1,5,10,30] [--steps 12] [--modes direct,exact,fast]
 
 Each of N threads runs its own Generation (its own prompt, seed and sampler settings) for
 `steps` steps, all starting together, in one of three modes:
   - direct: every thread runs its own forward passes (what the server did before the scheduler);
-  - scheduler: every pass goes through one shared ForwardScheduler (waiting decode steps batched);
-  - exact: the scheduler with TBT_EXACT's setting (one pass at a time, no batching).
+  - exact, fast, off: every pass goes through one shared ForwardScheduler with that batching
+    setting (TBT_BATCHING): waiting decode steps batched row by row (exact), in one matrix
+    product (fast), or not at all (off: one pass at a time).
 Prints, per mode and N: p50 / p95 step latency (the whole Generation.step, wall time), the
 forward part of a step (waiting for and running the pass) and the sampler part, tokens/s
 across all threads, the scheduler's mean batch, and whether each thread's tokens equal its
@@ -64,7 +65,7 @@ def lone_tokens(lm, people: list[Visitor], steps: int) -> list[list[int]]:
 
 
 def run_mode(lm, mode: str, people: list[Visitor], steps: int, expected: list[list[int]]) -> dict:
-    scheduler = None if mode == "direct" else ForwardScheduler(lm, exact=mode == "exact")
+    scheduler = None if mode == "direct" else ForwardScheduler(lm, batching=mode)
     generations = [generation(lm, v, steps, scheduler) for v in people]
     latencies: list[list[float]] = [[] for _ in people]
     start = threading.Barrier(len(people) + 1)
@@ -104,7 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--visitors", default="1,5,10,30")
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--modes", default="direct,scheduler")
+    parser.add_argument("--modes", default="direct,exact,fast")
     args = parser.parse_args()
     counts = [int(n) for n in args.visitors.split(",")]
     lm = load_model()

@@ -10,11 +10,19 @@ Two kinds of pass:
   transformers runs it. A visitor alone always gets this pass, so its numbers are
   transformers' own.
 - `forward_packed`: one decode token for each of several visitors, packed as ONE sequence of B
-  tokens, so every weight matrix is read once for all B rows. Attention is done row by row,
-  each row against its own visitor's KV cache (of its own length; nothing is padded or
-  copied into a batch). This runs on a twin of the model that shares its weights but
-  dispatches attention to `packed_attention`, so the shared model's own attention never
-  changes.
+  tokens. Attention is done row by row, each row against its own visitor's KV cache (of its
+  own length; nothing is padded or copied into a batch). This runs on a twin of the model
+  that shares its weights but dispatches attention to `packed_attention`, so the shared
+  model's own attention never changes.
+
+A packed pass comes in two kinds, because this CPU's matrix kernels are not batch-invariant:
+a B-row matrix product sums each row in another order than a 1-row product, so a row's
+logits from a batch differ from its lone pass's in the last bits (up to ~1e-4 measured on
+SmolLM2-135M, bench/batch_parity.py).
+- exact (the default): every linear layer multiplies row by row (`RowwiseLinear`), each row
+  through the very kernel a lone pass uses, while the layer's weights are still in the CPU's
+  cache from the row before. Each visitor gets its lone pass's logits bit for bit.
+- fast: one B-row matrix product per layer; each weight is read once for all rows.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -35,6 +45,7 @@ if TYPE_CHECKING:
     from engine.scheduler import ForwardScheduler
 
 PACKED_ATTENTION = "token_by_token_packed"  # the twin model's attention implementation
+ROWWISE_CHUNK = 2048  # output features per slice of a large weight (2048 x 576 float32 = 4.5 MiB: stays in L3)
 
 
 def new_cache(lm: LoadedModel) -> DynamicCache:
@@ -128,21 +139,48 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, keys: list[to
 
 AttentionInterface.register(PACKED_ATTENTION, packed_attention)
 
-_twins: weakref.WeakKeyDictionary[PreTrainedModel, PreTrainedModel | None] = weakref.WeakKeyDictionary()
+
+class RowwiseLinear(nn.Module):
+    """A linear layer (the same weight tensors) that multiplies each row of `[1, rows, in]` on
+    its own, through the kernel a 1-row pass uses, so each row gets its lone digits. A weight
+    too large for the cache (the output layer: 49,152 x 576) is taken in slices of
+    ROWWISE_CHUNK outputs, every row per slice, so it is read from memory once, not once per row."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[-2]
+        outputs = self.weight.shape[0]
+        if outputs <= ROWWISE_CHUNK:
+            return torch.cat([F.linear(x[..., i:i + 1, :], self.weight, self.bias) for i in range(rows)], dim=-2)
+        out = x.new_empty((*x.shape[:-1], outputs))
+        for start in range(0, outputs, ROWWISE_CHUNK):
+            part = slice(start, start + ROWWISE_CHUNK)
+            weight, bias = self.weight[part], None if self.bias is None else self.bias[part]
+            for i in range(rows):
+                out[..., i:i + 1, part] = F.linear(x[..., i:i + 1, :], weight, bias)
+        return out
+
+
+_twins: weakref.WeakKeyDictionary[PreTrainedModel, dict[bool, PreTrainedModel | None]] = weakref.WeakKeyDictionary()
 _twins_lock = threading.Lock()
 
 
-def packed_twin(lm: LoadedModel) -> PreTrainedModel | None:
+def packed_twin(lm: LoadedModel, exact: bool = True) -> PreTrainedModel | None:
     """The model's twin for packed passes: the same weight tensors (not copied) under a copy of
-    its config whose attention is `packed_attention`. None where the model's own attention has
-    no per-row equivalent here (then the scheduler runs passes one at a time)."""
+    its config whose attention is `packed_attention`; with `exact`, its linear layers are
+    `RowwiseLinear`. None where the model's own attention has no per-row equivalent here (then
+    the scheduler runs passes one at a time)."""
     with _twins_lock:
-        if lm.model not in _twins:
-            _twins[lm.model] = _make_twin(lm.model)
-        return _twins[lm.model]
+        twins = _twins.setdefault(lm.model, {})
+        if exact not in twins:
+            twins[exact] = _make_twin(lm.model, exact)
+        return twins[exact]
 
 
-def _make_twin(model: PreTrainedModel) -> PreTrainedModel | None:
+def _make_twin(model: PreTrainedModel, exact: bool) -> PreTrainedModel | None:
     lone = model.config._attn_implementation
     if lone not in ALL_ATTENTION_FUNCTIONS or lone == PACKED_ATTENTION:
         return None
@@ -150,15 +188,22 @@ def _make_twin(model: PreTrainedModel) -> PreTrainedModel | None:
     twin = copy.deepcopy(model, memo=shared)  # every tensor shared; modules and config copied
     twin.config._attn_implementation = PACKED_ATTENTION
     twin.config.lone_attention_implementation = lone
+    if exact:
+        for module in list(twin.modules()):
+            for name, child in list(module.named_children()):
+                if type(child) is nn.Linear:
+                    setattr(module, name, RowwiseLinear(child))
     return twin
 
 
 @torch.inference_mode()
-def forward_packed(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[DynamicCache]) -> torch.Tensor:
+def forward_packed(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[DynamicCache],
+                   exact: bool = True) -> torch.Tensor:
     """Next-token logits `[rows, vocab]` for one new token per visitor: `token_ids[i]` read
     after `caches[i]`'s positions, each cache growing by one. Caches may differ in length.
+    With `exact`, each row's logits are its lone pass's bit for bit; otherwise within ~1e-4.
     If the pass fails, every cache is put back as it was and the error is raised."""
-    twin = packed_twin(lm)
+    twin = packed_twin(lm, exact)
     if twin is None:
         raise RuntimeError(f"{lm.name} cannot run packed passes (attention {lm.model.config._attn_implementation}).")
     lengths = [cache_length(cache) for cache in caches]

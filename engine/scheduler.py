@@ -6,12 +6,14 @@ fighting over the cores: a 41 ms pass took 1.3 s. Here every pass waits in one q
 worker thread runs them, and the decode steps that are waiting together go through the model
 as ONE packed pass (continuous batching): each weight is read once for all of them.
 
-Numbers: a pass that is alone in its round is the plain batch-1 pass, so a visitor alone
-gets transformers' own numbers. A packed pass gives each row the same attention digits, but
-the matrix products of a batch sum in another order than a single row's, so its logits can
-differ from the lone pass's in the last bits (measured on SmolLM2-135M: at most 1e-4 in a logit, see
-README). `exact=True` (the server's TBT_EXACT=1) runs every pass alone: bit-for-bit the
-numbers of a visitor alone, at the cost of batching.
+Numbers: a pass alone in its round is the plain batch-1 pass, so a visitor alone gets
+transformers' own numbers. How a packed pass multiplies (engine/forward.py) is the `batching`
+setting, the server's TBT_BATCHING:
+  - "exact" (default): row by row through the lone pass's kernels, weights kept in the CPU
+    cache between rows: every visitor gets bit for bit the numbers it would get alone;
+  - "fast": one matrix product for all rows; logits within ~1e-4 of the lone numbers
+    (bench/batch_parity.py), for about three times the throughput;
+  - "off": no batching, every pass alone, one at a time.
 """
 
 from __future__ import annotations
@@ -27,18 +29,23 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from engine.errors import SettingsError
 from engine.forward import forward_one, forward_packed, packed_twin
 from engine.loading import LoadedModel
 
-EXACT_ENV = "TBT_EXACT"  # "1": the server runs every pass alone (no batching)
+BATCHING_ENV = "TBT_BATCHING"  # the server's batching setting: exact, fast or off
+BATCHING = ("exact", "fast", "off")
 DEFAULT_MAX_BATCH = 32  # decode steps in one packed pass
 STATS_WINDOW_S = 10.0  # tokens/s and visitors are counted over this many seconds
 RECENT_PASSES = 40  # batch sizes kept for the stats
 
 
-def exact_requested(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether the environment asks for exact (unbatched) passes: TBT_EXACT=1."""
-    return environ.get(EXACT_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+def batching_from_env(environ: Mapping[str, str] = os.environ) -> str:
+    """The batching setting TBT_BATCHING names (exact when unset)."""
+    value = environ.get(BATCHING_ENV, "").strip().lower() or "exact"
+    if value not in BATCHING:
+        raise SettingsError(BATCHING_ENV, value, f"one of {', '.join(BATCHING)}")
+    return value
 
 
 class SchedulerClosed(RuntimeError):
@@ -56,7 +63,7 @@ class SchedulerStats:
     recent_batches: tuple[int, ...]  # requests served by each of the latest passes, oldest first
     tokens_per_s: float  # next tokens delivered per second over the last `window_s` seconds
     window_s: float
-    batching: bool  # False when exact, or when the model cannot run packed passes
+    batching: str  # exact, fast or off ("off" too when the model cannot run packed passes)
     max_batch: int
 
 
@@ -89,7 +96,7 @@ class ForwardScheduler:
       2. then the oldest waiting prefill (several tokens: a prompt), alone.
     A request that arrives while a pass runs joins the next round. So a long prompt delays
     the others' decode steps by one prefill at most, and a prompt waits one decode pass at
-    most. With `exact`, every request runs alone, first come first served.
+    most. With batching "off", every request runs alone, first come first served.
 
     A packed pass that fails is undone (each cache put back) and its requests run again one
     by one, so only the request at fault fails. Once a request is answered the scheduler
@@ -97,17 +104,20 @@ class ForwardScheduler:
 
     Args:
         lm: the model every request runs on.
-        exact: never batch (bit-for-bit the numbers of a visitor alone).
+        batching: "exact" (each visitor's numbers bit for bit its lone ones), "fast" (within
+            ~1e-4 of them) or "off" (every pass alone).
         max_batch: most decode steps in one packed pass.
     """
 
-    def __init__(self, lm: LoadedModel, *, exact: bool = False, max_batch: int = DEFAULT_MAX_BATCH) -> None:
+    def __init__(self, lm: LoadedModel, *, batching: str = "exact", max_batch: int = DEFAULT_MAX_BATCH) -> None:
+        if batching not in BATCHING:
+            raise SettingsError("batching", batching, f"one of {', '.join(BATCHING)}")
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
-            raise ValueError(f"max_batch = {max_batch!r} is not allowed: a whole number >= 1.")
+            raise SettingsError("max_batch", max_batch, "a whole number >= 1")
         self.lm = lm
-        self.exact = exact
         self.max_batch = max_batch
-        self.batching = not exact and packed_twin(lm) is not None
+        can_pack = batching != "off" and packed_twin(lm, batching == "exact") is not None
+        self.batching = batching if can_pack else "off"
         self._threads = torch.get_num_threads()  # the worker's passes use what a visitor's would
         self._queue: deque[_Request] = deque()
         self._ready = threading.Condition()
@@ -187,10 +197,10 @@ class ForwardScheduler:
     def _take_round(self) -> tuple[list[_Request], _Request | None]:
         """This round's decode steps (oldest first) and its one prefill, out of the queue."""
         with self._ready:
-            if self.batching:
+            if self.batching != "off":
                 decodes = [r for r in self._queue if r.is_decode][:self.max_batch]
                 prefill = next((r for r in self._queue if not r.is_decode), None)
-            else:  # exact: one request a round, the oldest
+            else:  # one request a round, the oldest
                 oldest = self._queue[0]
                 decodes, prefill = ([oldest], None) if oldest.is_decode else ([], oldest)
             for request in (*decodes, *([prefill] if prefill else [])):
@@ -208,7 +218,8 @@ class ForwardScheduler:
 
     def _run_packed(self, requests: list[_Request]) -> None:
         try:
-            logits = forward_packed(self.lm, [r.token_ids[0] for r in requests], [r.cache for r in requests])
+            logits = forward_packed(self.lm, [r.token_ids[0] for r in requests], [r.cache for r in requests],
+                                    exact=self.batching == "exact")
         except Exception:  # the caches are back as they were: find the request at fault alone
             for request in requests:
                 self._run_alone(request)

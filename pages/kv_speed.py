@@ -22,12 +22,14 @@ from engine.speed import (
     measure_decode_intensity,
     measure_device,
     measure_kv,
+    measure_packed_difference,
     measure_prefill_decode,
 )
 from ui.charts import CHART_CONFIG
 from ui.format import nbytes
 from ui.frame import ensure_app_frame
 from ui.model import current_model
+from ui.server_load import server_batching
 from ui.teaching import page_style
 from ui.teaching_charts import (
     batch_figure,
@@ -222,6 +224,8 @@ def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
         "do this for itself, because its next token needs the token before it; servers batch different "
         "requests together (continuous batching). Each sequence still needs its own KV cache, so memory, and "
         "once the FLOPs per byte pass the device's balance point, compute, set the limit.")
+    server_batching(lm, measured(lm, "packed vs lone passes", lambda: (measure_packed_difference(lm, exact=True),
+                                                                       measure_packed_difference(lm, exact=False))))
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from ui import panels
 from ui import state as keys
 from ui.chips import prompt_chips
 from ui.frame import ensure_app_frame
-from ui.model import current_model, current_source, switch_model
+from ui.model import current_model, current_scheduler, current_source, switch_model
 from ui.presets import apply_preset, load_presets, preset_named
 from ui.share import ShareError, from_generation, from_params, replay_trace, to_params
 from ui.state import parse_stop_sequences
@@ -149,7 +149,7 @@ def _new_generation(lm: LoadedModel) -> Generation:
     """A generation from the widgets' current values (raises the engine's errors)."""
     setup = keys.setup_from(S, lm)
     return Generation(lm, setup.prompt, chat=setup.chat, seed=setup.seed, sampler=keys.sampler_from(S),
-                      stop=keys.stop_from(S))
+                      stop=keys.stop_from(S), scheduler=current_scheduler())
 
 
 # ---- the share link --------------------------------------------------------------------------

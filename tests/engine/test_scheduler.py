@@ -15,14 +15,15 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import engine.scheduler as scheduler_module
 from engine import Generation, GenerationFinished, LoadedModel, SamplerSettings, StopSettings
+from engine.errors import SettingsError
 from engine.forward import cache_length, cache_prefix, forward_one, forward_packed, new_cache
 from engine.generation import KEEP_LOGITS
 from engine.kvcache import KVGeometry
 from engine.loading import ModelSource
-from engine.scheduler import ForwardScheduler, exact_requested
+from engine.scheduler import ForwardScheduler, batching_from_env
 
-# The bound the README and the KV cache & speed page state for a packed pass on SmolLM2-135M.
-PACKED_LOGIT_BOUND = 1e-4
+# The bound the README states for a "fast" packed pass on SmolLM2-135M (bench/batch_parity.py).
+FAST_LOGIT_BOUND = 1e-4
 SAMPLED = SamplerSettings(temperature=0.9, top_k=40, top_p=0.95)
 
 
@@ -69,9 +70,9 @@ class Gate:
             self.open.wait(10)
             return lone(lm, token_ids, cache)
 
-        def logged_packed(lm, token_ids, caches):
+        def logged_packed(lm, token_ids, caches, exact=True):
             self.log.append(("packed", len(token_ids)))
-            return packed(lm, token_ids, caches)
+            return packed(lm, token_ids, caches, exact)
 
         monkeypatch.setattr(scheduler_module, "forward_one", gated_lone)
         monkeypatch.setattr(scheduler_module, "forward_packed", logged_packed)
@@ -98,12 +99,15 @@ def wait_for_queue(scheduler: ForwardScheduler, count: int) -> None:
 
 # ---- the packed pass ---------------------------------------------------------------------------
 
-def test_packed_pass_gives_each_cache_of_its_own_length_its_lone_logits(tiny) -> None:
+@pytest.mark.parametrize("exact", [True, False])
+def test_packed_pass_gives_each_cache_of_its_own_length_its_lone_logits(tiny, exact: bool) -> None:
     caches = [filled_cache(tiny, length, offset=length) for length in (3, 11, 1, 30)]
     tokens = [5, 17, 250, 42]
     expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip(tokens, caches, strict=True)])
-    got = forward_packed(tiny, tokens, caches)
+    got = forward_packed(tiny, tokens, caches, exact=exact)
     assert got.shape == (4, 300)
+    if exact:
+        assert torch.equal(got, expected)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
     assert [cache_length(c) for c in caches] == [4, 12, 2, 31]
     # each row's new keys went to its own cache, at its own position
@@ -147,7 +151,7 @@ def test_decode_steps_waiting_together_run_as_one_packed_pass(tiny, monkeypatch)
         assert gate.log == [("alone", 3), ("packed", 3)]
         assert scheduler.stats().recent_batches == (1, 3)
         for i in caches:
-            torch.testing.assert_close(results[i], expected[i], rtol=0, atol=1e-5)
+            assert torch.equal(results[i], expected[i])  # exact batching: the lone digits
     finally:
         scheduler.close()
 
@@ -173,8 +177,8 @@ def test_a_long_prompt_waits_for_the_decode_steps_queued_behind_it_and_takes_one
         scheduler.close()
 
 
-def test_exact_scheduler_runs_every_pass_alone_in_arrival_order(tiny, monkeypatch) -> None:
-    gate, scheduler, results = Gate(monkeypatch), ForwardScheduler(tiny, exact=True), {}
+def test_unbatched_scheduler_runs_every_pass_alone_in_arrival_order(tiny, monkeypatch) -> None:
+    gate, scheduler, results = Gate(monkeypatch), ForwardScheduler(tiny, batching="off"), {}
     try:
         threads = [submit(scheduler, [1, 2], new_cache(tiny), results, "first")]
         gate.entered.wait(10)
@@ -186,7 +190,7 @@ def test_exact_scheduler_runs_every_pass_alone_in_arrival_order(tiny, monkeypatc
         for thread in threads:
             thread.join(10)
         assert gate.log == [("alone", 2), ("alone", 1), ("alone", 4), ("alone", 1)]
-        assert not scheduler.stats().batching
+        assert scheduler.stats().batching == "off"
     finally:
         scheduler.close()
 
@@ -249,14 +253,18 @@ def test_a_closed_scheduler_refuses_passes_with_a_clear_error(tiny) -> None:
         scheduler.forward([1], new_cache(tiny))
 
 
-def test_exact_setting_is_read_from_tbt_exact() -> None:
-    assert exact_requested({"TBT_EXACT": "1"}) and exact_requested({"TBT_EXACT": "true"})
-    assert not exact_requested({}) and not exact_requested({"TBT_EXACT": "0"})
+def test_batching_setting_is_read_from_tbt_batching_and_checked() -> None:
+    assert batching_from_env({}) == "exact"
+    assert batching_from_env({"TBT_BATCHING": " Fast "}) == "fast"
+    with pytest.raises(SettingsError, match=r"TBT_BATCHING = 'quick'.*exact, fast, off"):
+        batching_from_env({"TBT_BATCHING": "quick"})
+    with pytest.raises(SettingsError, match="batching"):
+        ForwardScheduler(None, batching="sometimes")
 
 
 # ---- the real model ---------------------------------------------------------------------------------
 
-def test_packed_logits_stay_within_the_stated_bound_on_the_real_model(lm) -> None:
+def test_exact_packed_passes_give_lone_logits_bit_for_bit_and_fast_ones_stay_within_the_bound(lm) -> None:
     prompts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village",
                "Roses are red,", "Water boils at", "My favourite food is", "List three prime numbers:",
                "The quick brown fox"]
@@ -268,9 +276,10 @@ def test_packed_logits_stay_within_the_stated_bound_on_the_real_model(lm) -> Non
         tokens.append(ids[-1])
     for _ in range(4):
         lone = torch.stack([lone_logits(lm, t, c) for t, c in zip(tokens, caches, strict=True)])
-        packed = forward_packed(lm, tokens, caches)
-        assert (packed - lone).abs().max().item() < PACKED_LOGIT_BOUND
-        assert torch.equal(packed.argmax(-1), lone.argmax(-1))
+        views = [cache_prefix(c, cache_length(c)) for c in caches]
+        fast = forward_packed(lm, tokens, views, exact=False)
+        assert (fast - lone).abs().max().item() < FAST_LOGIT_BOUND
+        assert torch.equal(forward_packed(lm, tokens, caches), lone)
         tokens = lone.argmax(-1).tolist()
 
 
@@ -303,7 +312,7 @@ def test_generations_stepping_at_once_get_the_tokens_of_lone_runs(lm) -> None:
     for setup in setups:
         lone = generation(*setup)
         list(lone.run())
-        expected.append(lone.generated_ids)
+        expected.append(lone)
     scheduler = ForwardScheduler(lm)
     try:
         together = [generation(*setup, scheduler=scheduler) for setup in setups]
@@ -312,7 +321,9 @@ def test_generations_stepping_at_once_get_the_tokens_of_lone_runs(lm) -> None:
             thread.start()
         for thread in threads:
             thread.join(120)
-        assert [g.generated_ids for g in together] == expected
+        assert [g.generated_ids for g in together] == [e.generated_ids for e in expected]
+        for g, e in zip(together, expected, strict=True):
+            assert all(torch.equal(g.raw_logits(i), e.raw_logits(i)) for i in range(1, 11))
         assert max(scheduler.stats().recent_batches) > 1  # they really were batched
     finally:
         scheduler.close()

@@ -49,10 +49,11 @@ if TYPE_CHECKING:
 
 TOP_N = 50  # candidates recorded per step, by raw probability
 FINAL_TOP_N = 10  # the final distribution's leaders are always among them
-KEEP_LOGITS = 16  # latest steps whose raw logits are kept; older ones are computed again when asked for
+KEEP_LOGITS = 8  # latest steps whose raw logits are kept; older ones are computed again when asked for
+RNG_BLOCK = 64  # bytes per block of a kept generator state
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a step records ~60 of these
 class Candidate:
     """One token the model could have picked at this step."""
 
@@ -146,11 +147,31 @@ class _Checkpoint:
 
 
 @dataclass(frozen=True)
+class _RngState:
+    """A torch.Generator's state (5,056 bytes on the CPU) kept in blocks, each block shared with
+    the previous step's state where they are equal: between two draws little of it changes,
+    so a step keeps ~1 KB instead of 5."""
+
+    blocks: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, state: torch.Tensor, previous: _RngState | None) -> _RngState:
+        data = state.numpy().tobytes()
+        blocks = tuple(data[i:i + RNG_BLOCK] for i in range(0, len(data), RNG_BLOCK))
+        if previous is not None and len(previous.blocks) == len(blocks):
+            blocks = tuple(old if old == new else new for old, new in zip(previous.blocks, blocks, strict=True))
+        return cls(blocks)
+
+    def tensor(self) -> torch.Tensor:
+        return torch.frombuffer(bytearray(b"".join(self.blocks)), dtype=torch.uint8)
+
+
+@dataclass(frozen=True)
 class _StepTensors:
     """What a step needs kept to be re-sampled or rewound to; never serialised."""
 
     raw_logits: torch.Tensor | None  # [vocab], float32; None once the step is older than KEEP_LOGITS
-    rng_state: torch.Tensor  # the generator's state before the step's draw
+    rng_state: _RngState  # the generator's state before the step's draw
 
 
 def describe_distribution(lm: LoadedModel, raw_logits: torch.Tensor, raw_probs: torch.Tensor,
@@ -350,7 +371,7 @@ class Generation:
         logits = self._logits_at(position)
         context = torch.tensor(self.prompt_ids + self.generated_ids[:position])
         generator = torch.Generator(device="cpu")
-        generator.set_state(self._kept[position].rng_state)
+        generator.set_state(self._kept[position].rng_state.tensor())
         sampled = self._sample(logits, context, sampler, generator)
         return Resampled(sampled.decision, sampled.distribution)
 
@@ -364,7 +385,7 @@ class Generation:
             raise SettingsError("steps_to_keep", steps_to_keep, f"a whole number from 0 to {len(self._steps)}")
         if steps_to_keep == len(self._steps):
             return
-        self._generator.set_state(self._kept[steps_to_keep].rng_state)
+        self._generator.set_state(self._kept[steps_to_keep].rng_state.tensor())
         self._rewind_cache(steps_to_keep)
         del self._steps[steps_to_keep:]
         del self._kept[steps_to_keep:]
@@ -497,7 +518,8 @@ class Generation:
             timing=Timing(forward_ms, sampled.sampling_ms, (time.perf_counter() - before.started) * 1e3),
         )
         self._steps.append(record)
-        self._kept.append(_StepTensors(raw_logits=raw_logits, rng_state=before.rng_state))
+        previous = self._kept[-1].rng_state if self._kept else None
+        self._kept.append(_StepTensors(raw_logits=raw_logits, rng_state=_RngState.of(before.rng_state, previous)))
         self._forget_old_logits()
         self._text_cache = (len(self._steps), text)
         return record
@@ -525,7 +547,7 @@ class Generation:
         pending, retaken = self._pending, self._kept_pass(len(self._steps) - 1)
         del self._steps[-1]
         del self._kept[-1]
-        self._generator.set_state(kept.rng_state)
+        self._generator.set_state(kept.rng_state.tensor())
         self._pending = retaken
         try:
             return self.step(force_token_id=force_token_id)

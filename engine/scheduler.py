@@ -36,6 +36,7 @@ from engine.loading import LoadedModel
 BATCHING_ENV = "TBT_BATCHING"  # the server's batching setting: exact, fast or off
 BATCHING = ("exact", "fast", "off")
 DEFAULT_MAX_BATCH = 32  # decode steps in one packed pass
+PREFILL_TOKENS = 256  # prompt tokens read per round (the oldest prompt always goes, however long)
 STATS_WINDOW_S = 10.0  # tokens/s and visitors are counted over this many seconds
 RECENT_PASSES = 40  # batch sizes kept for the stats
 
@@ -93,10 +94,12 @@ class ForwardScheduler:
       1. every decode step waiting (one new token after the cache), oldest first, up to
          `max_batch`, in ONE packed pass; a decode step alone in its round takes the plain
          batch-1 pass;
-      2. then the oldest waiting prefill (several tokens: a prompt), alone.
-    A request that arrives while a pass runs joins the next round. So a long prompt delays
-    the others' decode steps by one prefill at most, and a prompt waits one decode pass at
-    most. With batching "off", every request runs alone, first come first served.
+      2. then the waiting prefills (several tokens: a prompt), oldest first, each alone, until
+         the round has read PREFILL_TOKENS prompt tokens; the oldest always goes.
+    A request that arrives while a pass runs joins the next round. So a class that starts
+    together has its short prompts read in one round, a long prompt delays the others'
+    decode steps by one prompt at most, and a prompt waits one decode pass at most. With
+    batching "off", every request runs alone, first come first served.
 
     A packed pass that fails is undone (each cache put back) and its requests run again one
     by one, so only the request at fault fails. Once a request is answered the scheduler
@@ -194,27 +197,37 @@ class ForwardScheduler:
                     return
             self._run_round(*self._take_round())  # no local keeps a request between rounds
 
-    def _take_round(self) -> tuple[list[_Request], _Request | None]:
-        """This round's decode steps (oldest first) and its one prefill, out of the queue."""
+    def _take_round(self) -> tuple[list[_Request], list[_Request]]:
+        """This round's decode steps and prefills (each oldest first), out of the queue."""
         with self._ready:
             if self.batching != "off":
                 decodes = [r for r in self._queue if r.is_decode][:self.max_batch]
-                prefill = next((r for r in self._queue if not r.is_decode), None)
+                prefills = self._prefills_within_budget()
             else:  # one request a round, the oldest
                 oldest = self._queue[0]
-                decodes, prefill = ([oldest], None) if oldest.is_decode else ([], oldest)
-            for request in (*decodes, *([prefill] if prefill else [])):
+                decodes, prefills = ([oldest], []) if oldest.is_decode else ([], [oldest])
+            for request in (*decodes, *prefills):
                 self._queue.remove(request)
                 request.future.set_running_or_notify_cancel()
-            return decodes, prefill
+            return decodes, prefills
 
-    def _run_round(self, decodes: list[_Request], prefill: _Request | None) -> None:
+    def _prefills_within_budget(self) -> list[_Request]:
+        chosen, budget = [], PREFILL_TOKENS
+        for request in self._queue:
+            if not request.is_decode and (not chosen or len(request.token_ids) <= budget):
+                chosen.append(request)
+                budget -= len(request.token_ids)
+                if budget <= 0:
+                    break
+        return chosen
+
+    def _run_round(self, decodes: list[_Request], prefills: list[_Request]) -> None:
         if len(decodes) > 1:
             self._run_packed(decodes)
         elif decodes:
             self._run_alone(decodes[0])
-        if prefill is not None:
-            self._run_alone(prefill)
+        for request in prefills:
+            self._run_alone(request)
 
     def _run_packed(self, requests: list[_Request]) -> None:
         try:

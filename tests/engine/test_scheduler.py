@@ -156,13 +156,14 @@ def test_decode_steps_waiting_together_run_as_one_packed_pass(tiny, monkeypatch)
         scheduler.close()
 
 
-def test_a_long_prompt_waits_for_the_decode_steps_queued_behind_it_and_takes_one_round(tiny, monkeypatch) -> None:
+def test_prompts_wait_for_the_decode_steps_queued_behind_them_and_share_a_token_budget(tiny, monkeypatch) -> None:
     gate, scheduler, results = Gate(monkeypatch), ForwardScheduler(tiny), {}
     try:
         threads = [submit(scheduler, [1, 2], new_cache(tiny), results, "first prompt")]
         gate.entered.wait(10)
-        arrivals = [("long prompt", list(range(200))), ("decode a", [5]), ("second prompt", [7, 8, 9]),
-                    ("decode b", [6])]
+        long = scheduler_module.PREFILL_TOKENS - 10
+        arrivals = [("long prompt", list(range(long))), ("decode a", [5]), ("too many for the budget", list(range(20))),
+                    ("decode b", [6]), ("short prompt", [7, 8, 9])]
         for key, ids in arrivals:
             threads.append(submit(scheduler, ids, filled_cache(tiny, 3) if len(ids) == 1 else new_cache(tiny),
                                   results, key))
@@ -170,8 +171,10 @@ def test_a_long_prompt_waits_for_the_decode_steps_queued_behind_it_and_takes_one
         gate.open.set()
         for thread in threads:
             thread.join(10)
-        # round 2: both decode steps (one pass) then the oldest prompt; round 3: the next prompt
-        assert gate.log == [("alone", 2), ("packed", 2), ("alone", 200), ("alone", 3)]
+        # round 2: both decode steps in one pass, then prompts oldest first within the budget
+        # (the 20-token one does not fit beside the long one; the 3-token one does);
+        # round 3: the prompt left over
+        assert gate.log == [("alone", 2), ("packed", 2), ("alone", long), ("alone", 3), ("alone", 20)]
         assert all(isinstance(results[key], torch.Tensor) for key, _ in arrivals)
     finally:
         scheduler.close()

@@ -36,6 +36,7 @@ from engine.loading import LoadedModel
 BATCHING_ENV = "TBT_BATCHING"  # the server's batching setting: exact, fast or off
 BATCHING = ("exact", "fast", "off")
 DEFAULT_MAX_BATCH = 32  # decode steps in one packed pass
+GATHER_S = 0.03  # longest wait for the last pass's visitors to come back before the next pass
 PREFILL_TOKENS = 256  # prompt tokens read per round (the oldest prompt always goes, however long)
 STATS_WINDOW_S = 10.0  # tokens/s and visitors are counted over this many seconds
 RECENT_PASSES = 40  # batch sizes kept for the stats
@@ -193,9 +194,25 @@ class ForwardScheduler:
             with self._ready:
                 while not self._queue and not self._closed:
                     self._ready.wait()
+                self._gather()
                 if self._closed:
                     return
             self._run_round(*self._take_round())  # no local keeps a request between rounds
+
+    def _gather(self) -> None:
+        """Give the visitors who stepped in the last second up to GATHER_S to come back (each
+        samples its token on the one sampler thread, one after another) so they share the next
+        pass rather than splitting into several smaller ones. Called holding the lock."""
+        now = time.perf_counter()
+        expected = min(self.max_batch, sum(1 for last in self._seen.values() if now - last <= 1.0))
+        if self.batching == "off" or expected < 2:
+            return
+        deadline = now + GATHER_S
+        while not self._closed and sum(r.is_decode for r in self._queue) < expected:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return
+            self._ready.wait(left)
 
     def _take_round(self) -> tuple[list[_Request], list[_Request]]:
         """This round's decode steps and prefills (each oldest first), out of the queue."""

@@ -1,18 +1,53 @@
 """The model's forward pass, the one place the engine runs the model.
 
-Generation, the speed measurements, speculative decoding and (later) the batching scheduler
-all call `forward`: feed token ids, read the logits at the last position (`forward_all`: at
-the last few positions, for speculative decoding's verify pass, which needs one distribution
-per drafted token), and let the KV cache grow by the tokens fed. `crop_cache` undoes that growth
-(Back, speculative decoding's rejected tokens, a timed step repeated on the same context).
+Generation, the speed measurements, speculative decoding and the batching scheduler
+(engine/scheduler.py) all call this module: feed token ids, read the logits at the last
+position (`forward_all`: at the last few positions, for speculative decoding's verify pass,
+which needs one distribution per drafted token), and let the KV cache grow by the tokens fed.
+`crop_cache` undoes that growth (Back, speculative decoding's rejected tokens, a timed step
+repeated on the same context, a pass that failed part-way).
+
+Two kinds of pass:
+- `forward` / `forward_one`: one sequence (or several of equal length) through the model as
+  transformers runs it. A visitor alone always gets this pass, so its numbers are
+  transformers' own.
+- `forward_packed`: one decode token for each of several visitors, packed as ONE sequence of B
+  tokens. Attention is done row by row, each row against its own visitor's KV cache (of its
+  own length; nothing is padded or copied into a batch). This runs on a twin of the model
+  that shares its weights but dispatches attention to `packed_attention`, so the shared
+  model's own attention never changes.
+
+A packed pass comes in two kinds, because this CPU's matrix kernels are not batch-invariant:
+a B-row matrix product sums each row in another order than a 1-row product, so a row's
+logits from a batch differ from its lone pass's in the last bits (up to ~1e-4 measured on
+SmolLM2-135M, bench/batch_parity.py).
+- exact (the default): every linear layer multiplies row by row (`RowwiseLinear`), each row
+  through the very kernel a lone pass uses, while the layer's weights are still in the CPU's
+  cache from the row before. Each visitor gets its lone pass's logits bit for bit.
+- fast: one B-row matrix product per layer; each weight is read once for all rows.
 """
 
 from __future__ import annotations
 
+import copy
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import torch
-from transformers import DynamicCache
+import torch.nn.functional as F
+from torch import nn
+from transformers import AttentionInterface, DynamicCache, PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from engine.loading import LoadedModel
+
+if TYPE_CHECKING:
+    from engine.scheduler import ForwardScheduler
+
+PACKED_ATTENTION = "token_by_token_packed"  # the twin model's attention implementation
+ROWWISE_CHUNK = 2048  # output features per slice of a large weight (2048 x 576 float32 = 4.5 MiB: stays in L3)
 
 
 def new_cache(lm: LoadedModel) -> DynamicCache:
@@ -73,8 +108,12 @@ def forward(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache | None
     return _logits(lm, input_ids, cache, keep=1)[:, -1]
 
 
-def forward_one(lm: LoadedModel, token_ids: list[int], cache: DynamicCache | None) -> torch.Tensor:
-    """One sequence's next-token logits `[vocab]` after reading `token_ids`."""
+def forward_one(lm: LoadedModel, token_ids: list[int], cache: DynamicCache | None,
+                scheduler: ForwardScheduler | None = None) -> torch.Tensor:
+    """One sequence's next-token logits `[vocab]` after reading `token_ids`. With a
+    `scheduler`, the pass waits its turn there (and may be batched with other visitors')."""
+    if scheduler is not None and cache is not None:
+        return scheduler.forward(token_ids, cache)
     return forward(lm, torch.tensor([token_ids]), cache)[0]
 
 
@@ -91,7 +130,138 @@ def forward_all(lm: LoadedModel, token_ids: list[int], cache: DynamicCache | Non
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:
-    """Keep only the cache's first `length` positions (no-op when it holds no more)."""
-    excess = cache.get_seq_length() - length
-    if excess > 0:
-        cache.crop(-excess)  # transformers' crop takes a negative count to remove
+    """Keep only the cache's first `length` positions (no-op where it holds no more). Layer by
+    layer, so a pass that failed after writing only some layers is undone exactly."""
+    for layer in cache.layers:
+        excess = layer.get_seq_length() - length
+        if excess > 0:
+            layer.crop(-excess)  # transformers' crop takes a negative count to remove
+
+
+def cache_prefix(cache: DynamicCache, length: int) -> DynamicCache:
+    """A cache that reads as `cache`'s first `length` positions, sharing its tensors (no copy).
+    A pass on it grows only the new cache: `cache` is left as it was."""
+    prefix = DynamicCache()
+    for index, layer in enumerate(cache.layers):
+        prefix.update(layer.keys[..., :length, :], layer.values[..., :length, :], index)
+    return prefix
+
+
+# ---- packed decode: several visitors' next tokens in one pass ------------------------------
+
+class PackedCaches:
+    """The cache a packed pass sees: row i of the packed sequence belongs to `caches[i]`.
+
+    `update` appends each row's new key and value to its own visitor's cache layer and hands
+    attention every visitor's whole keys and values, one pair per row.
+    """
+
+    def __init__(self, caches: Sequence[DynamicCache]) -> None:
+        self.caches = caches
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args: object,
+               **kwargs: object) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        # keys, values: [1, kv_heads, rows, head_dim]
+        rows = [cache.layers[layer_idx].update(keys[:, :, i:i + 1], values[:, :, i:i + 1])
+                for i, cache in enumerate(self.caches)]
+        return [k for k, _ in rows], [v for _, v in rows]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0  # positions come from position_ids, never from here
+
+
+def packed_attention(module: torch.nn.Module, query: torch.Tensor, keys: list[torch.Tensor],
+                     values: list[torch.Tensor], attention_mask: torch.Tensor | None, scaling: float | None = None,
+                     dropout: float = 0.0, **kwargs: object) -> tuple[torch.Tensor, None]:
+    """Attention for a packed pass: each row's query `[1, heads, 1, head_dim]` against its own
+    visitor's keys and values, through the lone pass's own attention function, so this part
+    gives the lone pass's digits exactly. Returns `[1, rows, heads, head_dim]`."""
+    lone = ALL_ATTENTION_FUNCTIONS[module.config.lone_attention_implementation]
+    rows = [lone(module, query[:, :, i:i + 1], k, v, None, dropout=0.0, scaling=scaling)[0]
+            for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+    return torch.cat(rows, dim=1), None
+
+
+AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+
+
+class RowwiseLinear(nn.Module):
+    """A linear layer (the same weight tensors) that multiplies each row of `[1, rows, in]` on
+    its own, through the kernel a 1-row pass uses, so each row gets its lone digits. A weight
+    too large for the cache (the output layer: 49,152 x 576) is taken in slices of
+    ROWWISE_CHUNK outputs, every row per slice, so it is read from memory once, not once per row."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[-2]
+        outputs = self.weight.shape[0]
+        if outputs <= ROWWISE_CHUNK:
+            return torch.cat([F.linear(x[..., i:i + 1, :], self.weight, self.bias) for i in range(rows)], dim=-2)
+        out = x.new_empty((*x.shape[:-1], outputs))
+        for start in range(0, outputs, ROWWISE_CHUNK):
+            part = slice(start, start + ROWWISE_CHUNK)
+            weight, bias = self.weight[part], None if self.bias is None else self.bias[part]
+            for i in range(rows):
+                out[..., i:i + 1, part] = F.linear(x[..., i:i + 1, :], weight, bias)
+        return out
+
+
+_twins: weakref.WeakKeyDictionary[PreTrainedModel, dict[bool, PreTrainedModel | None]] = weakref.WeakKeyDictionary()
+_twins_lock = threading.Lock()
+
+
+def packed_twin(lm: LoadedModel, exact: bool = True) -> PreTrainedModel | None:
+    """The model's twin for packed passes: the same weight tensors (not copied) under a copy of
+    its config whose attention is `packed_attention`; with `exact`, its linear layers are
+    `RowwiseLinear`. None where the model's own attention has no per-row equivalent here (then
+    the scheduler runs passes one at a time)."""
+    with _twins_lock:
+        twins = _twins.setdefault(lm.model, {})
+        if exact not in twins:
+            twins[exact] = _make_twin(lm.model, exact)
+        return twins[exact]
+
+
+def _make_twin(model: PreTrainedModel, exact: bool) -> PreTrainedModel | None:
+    lone = model.config._attn_implementation
+    if lone not in ALL_ATTENTION_FUNCTIONS or lone == PACKED_ATTENTION:
+        return None
+    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    twin = copy.deepcopy(model, memo=shared)  # every tensor shared; modules and config copied
+    twin.config._attn_implementation = PACKED_ATTENTION
+    twin.config.lone_attention_implementation = lone
+    if exact:
+        for module in list(twin.modules()):
+            for name, child in list(module.named_children()):
+                if type(child) is nn.Linear:
+                    setattr(module, name, RowwiseLinear(child))
+    return twin
+
+
+@torch.inference_mode()
+def forward_packed(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[DynamicCache],
+                   exact: bool = True) -> torch.Tensor:
+    """Next-token logits `[rows, vocab]` for one new token per visitor: `token_ids[i]` read
+    after `caches[i]`'s positions, each cache growing by one. Caches may differ in length.
+    With `exact`, each row's logits are its lone pass's bit for bit; otherwise within ~1e-4.
+    If the pass fails, every cache is put back as it was and the error is raised."""
+    twin = packed_twin(lm, exact)
+    if twin is None:
+        raise RuntimeError(f"{lm.name} cannot run packed passes (attention {lm.model.config._attn_implementation}).")
+    lengths = [cache_length(cache) for cache in caches]
+    device = lm.device
+    try:
+        out = twin(input_ids=torch.tensor([list(token_ids)], device=device),  # [1, rows]
+                   position_ids=torch.tensor([lengths], device=device),  # each row at its own place
+                   past_key_values=PackedCaches(caches), use_cache=True, logits_to_keep=0)
+    except BaseException:
+        for cache, length in zip(caches, lengths, strict=True):
+            crop_cache(cache, length)
+        raise
+    logits = out.logits[0].to(device="cpu", dtype=torch.float32)  # [rows, vocab]
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return logits

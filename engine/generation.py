@@ -8,6 +8,11 @@ One step is the four stages of the loop, then its record (`Generation.step` read
      forward pass, when the model reads it);
   4. check: EOS, stop sequences, max new tokens, context window;
   5. record: every number of the step, kept with its logits for re-sampling and rewinding.
+
+Memory per visitor is bounded: the raw logits (49,152 floats, 192 KiB a step for SmolLM2) are
+kept for the latest KEEP_LOGITS steps only. An older step's logits are computed again when
+asked for (re-sampling it, going Back to it): one forward pass of that step's token over the
+KV cache's prefix, which repeats the step's own pass. Every record stays.
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, PromptError, SettingsError
-from engine.forward import crop_cache, forward_one, new_cache
+from engine.forward import cache_prefix, crop_cache, forward_one, new_cache
 from engine.kvcache import KVSnapshot, read_kv
 from engine.limits import Limits
 from engine.loading import LoadedModel
@@ -40,12 +46,17 @@ from engine.settings import SamplerSettings, StopSettings
 from engine.stopping import Termination, returned_text, stop_sequence_states, termination_after
 from engine.tokens import TokenPiece
 
+if TYPE_CHECKING:
+    from engine.scheduler import ForwardScheduler
+
 TOP_N = 50  # candidates recorded per step, by raw probability
 MAX_CHARS_PER_TOKEN = 64  # no tokenizer packs more characters into one token on ordinary text
 FINAL_TOP_N = 10  # the final distribution's leaders are always among them
+KEEP_LOGITS = 8  # latest steps whose raw logits are kept; older ones are computed again when asked for
+RNG_BLOCK = 64  # bytes per block of a kept generator state
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a step records ~60 of these
 class Candidate:
     """One token the model could have picked at this step."""
 
@@ -139,11 +150,31 @@ class _Checkpoint:
 
 
 @dataclass(frozen=True)
+class _RngState:
+    """A torch.Generator's state (5,056 bytes on the CPU) kept in blocks, each block shared with
+    the previous step's state where they are equal: between two draws little of it changes,
+    so a step keeps ~1 KB instead of 5."""
+
+    blocks: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, state: torch.Tensor, previous: _RngState | None) -> _RngState:
+        data = state.numpy().tobytes()
+        blocks = tuple(data[i:i + RNG_BLOCK] for i in range(0, len(data), RNG_BLOCK))
+        if previous is not None and len(previous.blocks) == len(blocks):
+            blocks = tuple(old if old == new else new for old, new in zip(previous.blocks, blocks, strict=True))
+        return cls(blocks)
+
+    def tensor(self) -> torch.Tensor:
+        return torch.frombuffer(bytearray(b"".join(self.blocks)), dtype=torch.uint8)
+
+
+@dataclass(frozen=True)
 class _StepTensors:
     """What a step needs kept to be re-sampled or rewound to; never serialised."""
 
-    raw_logits: torch.Tensor  # [vocab], float32
-    rng_state: torch.Tensor  # the generator's state before the step's draw
+    raw_logits: torch.Tensor | None  # [vocab], float32; None once the step is older than KEEP_LOGITS
+    rng_state: _RngState  # the generator's state before the step's draw
 
 
 def describe_distribution(lm: LoadedModel, raw_logits: torch.Tensor, raw_probs: torch.Tensor,
@@ -287,12 +318,15 @@ class Generation:
             (see `build_prompt`); off by default, as chat servers do.
         limits: the server's caps on prompt tokens and new tokens (none beyond the model's
             own by default).
+        scheduler: the forward-pass scheduler shared by every generation on this model (the
+            server's); without one, each pass runs at once on the calling thread.
     """
 
     def __init__(self, lm: LoadedModel, prompt: str, *, chat: bool = False,
                  system_prompt: str | None = None, sampler: SamplerSettings | None = None,
                  stop: StopSettings | None = None, seed: int = 0, draw: str = "cdf",
-                 allow_special: bool = False, limits: Limits | None = None) -> None:
+                 allow_special: bool = False, limits: Limits | None = None,
+                 scheduler: ForwardScheduler | None = None) -> None:
         if not _is_whole(seed) or not 0 <= seed < 2**63:
             raise SettingsError("seed", seed, "a whole number from 0 to 2^63 - 1")
         if not isinstance(draw, str) or draw not in DRAW_METHODS:
@@ -303,6 +337,7 @@ class Generation:
         self.draw = draw
         self.lm = lm
         self.limits = limits or Limits()
+        self.scheduler = scheduler
         self.prompt = prompt
         self.chat = chat
         self.system_prompt = system_prompt
@@ -319,6 +354,7 @@ class Generation:
         self._kept: list[_StepTensors] = []
         self._pending: _PendingLogits | None = None  # kept logits the next step uses instead of a pass
         self._text_cache: tuple[int, str] = (-1, "")
+        self._closed = False
 
     # ---- settings that may change between steps -------------------------------------------
 
@@ -400,7 +436,7 @@ class Generation:
 
     def raw_logits(self, index: int | None = None) -> torch.Tensor:
         """A step's raw logits `[vocab]` (a copy); the latest step by default."""
-        return self._kept[self._step_position(index)].raw_logits.clone()
+        return self._logits_at(self._step_position(index)).clone()
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -441,11 +477,11 @@ class Generation:
         if not isinstance(sampler, SamplerSettings):
             raise SettingsError("sampler", sampler, "a SamplerSettings")
         position = self._step_position(index)
-        kept = self._kept[position]
+        logits = self._logits_at(position)
         context = torch.tensor(self.prompt_ids + self.generated_ids[:position])
         generator = torch.Generator(device="cpu")
-        generator.set_state(kept.rng_state)
-        sampled = self._sample(kept.raw_logits, context, sampler, generator)
+        generator.set_state(self._kept[position].rng_state.tensor())
+        sampled = self._sample(logits, context, sampler, generator)
         return Resampled(sampled.decision, sampled.distribution)
 
     def rewind(self, steps_to_keep: int) -> None:
@@ -458,7 +494,7 @@ class Generation:
             raise SettingsError("steps_to_keep", steps_to_keep, f"a whole number from 0 to {len(self._steps)}")
         if steps_to_keep == len(self._steps):
             return
-        self._generator.set_state(self._kept[steps_to_keep].rng_state)
+        self._generator.set_state(self._kept[steps_to_keep].rng_state.tensor())
         self._rewind_cache(steps_to_keep)
         del self._steps[steps_to_keep:]
         del self._kept[steps_to_keep:]
@@ -476,9 +512,25 @@ class Generation:
         self._step_position(None)
         return self._retake_latest(None)
 
+    def close(self) -> None:
+        """Release this generation's memory: its queued passes are withdrawn from the scheduler,
+        its KV cache and kept logits are dropped. The records stay readable; it cannot step again."""
+        if self.scheduler is not None:
+            self.scheduler.cancel(self._cache)
+        self._closed = True
+        self._cache = new_cache(self.lm)
+        self._pending = None
+        self._kept = [_StepTensors(None, kept.rng_state) for kept in self._kept]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     # ---- inside a step ---------------------------------------------------------------------
 
     def _check_can_step(self, force_token_id: int | None) -> None:
+        if self._closed:
+            raise GenerationFinished("This generation was closed to free its memory: press Reset to start again.")
         if self.finished:
             raise GenerationFinished(f"Generation has finished ({self.finish_reason}); "
                                      "go Back, change the stop settings, or Reset.")
@@ -509,8 +561,32 @@ class Generation:
             return pending.logits, pending.forward_tokens, pending.forward_ms
         unseen = self.context_ids[self._cache.get_seq_length():]
         started = time.perf_counter()
-        logits = forward_one(self.lm, unseen, self._cache)
+        logits = forward_one(self.lm, unseen, self._cache, self.scheduler)
         return logits, len(unseen), (time.perf_counter() - started) * 1e3
+
+    def _logits_at(self, position: int) -> torch.Tensor:
+        """Step `position + 1`'s raw logits `[vocab]`: kept, or computed again by repeating the
+        step's pass (the prompt into a fresh cache for step 1; otherwise the step's input token
+        over a prefix of the KV cache, which is shared, not copied) and kept again."""
+        kept = self._kept[position]
+        if kept.raw_logits is not None:
+            return kept.raw_logits
+        if self._closed:
+            raise GenerationFinished("This generation was closed to free its memory: press Reset to start again.")
+        if position == 0:
+            logits = forward_one(self.lm, self.prompt_ids, new_cache(self.lm), self.scheduler)
+        else:
+            fed = len(self.prompt_ids) + position - 1  # step position + 1 read the token at this place
+            logits = forward_one(self.lm, [self.context_ids[fed]], cache_prefix(self._cache, fed), self.scheduler)
+        self._kept[position] = _StepTensors(logits, kept.rng_state)
+        return logits
+
+    def _forget_old_logits(self) -> None:
+        """Drop the raw logits of every step but the latest KEEP_LOGITS (including any computed
+        again for an older step since the last step)."""
+        for position in range(len(self._kept) - KEEP_LOGITS):
+            if self._kept[position].raw_logits is not None:
+                self._kept[position] = _StepTensors(None, self._kept[position].rng_state)
 
     @on_sampler_thread
     def _sample(self, raw_logits: torch.Tensor, context: torch.Tensor, sampler: SamplerSettings,
@@ -551,7 +627,9 @@ class Generation:
             timing=Timing(forward_ms, sampled.sampling_ms, (time.perf_counter() - before.started) * 1e3),
         )
         self._steps.append(record)
-        self._kept.append(_StepTensors(raw_logits=raw_logits, rng_state=before.rng_state))
+        previous = self._kept[-1].rng_state if self._kept else None
+        self._kept.append(_StepTensors(raw_logits=raw_logits, rng_state=_RngState.of(before.rng_state, previous)))
+        self._forget_old_logits()
         self._text_cache = (len(self._steps), text)
         return record
 
@@ -569,7 +647,7 @@ class Generation:
     def _kept_pass(self, position: int) -> _PendingLogits:
         """Step `position + 1`'s logits with the size and time of the pass that made them."""
         record = self._steps[position]
-        return _PendingLogits(self._kept[position].raw_logits, record.forward_tokens, record.timing.forward_ms)
+        return _PendingLogits(self._logits_at(position), record.forward_tokens, record.timing.forward_ms)
 
     def _retake_latest(self, force_token_id: int | None) -> StepRecord:
         """Take the latest step again from its kept logits and random state: the cache is not
@@ -578,7 +656,7 @@ class Generation:
         pending, retaken = self._pending, self._kept_pass(len(self._steps) - 1)
         del self._steps[-1]
         del self._kept[-1]
-        self._generator.set_state(kept.rng_state)
+        self._generator.set_state(kept.rng_state.tensor())
         self._pending = retaken
         try:
             return self.step(force_token_id=force_token_id)

@@ -51,6 +51,13 @@ def _layer_tensors(cache: object) -> list[tuple[torch.Tensor, torch.Tensor]]:
             if getattr(layer, "keys", None) is not None and layer.keys.numel() > 0]
 
 
+def _shared_shapes(tensors: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Each layer's (K shape, V shape); layers of one shape share one tuple (a step's record
+    keeps this, so thirty equal copies would cost ~6 KB a step)."""
+    seen: dict[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]] = {}
+    return tuple(seen.setdefault(pair, pair) for pair in ((tuple(k.shape), tuple(v.shape)) for k, v in tensors))
+
+
 def read_kv(cache: object | None, geometry: KVGeometry, model_dtype: torch.dtype) -> KVSnapshot:
     """Measure the cache from its tensors (an empty or absent cache holds 0 positions)."""
     tensors = _layer_tensors(cache) if cache is not None else []
@@ -62,7 +69,7 @@ def read_kv(cache: object | None, geometry: KVGeometry, model_dtype: torch.dtype
                f"head dim x {positions} positions x {per_value} bytes")
     return KVSnapshot(
         positions=positions,
-        layer_shapes=tuple((tuple(k.shape), tuple(v.shape)) for k, v in tensors),
+        layer_shapes=_shared_shapes(tensors),
         dtype=str(dtype).removeprefix("torch."),
         bytes=measured,
         formula_bytes=geometry.bytes_for(positions, per_value),

@@ -22,6 +22,7 @@ from engine.speed import (
     measure_decode_intensity,
     measure_device,
     measure_kv,
+    measure_packed_difference,
     measure_prefill_decode,
 )
 from ui.charts import CHART_CONFIG
@@ -30,6 +31,7 @@ from ui.frame import ensure_app_frame
 from ui.keys import KV
 from ui.memo import remember
 from ui.model import current_model
+from ui.server_load import server_batching
 from ui.teaching import page_style
 from ui.teaching_charts import (
     batch_figure,
@@ -223,6 +225,8 @@ def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
         "do this for itself, because its next token needs the token before it; servers batch different "
         "requests together (continuous batching). Each sequence still needs its own KV cache, so memory, and "
         "once the FLOPs per byte pass the device's balance point, compute, set the limit.")
+    server_batching(lm, measured(lm, "packed vs lone passes", lambda: (measure_packed_difference(lm, exact=True),
+                                                                       measure_packed_difference(lm, exact=False))))
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from ui.deployment import current_deployment
 from ui.format import plain
 from ui.frame import ensure_app_frame
 from ui.keys import APP, STEP
-from ui.model import current_model, current_source, switch_model
+from ui.model import current_model, current_scheduler, current_source, switch_model
 from ui.presets import load_presets, preset_named
 from ui.state import init_defaults, message, parse_stop_sequences, set_message, step_generation, widget_range
 from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys
@@ -367,7 +367,8 @@ def main() -> None:
                    "stop.")
     if problem := message(S, "link"):
         st.warning(plain(problem), icon=":material/link:")
-    control.sync_generation(S, lm)  # widget values are already in session_state; messages then show beside them
+    # widget values are already in session_state; messages then show beside them
+    control.sync_generation(S, lm, current_scheduler())
     if presentation():  # on a projector the setup folds away under the generation
         workspace()
     with st.expander("Prompt and settings") if presentation() else st.container():

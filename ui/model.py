@@ -8,6 +8,7 @@ import streamlit as st
 
 from engine import LoadedModel, ModelLoadError, load_model
 from engine.loading import BUNDLED
+from engine.scheduler import ForwardScheduler, batching_from_env
 from ui.deployment import current_deployment
 from ui.format import plain
 from ui.keys import APP
@@ -23,6 +24,22 @@ def _load_shared(source: str, device: str | None) -> LoadedModel:
     gc.collect()
     gc.freeze()
     return lm
+
+
+def _close_scheduler(scheduler: ForwardScheduler) -> None:
+    scheduler.close()
+
+
+@st.cache_resource(show_spinner=False, max_entries=4, on_release=_close_scheduler)
+def _shared_scheduler(source: str, device: str | None) -> ForwardScheduler:
+    """One queue for the forward passes of every visitor on this model: one pass at a time,
+    the waiting decode steps batched into one as the server's TBT_BATCHING says (exact by default)."""
+    return ForwardScheduler(_load_shared(source, device), batching=batching_from_env())
+
+
+def current_scheduler() -> ForwardScheduler:
+    """The forward-pass scheduler every visitor on the current model shares."""
+    return _shared_scheduler(current_source(), None)
 
 
 def current_source() -> str:

@@ -28,6 +28,7 @@ from engine import (
     replay,
 )
 from engine.loading import BUNDLED
+from engine.scheduler import ForwardScheduler
 from ui import state as settings
 from ui.chips import prompt_chips
 from ui.deployment import current_deployment
@@ -75,7 +76,7 @@ def reset(state: State) -> None:
     """Reset: a fresh generation with the current prompt and settings (a new prefill on Step)."""
     gen = step_generation(state)
     if gen is not None:
-        _act(state, lambda: state.update({STEP.generation: new_generation(state, gen.lm)}))
+        _act(state, lambda: state.update({STEP.generation: new_generation(state, gen.lm, gen.scheduler)}))
 
 
 def branch(state: State, token_id: int) -> None:
@@ -133,15 +134,17 @@ def run_frame_wait(state: Mapping[str, Any], now: float) -> float:
 # ---- the generation follows the setup widgets ------------------------------------------------
 
 
-def new_generation(state: Mapping[str, Any], lm: LoadedModel) -> Generation:
-    """A generation from the widgets' current values (raises the engine's errors)."""
+def new_generation(state: Mapping[str, Any], lm: LoadedModel, scheduler: ForwardScheduler | None = None
+                   ) -> Generation:
+    """A generation from the widgets' current values (raises the engine's errors); its forward
+    passes go through `scheduler`, the server's, shared with every visitor on `lm`."""
     setup = settings.setup_from(state, lm)
     return Generation(lm, setup.prompt, chat=setup.chat, seed=setup.seed, sampler=settings.sampler_from(state),
                       stop=settings.stop_from(state), allow_special=setup.allow_special,
-                      limits=current_deployment().limits)
+                      limits=current_deployment().limits, scheduler=scheduler)
 
 
-def sync_generation(state: State, lm: LoadedModel) -> None:
+def sync_generation(state: State, lm: LoadedModel, scheduler: ForwardScheduler | None = None) -> None:
     """Start over when the prompt, chat flag, seed or model changed; pass stop settings on.
     On bad input the message is shown beside the control and the current generation stays."""
     gen = step_generation(state)
@@ -154,7 +157,7 @@ def sync_generation(state: State, lm: LoadedModel) -> None:
         set_message(state, "stop", None)
     if gen is None or settings.setup_of(gen) != settings.setup_from(state, lm):
         try:
-            gen = new_generation(state, lm) if stop is not None else gen
+            gen = new_generation(state, lm, scheduler) if stop is not None else gen
         except (PromptError, SettingsError) as exc:
             set_message(state, "prompt", str(exc))
             return

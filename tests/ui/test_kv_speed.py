@@ -25,7 +25,7 @@ def results(at: AppTest) -> dict:
 def test_page_measures_every_section_once(page):
     measured = {key[-1] for key in results(page)}
     assert measured == {"cache vs recompute", "prefill vs decode", "KV cache size",
-                        "device compute and bandwidth", "one decode step", "batched decode"}
+                        "device compute and bandwidth", "one decode step", "batched decode", "packed vs lone passes"}
     cache_points = next(v for k, v in results(page).items() if k[-1] == "cache vs recompute")
     assert [p.context_tokens for p in cache_points] == list(QUICK.cache_lengths)
     last = cache_points[-1]
@@ -33,6 +33,15 @@ def test_page_measures_every_section_once(page):
     batch = next(v for k, v in results(page).items() if k[-1] == "batched decode")
     assert [p.batch for p in batch] == [1, 4, 16]
     assert [m.value for m in page.metric if m.label.startswith("batch ")] == [f"{p.step_ms:.1f} ms" for p in batch]
+
+
+def test_the_servers_own_scheduler_and_the_packed_passes_differences_are_shown(page):
+    exact, fast = next(v for k, v in results(page).items() if k[-1] == "packed vs lone passes")
+    assert exact.exact and not fast.exact and exact.max_logit_diff == 0.0 and 0 < fast.max_logit_diff < 1e-4
+    assert any(f"largest difference in any logit was **{exact.max_logit_diff:.1g}**" in m.value
+               and f"**{fast.max_logit_diff:.1e}** in a logit" in m.value for m in page.markdown)
+    labels = {m.label for m in page.metric}
+    assert {"visitors served", "tokens / s, all visitors", "mean visitors per pass", "waiting now"} <= labels
 
 
 def test_kv_bytes_shown_are_read_from_the_real_cache(lm, page):

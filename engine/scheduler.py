@@ -1,0 +1,289 @@
+"""One queue for the forward passes of every generation that shares a model.
+
+Each visitor's generation runs on its own thread (Streamlit runs each session's script on
+one). Left alone, thirty of them would run thirty forward passes at once, their thread teams
+fighting over the cores: a 41 ms pass took 1.3 s. Here every pass waits in one queue and one
+worker thread runs them, and the decode steps that are waiting together go through the model
+as ONE packed pass (continuous batching): each weight is read once for all of them.
+
+Numbers: a pass alone in its round is the plain batch-1 pass, so a visitor alone gets
+transformers' own numbers. How a packed pass multiplies (engine/forward.py) is the `batching`
+setting, the server's TBT_BATCHING:
+  - "exact" (default): row by row through the lone pass's kernels, weights kept in the CPU
+    cache between rows: every visitor gets bit for bit the numbers it would get alone;
+  - "fast": one matrix product for all rows; logits within ~1e-4 of the lone numbers
+    (bench/batch_parity.py), for about three times the throughput;
+  - "off": no batching, every pass alone, one at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from engine.errors import SettingsError
+from engine.forward import forward_one, forward_packed, packed_twin
+from engine.loading import LoadedModel
+
+BATCHING_ENV = "TBT_BATCHING"  # the server's batching setting: exact, fast or off
+BATCHING = ("exact", "fast", "off")
+DEFAULT_MAX_BATCH = 32  # decode steps in one packed pass
+GATHER_S = 0.03  # longest wait for the last pass's visitors to come back before the next pass
+PREFILL_TOKENS = 256  # prompt tokens read per round (the oldest prompt always goes, however long)
+STATS_WINDOW_S = 10.0  # tokens/s and visitors are counted over this many seconds
+RECENT_PASSES = 40  # batch sizes kept for the stats
+
+
+def batching_from_env(environ: Mapping[str, str] = os.environ) -> str:
+    """The batching setting TBT_BATCHING names (exact when unset)."""
+    value = environ.get(BATCHING_ENV, "").strip().lower() or "exact"
+    if value not in BATCHING:
+        raise SettingsError(BATCHING_ENV, value, f"one of {', '.join(BATCHING)}")
+    return value
+
+
+class SchedulerClosed(RuntimeError):
+    """A pass was asked of a scheduler that has been closed."""
+
+
+@dataclass(frozen=True)
+class SchedulerStats:
+    """What the scheduler has been doing, for a page to show."""
+
+    visitors: int  # generations that had a pass in the last `window_s` seconds
+    waiting: int  # passes queued now
+    passes: int  # forward passes run since the start
+    tokens: int  # next tokens delivered since the start (one per request)
+    recent_batches: tuple[int, ...]  # requests served by each of the latest passes, oldest first
+    tokens_per_s: float  # next tokens delivered per second over the last `window_s` seconds
+    window_s: float
+    batching: str  # exact, fast or off ("off" too when the model cannot run packed passes)
+    max_batch: int
+
+
+@dataclass(eq=False)
+class _Request:
+    """One visitor's pass: `token_ids` read after `cache`'s positions."""
+
+    token_ids: list[int]
+    cache: DynamicCache
+    future: Future
+
+    @property
+    def is_decode(self) -> bool:
+        return len(self.token_ids) == 1
+
+
+@dataclass(frozen=True)
+class _Pass:
+    finished: float  # perf_counter
+    requests: int
+
+
+class ForwardScheduler:
+    """Runs every forward pass of the generations sharing one model, one pass at a time.
+
+    The policy, one round after another on one worker thread:
+      1. every decode step waiting (one new token after the cache), oldest first, up to
+         `max_batch`, in ONE packed pass; a decode step alone in its round takes the plain
+         batch-1 pass;
+      2. then the waiting prefills (several tokens: a prompt), oldest first, each alone, until
+         the round has read PREFILL_TOKENS prompt tokens; the oldest always goes.
+    A request that arrives while a pass runs joins the next round. So a class that starts
+    together has its short prompts read in one round, a long prompt delays the others'
+    decode steps by one prompt at most, and a prompt waits one decode pass at most. With
+    batching "off", every request runs alone, first come first served.
+
+    A packed pass that fails is undone (each cache put back) and its requests run again one
+    by one, so only the request at fault fails. Once a request is answered the scheduler
+    holds nothing of it: a dropped generation's cache is freed.
+
+    Args:
+        lm: the model every request runs on.
+        batching: "exact" (each visitor's numbers bit for bit its lone ones), "fast" (within
+            ~1e-4 of them) or "off" (every pass alone).
+        max_batch: most decode steps in one packed pass.
+    """
+
+    def __init__(self, lm: LoadedModel, *, batching: str = "exact", max_batch: int = DEFAULT_MAX_BATCH) -> None:
+        if batching not in BATCHING:
+            raise SettingsError("batching", batching, f"one of {', '.join(BATCHING)}")
+        if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+            raise SettingsError("max_batch", max_batch, "a whole number >= 1")
+        self.lm = lm
+        self.max_batch = max_batch
+        can_pack = batching != "off" and packed_twin(lm, batching == "exact") is not None
+        self.batching = batching if can_pack else "off"
+        self._threads = torch.get_num_threads()  # the worker's passes use what a visitor's would
+        self._queue: deque[_Request] = deque()
+        self._ready = threading.Condition()
+        self._closed = False
+        self._passes: deque[_Pass] = deque(maxlen=RECENT_PASSES)
+        self._seen: dict[int, float] = {}  # id(cache) -> last served; ids only, never the caches
+        self._totals = [0, 0]  # passes, tokens
+        self._worker = threading.Thread(target=self._work, name="forward-scheduler", daemon=True)
+        self._worker.start()
+
+    # ---- what generations call ------------------------------------------------------------
+
+    def forward(self, token_ids: list[int], cache: DynamicCache) -> torch.Tensor:
+        """Wait for this pass's turn and return its next-token logits `[vocab]`; `cache` grows
+        by `len(token_ids)`. If the pass fails, the cache is as it was and the error is raised.
+        If the wait is interrupted, the request is withdrawn (or finished) before this returns,
+        so the caller owns its cache again."""
+        request = _Request(list(token_ids), cache, Future())
+        with self._ready:
+            if self._closed:
+                raise SchedulerClosed("The forward-pass scheduler has been closed.")
+            self._queue.append(request)
+            self._ready.notify()
+        try:
+            return request.future.result()
+        except BaseException:
+            self._withdraw(request)
+            raise
+
+    def cancel(self, cache: DynamicCache) -> int:
+        """Withdraw every queued pass on `cache` (a visitor who left); returns how many."""
+        with self._ready:
+            mine = [r for r in self._queue if r.cache is cache]
+            for request in mine:
+                self._queue.remove(request)
+                request.future.cancel()
+        return len(mine)
+
+    def stats(self) -> SchedulerStats:
+        """A snapshot of the queue and the latest passes."""
+        now = time.perf_counter()
+        with self._ready:
+            passes = tuple(self._passes)
+            visitors = sum(1 for last in self._seen.values() if now - last <= STATS_WINDOW_S)
+            waiting = len(self._queue)
+            total_passes, total_tokens = self._totals
+        recent = [p for p in passes if now - p.finished <= STATS_WINDOW_S]
+        return SchedulerStats(
+            visitors=visitors, waiting=waiting, passes=total_passes, tokens=total_tokens,
+            recent_batches=tuple(p.requests for p in passes),
+            tokens_per_s=sum(p.requests for p in recent) / STATS_WINDOW_S, window_s=STATS_WINDOW_S,
+            batching=self.batching, max_batch=self.max_batch)
+
+    def close(self) -> None:
+        """Stop the worker after the pass it is running; queued requests fail with SchedulerClosed."""
+        with self._ready:
+            self._closed = True
+            for request in self._queue:
+                request.future.set_exception(SchedulerClosed("The forward-pass scheduler was closed."))
+            self._queue.clear()
+            self._ready.notify()
+        if threading.current_thread() is not self._worker:
+            self._worker.join()
+
+    # ---- the worker ---------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        torch.set_num_threads(self._threads)
+        while True:
+            with self._ready:
+                while not self._queue and not self._closed:
+                    self._ready.wait()
+                self._gather()
+                if self._closed:
+                    return
+            self._run_round(*self._take_round())  # no local keeps a request between rounds
+
+    def _gather(self) -> None:
+        """Give the visitors who stepped in the last second up to GATHER_S to come back (each
+        samples its token on the one sampler thread, one after another) so they share the next
+        pass rather than splitting into several smaller ones. Called holding the lock."""
+        now = time.perf_counter()
+        expected = min(self.max_batch, sum(1 for last in self._seen.values() if now - last <= 1.0))
+        if self.batching == "off" or expected < 2:
+            return
+        deadline = now + GATHER_S
+        while not self._closed and sum(r.is_decode for r in self._queue) < expected:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return
+            self._ready.wait(left)
+
+    def _take_round(self) -> tuple[list[_Request], list[_Request]]:
+        """This round's decode steps and prefills (each oldest first), out of the queue."""
+        with self._ready:
+            if self.batching != "off":
+                decodes = [r for r in self._queue if r.is_decode][:self.max_batch]
+                prefills = self._prefills_within_budget()
+            else:  # one request a round, the oldest
+                oldest = self._queue[0]
+                decodes, prefills = ([oldest], []) if oldest.is_decode else ([], [oldest])
+            for request in (*decodes, *prefills):
+                self._queue.remove(request)
+                request.future.set_running_or_notify_cancel()
+            return decodes, prefills
+
+    def _prefills_within_budget(self) -> list[_Request]:
+        chosen, budget = [], PREFILL_TOKENS
+        for request in self._queue:
+            if not request.is_decode and (not chosen or len(request.token_ids) <= budget):
+                chosen.append(request)
+                budget -= len(request.token_ids)
+                if budget <= 0:
+                    break
+        return chosen
+
+    def _run_round(self, decodes: list[_Request], prefills: list[_Request]) -> None:
+        if len(decodes) > 1:
+            self._run_packed(decodes)
+        elif decodes:
+            self._run_alone(decodes[0])
+        for request in prefills:
+            self._run_alone(request)
+
+    def _run_packed(self, requests: list[_Request]) -> None:
+        try:
+            logits = forward_packed(self.lm, [r.token_ids[0] for r in requests], [r.cache for r in requests],
+                                    exact=self.batching == "exact")
+        except Exception:  # the caches are back as they were: find the request at fault alone
+            for request in requests:
+                self._run_alone(request)
+            return
+        for request, row in zip(requests, logits, strict=True):
+            request.future.set_result(row.clone())  # [vocab], its own storage
+        self._note_pass(requests)
+
+    def _run_alone(self, request: _Request) -> None:
+        try:
+            logits = forward_one(self.lm, request.token_ids, request.cache)
+        except Exception as exc:
+            request.future.set_exception(exc)
+            return
+        request.future.set_result(logits)
+        self._note_pass([request])
+
+    def _note_pass(self, requests: list[_Request]) -> None:
+        now = time.perf_counter()
+        with self._ready:
+            self._passes.append(_Pass(now, len(requests)))
+            self._totals[0] += 1
+            self._totals[1] += len(requests)
+            for request in requests:
+                self._seen[id(request.cache)] = now
+            for key in [k for k, last in self._seen.items() if now - last > STATS_WINDOW_S]:
+                del self._seen[key]
+
+    def _withdraw(self, request: _Request) -> None:
+        """Take an unanswered request back: out of the queue, or wait for its pass to end."""
+        with self._ready:
+            if request in self._queue:
+                self._queue.remove(request)
+                request.future.cancel()
+                return
+        if not request.future.done():  # its pass is under way: the cache is the worker's until it ends
+            wait([request.future])

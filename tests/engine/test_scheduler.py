@@ -1,0 +1,371 @@
+"""The forward-pass scheduler: packed passes, fairness, failures, cancellation, memory, and
+concurrent generations on the real model against lone runs."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import weakref
+from concurrent.futures import CancelledError
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import engine.scheduler as scheduler_module
+from engine import Generation, GenerationFinished, LoadedModel, SamplerSettings, StopSettings
+from engine.errors import SettingsError
+from engine.forward import cache_length, cache_prefix, forward_one, forward_packed, new_cache
+from engine.generation import KEEP_LOGITS
+from engine.kvcache import KVGeometry
+from engine.loading import ModelSource
+from engine.scheduler import ForwardScheduler, batching_from_env
+
+# The bound the README states for a "fast" packed pass on SmolLM2-135M (bench/batch_parity.py).
+FAST_LOGIT_BOUND = 1e-4
+SAMPLED = SamplerSettings(temperature=0.9, top_k=40, top_p=0.95)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> LoadedModel:
+    """A 2-layer Llama with random weights (hidden 64, vocab 300): fast, never shown to anyone."""
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=300, max_position_embeddings=512,
+                         attn_implementation="sdpa")
+    model = LlamaForCausalLM(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
+    return LoadedModel(model=model, tokenizer=None, source=ModelSource("folder", "tiny"), name="tiny Llama",
+                       device=torch.device("cpu"), dtype=torch.float32, eos_ids=(), context_window=512,
+                       geometry=KVGeometry.from_config(config), parameters=0, load_seconds=0.0, from_cache=False,
+                       texts=None)
+
+
+def filled_cache(lm: LoadedModel, length: int, offset: int = 0):
+    cache = new_cache(lm)
+    forward_one(lm, [(offset + 7 * i) % 300 for i in range(length)], cache)
+    return cache
+
+
+def lone_logits(lm: LoadedModel, token: int, cache) -> torch.Tensor:
+    """The batch-1 pass over a view of `cache` (which stays as it was)."""
+    return forward_one(lm, [token], cache_prefix(cache, cache_length(cache)))
+
+
+class Gate:
+    """Holds the scheduler's worker inside its next lone pass until opened, and logs every pass."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.open = threading.Event()
+        self.entered = threading.Event()
+        self.log: list[tuple[str, int]] = []
+        lone, packed = scheduler_module.forward_one, scheduler_module.forward_packed
+
+        def gated_lone(lm, token_ids, cache):
+            self.log.append(("alone", len(token_ids)))
+            self.entered.set()
+            self.open.wait(10)
+            return lone(lm, token_ids, cache)
+
+        def logged_packed(lm, token_ids, caches, exact=True):
+            self.log.append(("packed", len(token_ids)))
+            return packed(lm, token_ids, caches, exact)
+
+        monkeypatch.setattr(scheduler_module, "forward_one", gated_lone)
+        monkeypatch.setattr(scheduler_module, "forward_packed", logged_packed)
+
+
+def submit(scheduler: ForwardScheduler, token_ids: list[int], cache, results: dict, key: object) -> threading.Thread:
+    def run() -> None:
+        try:
+            results[key] = scheduler.forward(token_ids, cache)
+        except BaseException as exc:  # the test reads what each visitor got
+            results[key] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def wait_for_queue(scheduler: ForwardScheduler, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while scheduler.stats().waiting < count:
+        assert time.monotonic() < deadline, "requests never reached the queue"
+        time.sleep(0.005)
+
+
+# ---- the packed pass ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_packed_pass_gives_each_cache_of_its_own_length_its_lone_logits(tiny, exact: bool) -> None:
+    caches = [filled_cache(tiny, length, offset=length) for length in (3, 11, 1, 30)]
+    tokens = [5, 17, 250, 42]
+    expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip(tokens, caches, strict=True)])
+    got = forward_packed(tiny, tokens, caches, exact=exact)
+    assert got.shape == (4, 300)
+    if exact:
+        assert torch.equal(got, expected)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    assert [cache_length(c) for c in caches] == [4, 12, 2, 31]
+    # each row's new keys went to its own cache, at its own position
+    for token, cache in zip(tokens, caches, strict=True):
+        alone = cache_prefix(cache, cache_length(cache) - 1)
+        forward_one(tiny, [token], alone)
+        torch.testing.assert_close(cache.layers[1].keys, alone.layers[1].keys, rtol=0, atol=1e-5)
+
+
+def test_packed_pass_leaves_the_shared_models_attention_alone(tiny) -> None:
+    forward_packed(tiny, [1, 2], [filled_cache(tiny, 4), filled_cache(tiny, 6)])
+    assert tiny.model.config._attn_implementation == "sdpa"
+
+
+def test_a_packed_pass_that_fails_part_way_puts_every_cache_back(tiny) -> None:
+    caches = [filled_cache(tiny, 5), filled_cache(tiny, 9)]
+    broken = caches[1].layers[1]
+    broken.keys = broken.keys[..., :-1]  # a head_dim the second layer's update cannot join
+    before = [[layer.keys.clone() for layer in c.layers] for c in caches]
+    with pytest.raises(RuntimeError):
+        forward_packed(tiny, [3, 4], caches)
+    for cache, keys in zip(caches, before, strict=True):
+        for layer, old in zip(cache.layers, keys, strict=True):
+            assert torch.equal(layer.keys, old)  # layer 0 had been written: it is undone
+
+
+# ---- the scheduler ------------------------------------------------------------------------------
+
+def test_decode_steps_waiting_together_run_as_one_packed_pass(tiny, monkeypatch) -> None:
+    gate, scheduler, results = Gate(monkeypatch), ForwardScheduler(tiny), {}
+    try:
+        threads = [submit(scheduler, [1, 2, 3], new_cache(tiny), results, "prompt")]
+        gate.entered.wait(10)
+        caches = {i: filled_cache(tiny, 4 + i, offset=i) for i in range(3)}
+        expected = {i: lone_logits(tiny, 10 + i, caches[i]) for i in caches}
+        threads += [submit(scheduler, [10 + i], caches[i], results, i) for i in caches]
+        wait_for_queue(scheduler, 3)
+        gate.open.set()
+        for thread in threads:
+            thread.join(10)
+        assert gate.log == [("alone", 3), ("packed", 3)]
+        assert scheduler.stats().recent_batches == (1, 3)
+        for i in caches:
+            assert torch.equal(results[i], expected[i])  # exact batching: the lone digits
+    finally:
+        scheduler.close()
+
+
+def test_prompts_wait_for_the_decode_steps_queued_behind_them_and_share_a_token_budget(tiny, monkeypatch) -> None:
+    gate, scheduler, results = Gate(monkeypatch), ForwardScheduler(tiny), {}
+    try:
+        threads = [submit(scheduler, [1, 2], new_cache(tiny), results, "first prompt")]
+        gate.entered.wait(10)
+        long = scheduler_module.PREFILL_TOKENS - 10
+        arrivals = [("long prompt", list(range(long))), ("decode a", [5]), ("too many for the budget", list(range(20))),
+                    ("decode b", [6]), ("short prompt", [7, 8, 9])]
+        for key, ids in arrivals:
+            threads.append(submit(scheduler, ids, filled_cache(tiny, 3) if len(ids) == 1 else new_cache(tiny),
+                                  results, key))
+            wait_for_queue(scheduler, len(threads) - 1)
+        gate.open.set()
+        for thread in threads:
+            thread.join(10)
+        # round 2: both decode steps in one pass, then prompts oldest first within the budget
+        # (the 20-token one does not fit beside the long one; the 3-token one does);
+        # round 3: the prompt left over
+        assert gate.log == [("alone", 2), ("packed", 2), ("alone", long), ("alone", 3), ("alone", 20)]
+        assert all(isinstance(results[key], torch.Tensor) for key, _ in arrivals)
+    finally:
+        scheduler.close()
+
+
+def test_unbatched_scheduler_runs_every_pass_alone_in_arrival_order(tiny, monkeypatch) -> None:
+    gate, scheduler, results = Gate(monkeypatch), ForwardScheduler(tiny, batching="off"), {}
+    try:
+        threads = [submit(scheduler, [1, 2], new_cache(tiny), results, "first")]
+        gate.entered.wait(10)
+        for n, ids in enumerate(([5], [6, 7, 8, 9], [4])):
+            threads.append(submit(scheduler, ids, filled_cache(tiny, 3) if len(ids) == 1 else new_cache(tiny),
+                                  results, n))
+            wait_for_queue(scheduler, n + 1)
+        gate.open.set()
+        for thread in threads:
+            thread.join(10)
+        assert gate.log == [("alone", 2), ("alone", 1), ("alone", 4), ("alone", 1)]
+        assert scheduler.stats().batching == "off"
+    finally:
+        scheduler.close()
+
+
+def test_a_failing_request_fails_alone_and_the_others_get_their_lone_numbers(tiny, monkeypatch) -> None:
+    gate, scheduler, results = Gate(monkeypatch), ForwardScheduler(tiny), {}
+    try:
+        threads = [submit(scheduler, [1, 2], new_cache(tiny), results, "prompt")]
+        gate.entered.wait(10)
+        caches = {key: filled_cache(tiny, 6, offset=n) for n, key in enumerate(("a", "bad", "c"))}
+        tokens = {"a": 11, "bad": 10_000, "c": 13}  # 10,000 is past the vocabulary
+        expected = {key: lone_logits(tiny, tokens[key], caches[key]) for key in ("a", "c")}
+        for n, key in enumerate(caches):
+            threads.append(submit(scheduler, [tokens[key]], caches[key], results, key))
+            wait_for_queue(scheduler, n + 1)
+        gate.open.set()
+        for thread in threads:
+            thread.join(10)
+        assert isinstance(results["bad"], IndexError)
+        assert cache_length(caches["bad"]) == 6
+        for key in ("a", "c"):
+            assert torch.equal(results[key], expected[key])  # run again alone: the lone pass's digits
+            assert cache_length(caches[key]) == 7
+    finally:
+        scheduler.close()
+
+
+def test_a_cancelled_visitor_leaves_no_cache_in_the_scheduler(tiny, monkeypatch) -> None:
+    gate, scheduler, results = Gate(monkeypatch), ForwardScheduler(tiny), {}
+    try:
+        threads = [submit(scheduler, [1, 2], new_cache(tiny), results, "prompt")]
+        gate.entered.wait(10)
+        cache = filled_cache(tiny, 4)
+        watch = weakref.ref(cache)
+        threads.append(submit(scheduler, [9], cache, results, "leaver"))
+        wait_for_queue(scheduler, 1)
+        assert scheduler.cancel(cache) == 1
+        threads[-1].join(10)
+        assert isinstance(results.pop("leaver"), CancelledError)
+        del cache
+        gate.open.set()
+        threads[0].join(10)
+        gc.collect()
+        assert watch() is None
+        # a request that was served is not held either
+        served = filled_cache(tiny, 4)
+        watch = weakref.ref(served)
+        scheduler.forward([3], served)
+        del served
+        gc.collect()
+        assert watch() is None
+    finally:
+        scheduler.close()
+
+
+def test_a_closed_scheduler_refuses_passes_with_a_clear_error(tiny) -> None:
+    scheduler = ForwardScheduler(tiny)
+    scheduler.close()
+    with pytest.raises(scheduler_module.SchedulerClosed, match="closed"):
+        scheduler.forward([1], new_cache(tiny))
+
+
+def test_batching_setting_is_read_from_tbt_batching_and_checked() -> None:
+    assert batching_from_env({}) == "exact"
+    assert batching_from_env({"TBT_BATCHING": " Fast "}) == "fast"
+    with pytest.raises(SettingsError, match=r"TBT_BATCHING = 'quick'.*exact, fast, off"):
+        batching_from_env({"TBT_BATCHING": "quick"})
+    with pytest.raises(SettingsError, match="batching"):
+        ForwardScheduler(None, batching="sometimes")
+
+
+# ---- the real model ---------------------------------------------------------------------------------
+
+def test_exact_packed_passes_give_lone_logits_bit_for_bit_and_fast_ones_stay_within_the_bound(lm) -> None:
+    prompts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village",
+               "Roses are red,", "Water boils at", "My favourite food is", "List three prime numbers:",
+               "The quick brown fox"]
+    caches, tokens = [], []
+    for prompt in prompts:
+        ids = lm.tokenizer(prompt)["input_ids"]
+        caches.append(new_cache(lm))
+        forward_one(lm, ids[:-1], caches[-1])
+        tokens.append(ids[-1])
+    for _ in range(4):
+        lone = torch.stack([lone_logits(lm, t, c) for t, c in zip(tokens, caches, strict=True)])
+        views = [cache_prefix(c, cache_length(c)) for c in caches]
+        fast = forward_packed(lm, tokens, views, exact=False)
+        assert (fast - lone).abs().max().item() < FAST_LOGIT_BOUND
+        assert torch.equal(forward_packed(lm, tokens, caches), lone)
+        tokens = lone.argmax(-1).tolist()
+
+
+def test_a_lone_visitor_through_the_scheduler_gets_bit_identical_logits(lm) -> None:
+    scheduler = ForwardScheduler(lm)
+    try:
+        stop = StopSettings(max_new_tokens=6, ignore_eos=True)
+        alone, queued = (Generation(lm, "The capital of France is", sampler=SAMPLED, seed=4, stop=stop,
+                                    scheduler=s) for s in (None, scheduler))
+        list(alone.run())
+        list(queued.run())
+        assert queued.generated_ids == alone.generated_ids
+        for index in range(1, 7):
+            assert torch.equal(queued.raw_logits(index), alone.raw_logits(index))
+    finally:
+        scheduler.close()
+
+
+def test_generations_stepping_at_once_get_the_tokens_of_lone_runs(lm) -> None:
+    setups = [("The capital of France is", SamplerSettings(temperature=0), 0),
+              ("Once upon a time", SAMPLED, 1), ("def fibonacci(n):", SAMPLED, 2),
+              ("Write a haiku about the sea.", SAMPLED, 3), ("Roses are red,", SamplerSettings(temperature=0), 4),
+              ("The best way to learn is", SAMPLED, 5)]
+    stop = StopSettings(max_new_tokens=10, ignore_eos=True)
+
+    def generation(prompt, sampler, seed, scheduler=None) -> Generation:
+        return Generation(lm, prompt, sampler=sampler, seed=seed, stop=stop, scheduler=scheduler)
+
+    expected = []
+    for setup in setups:
+        lone = generation(*setup)
+        list(lone.run())
+        expected.append(lone)
+    scheduler = ForwardScheduler(lm)
+    try:
+        together = [generation(*setup, scheduler=scheduler) for setup in setups]
+        threads = [threading.Thread(target=lambda g=g: list(g.run())) for g in together]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert [g.generated_ids for g in together] == [e.generated_ids for e in expected]
+        for g, e in zip(together, expected, strict=True):
+            assert all(torch.equal(g.raw_logits(i), e.raw_logits(i)) for i in range(1, 11))
+        assert max(scheduler.stats().recent_batches) > 1  # they really were batched
+    finally:
+        scheduler.close()
+
+
+# ---- memory per visitor ---------------------------------------------------------------------------
+
+def test_old_steps_logits_are_dropped_and_computed_again_identically(lm) -> None:
+    steps = KEEP_LOGITS + 4
+    generation = Generation(lm, "The capital of France is", sampler=SAMPLED, seed=2,
+                            stop=StopSettings(max_new_tokens=steps, ignore_eos=True))
+    seen = []
+    for _ in range(steps):
+        generation.step()
+        seen.append(generation.raw_logits())
+    assert sum(kept.raw_logits is not None for kept in generation._kept) == KEEP_LOGITS
+    for index in (1, 2, 3):
+        assert torch.equal(generation.raw_logits(index), seen[index - 1])
+    tokens = generation.generated_ids
+    assert generation.resample(SAMPLED, 2).decision.token_id == tokens[1]
+    generation.rewind(3)
+    assert generation.repick().token_id == tokens[2]
+    generation.rewind(0)
+    assert generation.step().token_id == tokens[0]
+
+
+def test_closing_a_generation_releases_its_cache_and_logits(lm) -> None:
+    scheduler = ForwardScheduler(lm)
+    try:
+        generation = Generation(lm, "Hello there", seed=1, scheduler=scheduler)
+        generation.step()
+        generation.step()
+        watch = weakref.ref(generation._cache)
+        generation.close()
+        gc.collect()
+        assert watch() is None and generation.kv.positions == 0
+        assert generation.closed and len(generation.steps) == 2
+        with pytest.raises(GenerationFinished, match="closed"):
+            generation.step()
+    finally:
+        scheduler.close()
+

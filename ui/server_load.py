@@ -1,0 +1,81 @@
+"""The server's own forward-pass scheduler, live: the KV cache & speed page's batching lesson
+seen on the visitors using this server right now."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from engine import LoadedModel
+from engine.scheduler import BATCHING_ENV, SchedulerStats
+from engine.speed import PackedDifference
+from ui.charts import CHART_CONFIG
+from ui.model import current_scheduler
+
+REFRESH_S = 2.0  # the live panel redraws itself this often
+
+
+def recent_batches_figure(stats: SchedulerStats) -> go.Figure:
+    """Requests served by each of the latest forward passes, oldest on the left."""
+    figure = go.Figure()
+    figure.add_bar(x=list(range(1 - len(stats.recent_batches), 1)), y=list(stats.recent_batches),
+                   marker_color="#2f9e44", hovertemplate="%{y} visitors in this pass<extra></extra>")
+    figure.update_yaxes(rangemode="tozero", title_text="visitors in the pass", dtick=max(1, stats.max_batch // 8))
+    figure.update_xaxes(title_text="pass (0 = the latest)")
+    figure.update_layout(title="The server's latest forward passes", height=300, plot_bgcolor="white",
+                         margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return figure
+
+
+@st.fragment(run_every=REFRESH_S)
+def live_scheduler() -> None:
+    """What the shared scheduler is doing now (redrawn every REFRESH_S seconds)."""
+    stats = current_scheduler().stats()
+    cols = st.columns(4)
+    cols[0].metric("visitors served", stats.visitors, help=f"generations that had a forward pass in the last "
+                   f"{stats.window_s:.0f} s")
+    cols[1].metric("tokens / s, all visitors", f"{stats.tokens_per_s:.1f}",
+                   help=f"next tokens delivered over the last {stats.window_s:.0f} s")
+    recent = stats.recent_batches
+    cols[2].metric("mean visitors per pass", f"{sum(recent) / len(recent):.1f}" if recent else "–",
+                   help=f"over the latest {len(recent)} passes")
+    cols[3].metric("waiting now", stats.waiting, help="forward passes queued behind the one running")
+    if recent:
+        st.plotly_chart(recent_batches_figure(stats), config=CHART_CONFIG, key="kv_live_batches")
+    else:
+        st.caption("No forward pass yet: step a generation on the Step-through page (in another tab) and "
+                   "watch it appear here.")
+
+
+MODES = {
+    "exact": "**batches** the decode steps that are waiting, multiplying row by row through the very kernels a "
+             "lone pass uses (the weights stay in the processor's cache between rows), so every visitor's numbers "
+             "are bit for bit what they would be alone",
+    "fast": "**batches** the decode steps that are waiting in one matrix product per layer, the fastest way, so a "
+            "visitor's numbers can differ from their lone values in the last digits (measured below)",
+    "off": "runs every pass **alone**, one after another (no batching)",
+}
+
+
+def server_batching(lm: LoadedModel, differences: tuple[PackedDifference, PackedDifference]) -> None:
+    """The batching section's live part: this server's scheduler, and what each way of batching
+    does to the numbers (`differences`: the exact and the fast packed pass against lone passes)."""
+    st.subheader("This server, batching its visitors now")
+    mode = current_scheduler().stats().batching
+    st.markdown(
+        "Every visitor's forward pass on this server goes through one queue. One worker runs one pass at a time "
+        f"and {MODES[mode]}. The steps of all visitors who pressed Step while the previous pass ran go through "
+        "the model together, as one sequence of their newest tokens, each attending only to its own KV cache. A "
+        "visitor alone always gets the plain single-sequence pass.")
+    live_scheduler()
+    exact, fast = differences
+    st.markdown(
+        f"**Does batching change your numbers?** Measured just now: {fast.batch} sequences decoded {fast.steps} "
+        "tokens together, each row's logits compared with the same sequence's lone pass. Row by row (this "
+        f"server's *exact* batching) the largest difference in any logit was **{exact.max_logit_diff:.1g}**. In "
+        f"one matrix product for all rows (*fast*) it was **{fast.max_logit_diff:.1e}** in a logit and "
+        f"**{fast.max_prob_diff:.1e}** in a probability, and the most probable token changed in "
+        f"{fast.argmax_flips} of {fast.rows} rows: a matrix product adds up a batch in another order than a "
+        "single row, so the last bits of a float can differ, and a probability sitting on a rounding edge could "
+        "show its 4th decimal one apart. The server's operator chooses with "
+        f"`{BATCHING_ENV}=exact` (the default), `fast` (about three times the tokens per second) or `off`.")

@@ -139,6 +139,7 @@ class KVKeys(PageKeys):
     memory_chart: str = "kv_memory_chart"
     roofline_chart: str = "kv_roofline_chart"
     batch_chart: str = "kv_batch_chart"
+    live_batches: str = "kv_live_batches"  # the server's scheduler, live: its latest passes' batch sizes
 
 
 @dataclass(frozen=True)

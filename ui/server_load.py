@@ -10,6 +10,7 @@ from engine import LoadedModel
 from engine.scheduler import BATCHING_ENV, SchedulerStats
 from engine.speed import PackedDifference
 from ui.charts import CHART_CONFIG
+from ui.keys import KV
 from ui.model import current_scheduler
 
 REFRESH_S = 2.0  # the live panel redraws itself this often
@@ -41,7 +42,7 @@ def live_scheduler() -> None:
                    help=f"over the latest {len(recent)} passes")
     cols[3].metric("waiting now", stats.waiting, help="forward passes queued behind the one running")
     if recent:
-        st.plotly_chart(recent_batches_figure(stats), config=CHART_CONFIG, key="kv_live_batches")
+        st.plotly_chart(recent_batches_figure(stats), config=CHART_CONFIG, key=KV.live_batches)
     else:
         st.caption("No forward pass yet: step a generation on the Step-through page (in another tab) and "
                    "watch it appear here.")

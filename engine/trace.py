@@ -24,6 +24,7 @@ from engine.errors import GenerationFinished, PromptError, SettingsError, TraceE
 from engine.generation import Generation, StepRecord
 from engine.limits import Limits
 from engine.loading import LoadedModel
+from engine.scheduler import ForwardScheduler
 from engine.settings import SamplerSettings, StopSettings
 from engine.speculative import RoundRecord, SpeculativeGeneration
 
@@ -207,20 +208,21 @@ class ReplayCancelled(TraceError):
 
 
 def replay(lm: LoadedModel, trace: dict[str, Any], limits: Limits | None = None,
-           progress: Callable[[int, int], bool] | None = None) -> Replay:
+           progress: Callable[[int, int], bool] | None = None, scheduler: ForwardScheduler | None = None) -> Replay:
     """Rebuild a live generation from a trace: same prompt, seed and per-step settings.
 
     Sampled steps are sampled again (same seed, same draws); a step whose token differs on
     this machine is forced to the recorded token and reported. Forced steps are forced again.
     `progress(done, total)` is called after each step; returning False cancels the replay
-    (ReplayCancelled), as does running past `limits.replay_seconds`.
+    (ReplayCancelled), as does running past `limits.replay_seconds`. The generation's passes
+    go through `scheduler` (the server's), during the replay and after it.
     """
     limits = limits or Limits()
     trace = parse_trace(trace, limits)
     _check_token_ids(trace["steps"], lm.vocab_size)
     started = time.monotonic()
     try:
-        generation, stop = _replay_start(lm, trace, limits)
+        generation, stop = _replay_start(lm, trace, limits, scheduler)
         mismatched = []
         total = len(trace["steps"])
         for done, step in enumerate(trace["steps"], start=1):
@@ -246,7 +248,8 @@ def _check_token_ids(steps: list[dict[str, Any]], vocab_size: int) -> None:
                              f"(0 to {vocab_size - 1}).")
 
 
-def _replay_start(lm: LoadedModel, trace: dict[str, Any], limits: Limits) -> tuple[Generation, StopSettings]:
+def _replay_start(lm: LoadedModel, trace: dict[str, Any], limits: Limits, scheduler: ForwardScheduler | None
+                  ) -> tuple[Generation, StopSettings]:
     """The generation a replay steps, and the stop settings it ends with. While replaying,
     EOS is ignored and the cap covers every recorded step."""
     stop = StopSettings(**(trace["stop"] | {"stop_sequences": _as_list(trace["stop"].get("stop_sequences", []))}))
@@ -255,7 +258,8 @@ def _replay_start(lm: LoadedModel, trace: dict[str, Any], limits: Limits) -> tup
                             stop=StopSettings(max_new_tokens=max(stop.max_new_tokens, len(trace["steps"]) or 1),
                                               ignore_eos=True),
                             seed=trace["seed"], draw=trace.get("draw", "cdf"),
-                            allow_special=trace.get("allow_special", False), limits=limits)
+                            allow_special=trace.get("allow_special", False), limits=limits,
+                            scheduler=scheduler)
     return generation, stop
 
 

@@ -59,7 +59,7 @@ def on_trace_upload() -> None:
         set_message(S, "trace_error", f"{upload.name}: {exc}")
         return
     with replay_progress(upload.name, cancel_button=False) as progress:  # a callback may draw no widget
-        control.load_trace(S, current_model(), upload.name, upload.getvalue(), progress)
+        control.load_trace(S, current_model(), upload.name, upload.getvalue(), progress, current_scheduler())
 
 
 @contextmanager
@@ -93,7 +93,7 @@ def apply_link_once() -> None:
         control.link_failed(S, f"The link's model '{shared.model}' could not be loaded.")
         return
     with replay_progress("the link", cancel_button=True) as progress:
-        control.open_link(S, current_model(), shared, progress)
+        control.open_link(S, current_model(), shared, progress, current_scheduler())
 
 
 def publish_link(gen: Generation) -> dict[str, str | list[str]]:

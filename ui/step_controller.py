@@ -233,11 +233,11 @@ def link_to_open(state: State, params: Mapping[str, list[str]]) -> SharedState |
 
 
 def open_link(state: State, lm: LoadedModel, shared: SharedState,
-              progress: Callable[[int, int], bool] | None = None) -> None:
+              progress: Callable[[int, int], bool] | None = None, scheduler: ForwardScheduler | None = None) -> None:
     """Replay a share link's steps on `lm` and make that the visitor's generation; `progress`
     (done, total) is told after each step (returning False cancels)."""
     try:
-        result = replay(lm, replay_trace(shared), current_deployment().limits, progress)
+        result = replay(lm, replay_trace(shared), current_deployment().limits, progress, scheduler)
     except (SettingsError, TraceError, PromptError) as exc:
         link_failed(state, str(exc))
         return
@@ -267,13 +267,13 @@ def needs_publishing(state: State, params: dict[str, str | list[str]]) -> bool:
 
 
 def load_trace(state: State, lm: LoadedModel, name: str, data: bytes,
-               progress: Callable[[int, int], bool] | None = None) -> None:
+               progress: Callable[[int, int], bool] | None = None, scheduler: ForwardScheduler | None = None) -> None:
     """Replay an uploaded trace into a live generation; a bad file leaves everything as is
     and says why. `progress` as in open_link."""
     limits = current_deployment().limits
     try:
         trace = parse_trace(data, limits)
-        result = replay(lm, trace, limits, progress)
+        result = replay(lm, trace, limits, progress, scheduler)
     except (TraceError, PromptError) as exc:
         set_message(state, "trace_error", f"{name}: {exc}")
         return

@@ -206,3 +206,22 @@ def test_a_trace_replays_into_the_generation_and_a_bad_one_changes_nothing(state
     kept = generation(visitor)
     control.load_trace(visitor, tiny_lm, "bad.json", b"{not json")
     assert generation(visitor) is kept and "bad.json" in message(visitor, "trace_error")
+
+
+def test_a_linked_or_loaded_generation_steps_through_the_servers_scheduler(state, tiny_lm) -> None:
+    from engine.scheduler import ForwardScheduler
+
+    scheduler = ForwardScheduler(tiny_lm)
+    try:
+        linked: dict[str, Any] = {}
+        shared = control.link_to_open(linked, {"prompt": ["Hi"], "max": ["4"], "tokens": ["5,6"]})
+        control.open_link(linked, tiny_lm, shared, scheduler=scheduler)
+        control.step(state)
+        control.load_trace(state, tiny_lm, "t.json", json.dumps(to_trace(generation(state))).encode(),
+                           scheduler=scheduler)
+        for gen in (step_generation(linked), generation(state)):
+            assert gen.scheduler is scheduler
+            gen.step()
+        assert scheduler.stats().passes > 0
+    finally:
+        scheduler.close()

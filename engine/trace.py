@@ -70,9 +70,8 @@ def _step_to_dict(step: StepRecord) -> dict[str, Any]:
     }
 
 
-def to_trace(generation: Generation) -> dict[str, Any]:
-    """The generation as a JSON-ready dict (the format's top level is documented in README)."""
-    steps = generation.steps
+def _trace_head(generation: Generation | SpeculativeGeneration, draw: str) -> dict[str, Any]:
+    """What every trace starts with: the format, the model, and what a replay starts from."""
     lm = generation.lm
     return {
         "format": TRACE_FORMAT,
@@ -86,9 +85,18 @@ def to_trace(generation: Generation) -> dict[str, Any]:
         "prompt_text": generation.prompt_text,
         "prompt_token_ids": list(generation.prompt_ids),
         "seed": generation.seed,
-        "draw": generation.draw,
+        "draw": draw,
         "sampler": asdict(generation.sampler),
         "stop": asdict(generation.stop) | {"stop_sequences": list(generation.stop.stop_sequences)},
+    }
+
+
+def to_trace(generation: Generation) -> dict[str, Any]:
+    """The generation as a JSON-ready dict (the format's top level is documented in README)."""
+    steps = generation.steps
+    lm = generation.lm
+    return {
+        **_trace_head(generation, generation.draw),
         "steps": [_step_to_dict(step) for step in steps],
         "finish_reason": generation.finish_reason,
         "text": generation.text,
@@ -328,19 +336,7 @@ def speculative_to_trace(generation: SpeculativeGeneration) -> dict[str, Any]:
                           "token_id": piece.token_id, "text": piece.text, "special": piece.special,
                           "sampler": asdict(record.sampler), "forced": False, "round": record.index, "kind": kind})
     return {
-        "format": TRACE_FORMAT,
-        "version": TRACE_VERSION,
-        "model": {"name": lm.name, "source": lm.source.kind, "location": lm.source.location,
-                  "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch.")},
-        "prompt": generation.prompt,
-        "chat": generation.chat,
-        "system_prompt": generation.system_prompt,
-        "prompt_text": generation.prompt_text,
-        "prompt_token_ids": list(generation.prompt_ids),
-        "seed": generation.seed,
-        "draw": "cdf",
-        "sampler": asdict(generation.sampler),
-        "stop": asdict(generation.stop) | {"stop_sequences": list(generation.stop.stop_sequences)},
+        **_trace_head(generation, "cdf"),
         "speculative": {"method": generation.draft.name, "k": generation.k},
         "steps": steps,
         "rounds": [_round_to_dict(record) for record in rounds],

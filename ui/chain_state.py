@@ -116,15 +116,11 @@ class Lanes:
 
 
 def set_message(state: MutableMapping[str, Any], control: str, text: str | None) -> None:
-    messages = state.setdefault(CHAIN.messages, {})
-    if text is None:
-        messages.pop(control, None)
-    else:
-        messages[control] = text
+    step_state.set_message(state, control, text, CHAIN.messages)
 
 
 def message(state: MutableMapping[str, Any], control: str) -> str | None:
-    return state.get(CHAIN.messages, {}).get(control)
+    return step_state.message(state, control, CHAIN.messages)
 
 
 # ---- settings from the widgets ---------------------------------------------------------------

@@ -144,14 +144,16 @@ def step_generation(state: Mapping[str, Any]) -> Generation | None:
     return state.get(STEP.generation)
 
 
-def set_message(state: MutableMapping[str, Any], control: str, message: str | None) -> None:
-    """Remember (or clear, with None) the message shown beside a control."""
-    messages = state.setdefault(STEP.messages, {})
+def set_message(state: MutableMapping[str, Any], control: str, message: str | None,
+                store: str = STEP.messages) -> None:
+    """Remember (or clear, with None) the message shown beside a control; `store` is the
+    page's key for its messages (the Step page's by default)."""
+    messages = state.setdefault(store, {})
     if message is None:
         messages.pop(control, None)
     else:
         messages[control] = message
 
 
-def message(state: MutableMapping[str, Any], control: str) -> str | None:
-    return state.get(STEP.messages, {}).get(control)
+def message(state: MutableMapping[str, Any], control: str, store: str = STEP.messages) -> str | None:
+    return state.get(store, {}).get(control)

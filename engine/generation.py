@@ -42,7 +42,7 @@ from engine.sampling import (
     draw_uniform,
     entropy_bits,
 )
-from engine.settings import SamplerSettings, StopSettings
+from engine.settings import SamplerSettings, StopSettings, check_seed, is_whole
 from engine.stopping import Termination, returned_text, stop_sequence_states, termination_after
 from engine.tokens import TokenPiece
 
@@ -327,8 +327,7 @@ class Generation:
                  stop: StopSettings | None = None, seed: int = 0, draw: str = "cdf",
                  allow_special: bool = False, limits: Limits | None = None,
                  scheduler: ForwardScheduler | None = None) -> None:
-        if not _is_whole(seed) or not 0 <= seed < 2**63:
-            raise SettingsError("seed", seed, "a whole number from 0 to 2^63 - 1")
+        check_seed(seed)
         if not isinstance(draw, str) or draw not in DRAW_METHODS:
             raise SettingsError("draw", draw, f"one of {', '.join(DRAW_METHODS)}")
         for name, flag in (("chat", chat), ("allow_special", allow_special)):
@@ -490,7 +489,7 @@ class Generation:
         The KV cache is cropped, not recomputed; the random generator returns to its state
         at that point, so stepping again repeats what happened unless settings change.
         """
-        if not _is_whole(steps_to_keep) or not 0 <= steps_to_keep <= len(self._steps):
+        if not is_whole(steps_to_keep) or not 0 <= steps_to_keep <= len(self._steps):
             raise SettingsError("steps_to_keep", steps_to_keep, f"a whole number from 0 to {len(self._steps)}")
         if steps_to_keep == len(self._steps):
             return
@@ -538,7 +537,7 @@ class Generation:
             self._check_token_id("force_token_id", force_token_id)
 
     def _check_token_id(self, parameter: str, token_id: object) -> None:
-        if not _is_whole(token_id) or not 0 <= token_id < self.lm.vocab_size:
+        if not is_whole(token_id) or not 0 <= token_id < self.lm.vocab_size:
             raise SettingsError(parameter, token_id, f"a token id, a whole number from 0 to {self.lm.vocab_size - 1}")
 
     def _checkpoint(self) -> _Checkpoint:
@@ -672,7 +671,7 @@ class Generation:
             raise SettingsError("step", index, "a step that has happened (take a step first)")
         if index is None:
             return len(self._steps) - 1
-        if not _is_whole(index) or not 1 <= index <= len(self._steps):
+        if not is_whole(index) or not 1 <= index <= len(self._steps):
             raise SettingsError("step", index, f"a step from 1 to {len(self._steps)}")
         return index - 1
 
@@ -681,6 +680,3 @@ class Generation:
         return termination_after(generated, text, eos_ids=self.lm.eos_ids, eos_prob=eos_prob, stop=self.stop,
                                  prompt_tokens=len(self.prompt_ids), context_window=self.lm.context_window)
 
-
-def _is_whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

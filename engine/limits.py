@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.errors import SettingsError, TraceError
-from engine.settings import MAX_NEW_TOKENS
+from engine.settings import MAX_NEW_TOKENS, is_whole
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,10 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "max_replay_steps", "max_upload_bytes", "max_link_chars"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_whole(value) or value < 1:
                 raise SettingsError(name, value, "a whole number >= 1")
-        if self.max_prompt_tokens is not None and (not isinstance(self.max_prompt_tokens, int)
-                                                   or self.max_prompt_tokens < 1):
+        if self.max_prompt_tokens is not None and not (is_whole(self.max_prompt_tokens)
+                                                       and self.max_prompt_tokens >= 1):
             raise SettingsError("max_prompt_tokens", self.max_prompt_tokens, "a whole number >= 1, or None")
         if self.replay_seconds is not None and not (isinstance(self.replay_seconds, (int, float))
                                                     and self.replay_seconds > 0):

@@ -32,6 +32,7 @@ from transformers import DynamicCache
 from engine.errors import SettingsError
 from engine.forward import forward_one, forward_packed, packed_twin
 from engine.loading import LoadedModel
+from engine.settings import is_whole
 
 BATCHING_ENV = "TBT_BATCHING"  # the server's batching setting: exact, fast or off
 BATCHING = ("exact", "fast", "off")
@@ -116,7 +117,7 @@ class ForwardScheduler:
     def __init__(self, lm: LoadedModel, *, batching: str = "exact", max_batch: int = DEFAULT_MAX_BATCH) -> None:
         if batching not in BATCHING:
             raise SettingsError("batching", batching, f"one of {', '.join(BATCHING)}")
-        if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+        if not is_whole(max_batch) or max_batch < 1:
             raise SettingsError("max_batch", max_batch, "a whole number >= 1")
         self.lm = lm
         self.max_batch = max_batch

@@ -41,8 +41,14 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _is_int(value: object) -> bool:
+def is_whole(value: object) -> bool:
+    """A whole number: an int, and not True or False (which Python counts as ints)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_seed(seed: object) -> None:
+    """A generation's seed: what torch.Generator.manual_seed takes."""
+    _require(is_whole(seed) and 0 <= seed < 2**63, "seed", seed, "a whole number from 0 to 2^63 - 1")
 
 
 
@@ -67,7 +73,7 @@ class SamplerSettings:
     def __post_init__(self) -> None:
         _require(_is_number(self.temperature) and 0 <= self.temperature <= 100,
                  "temperature", self.temperature, "a number from 0 to 100 (0 means greedy)")
-        _require(_is_int(self.top_k) and 0 <= self.top_k <= MAX_TOP_K,
+        _require(is_whole(self.top_k) and 0 <= self.top_k <= MAX_TOP_K,
                  "top_k", self.top_k, f"a whole number from 0 to {MAX_TOP_K:,} (0 turns top-k off)")
         _require(_is_number(self.top_p) and 0 <= self.top_p <= 1,
                  "top_p", self.top_p, "a number from 0 to 1 (1 turns top-p off)")
@@ -78,7 +84,7 @@ class SamplerSettings:
                  "repetition_penalty", self.repetition_penalty, f"a number from {low:g} to {high:g} (1 turns it off)")
         _require(isinstance(self.chain, str) and self.chain in CHAINS, "chain", self.chain,
                  f"one of {', '.join(CHAINS)}")
-        _require(_is_int(self.min_tokens_to_keep) and 1 <= self.min_tokens_to_keep <= MAX_TOP_K,
+        _require(is_whole(self.min_tokens_to_keep) and 1 <= self.min_tokens_to_keep <= MAX_TOP_K,
                  "min_tokens_to_keep", self.min_tokens_to_keep, f"a whole number from 1 to {MAX_TOP_K:,}")
 
     @property
@@ -96,7 +102,7 @@ class StopSettings:
     ignore_eos: bool = False  # keep generating after the model emits an end token
 
     def __post_init__(self) -> None:
-        _require(_is_int(self.max_new_tokens) and 1 <= self.max_new_tokens <= MAX_NEW_TOKENS,
+        _require(is_whole(self.max_new_tokens) and 1 <= self.max_new_tokens <= MAX_NEW_TOKENS,
                  "max_new_tokens", self.max_new_tokens, f"a whole number from 1 to {MAX_NEW_TOKENS:,}")
         # a lone string is a sequence of one-letter strings: refuse it rather than stop on every letter
         _require(isinstance(self.stop_sequences, (tuple, list)), "stop_sequences", self.stop_sequences,

@@ -39,7 +39,7 @@ from engine.kvcache import KVSnapshot, read_kv
 from engine.limits import Limits
 from engine.loading import LoadedModel
 from engine.sampling import ChainOutput, Draw, draw_uniform, pick_by_cdf, run_chain
-from engine.settings import SamplerSettings, StopSettings
+from engine.settings import SamplerSettings, StopSettings, check_seed, is_whole
 from engine.stopping import Termination, returned_text, stop_sequence_states, termination_after
 from engine.tokens import TokenPiece, TokenTexts
 
@@ -49,7 +49,7 @@ VIEW_TOP_N = 8  # leaders of p and of q kept per position for the page
 
 def check_k(k: object) -> int:
     """The number of tokens drafted per round, validated."""
-    if not isinstance(k, int) or isinstance(k, bool) or not K_MIN <= k <= K_MAX:
+    if not is_whole(k) or not K_MIN <= k <= K_MAX:
         raise SettingsError("k", k, f"a whole number from {K_MIN} to {K_MAX} (tokens drafted per round)")
     return k
 
@@ -325,8 +325,7 @@ class SpeculativeGeneration:
                  system_prompt: str | None = None, sampler: SamplerSettings | None = None,
                  stop: StopSettings | None = None, seed: int = 0, allow_special: bool = False,
                  limits: Limits | None = None) -> None:
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-            raise SettingsError("seed", seed, "a whole number from 0 to 2^63 - 1")
+        check_seed(seed)
         self.lm = lm
         self.prompt = prompt
         self.chat = chat

@@ -21,9 +21,9 @@ A packed pass comes in two kinds, because this CPU's matrix kernels are not batc
 a B-row matrix product sums each row in another order than a 1-row product, so a row's
 logits from a batch differ from its lone pass's in the last bits (up to ~1e-4 measured on
 SmolLM2-135M, bench/batch_parity.py).
-- exact (the default): every linear layer multiplies row by row (`RowwiseLinear`), each row
-  through the very kernel a lone pass uses, while the layer's weights are still in the CPU's
-  cache from the row before. Each visitor gets its lone pass's logits bit for bit.
+- exact (the default): every linear layer gives each row its own 1-row product
+  (`RowwiseLinear`), the very kernel a lone pass uses, all rows in one batched call. Each
+  visitor gets its lone pass's logits bit for bit.
 - fast: one B-row matrix product per layer; each weight is read once for all rows.
 """
 
@@ -186,27 +186,55 @@ AttentionInterface.register(PACKED_ATTENTION, packed_attention)
 
 
 class RowwiseLinear(nn.Module):
-    """A linear layer (the same weight tensors) that multiplies each row of `[1, rows, in]` on
-    its own, through the kernel a 1-row pass uses, so each row gets its lone digits. A weight
-    too large for the cache (the output layer: 49,152 x 576) is taken in slices of
-    ROWWISE_CHUNK outputs, every row per slice, so it is read from memory once, not once per row."""
+    """A linear layer (the same weight tensors) that gives each row of `[1, rows, in]` the
+    digits a 1-row pass gets: every row is its own 1-row product, through the kernel a lone
+    pass uses. The rows go as ONE batched product of 1-row products (`torch.bmm` of
+    `[rows, 1, in]` by the weight, broadcast, never copied), which a probe on the first packed
+    pass of each shape checks against the row-by-row loop on this machine's kernels; a shape
+    whose batched product differs keeps the loop. A weight too large for the CPU's cache (the
+    output layer: 49,152 x 576) is taken in slices of ROWWISE_CHUNK outputs, all rows per
+    slice, so it is read from memory once, not once per row."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.shape[-2]
         outputs = self.weight.shape[0]
-        if outputs <= ROWWISE_CHUNK:
-            return torch.cat([F.linear(x[..., i:i + 1, :], self.weight, self.bias) for i in range(rows)], dim=-2)
         out = x.new_empty((*x.shape[:-1], outputs))
         for start in range(0, outputs, ROWWISE_CHUNK):
             part = slice(start, start + ROWWISE_CHUNK)
-            weight, bias = self.weight[part], None if self.bias is None else self.bias[part]
-            for i in range(rows):
-                out[..., i:i + 1, part] = F.linear(x[..., i:i + 1, :], weight, bias)
+            bias = None if self.bias is None else self.bias[part]
+            out[..., part] = one_row_products(x, self.weight[part], bias)
         return out
+
+
+def one_row_products(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` for `x` `[1, rows, in]`, each row multiplied on its own."""
+    rows = x.shape[-2]
+    if bias is None and rows > 1 and _batched_rows_agree(weight, rows):
+        lhs = x.reshape(rows, 1, x.shape[-1])  # rows 1-row products, in one call
+        return torch.bmm(lhs, weight.t().expand(rows, -1, -1)).reshape(*x.shape[:-1], weight.shape[0])
+    return torch.cat([F.linear(x[..., i:i + 1, :], weight, bias) for i in range(rows)], dim=-2)
+
+
+_agreement: dict[tuple, bool] = {}  # (weight shape, strides, dtype, device, rows, threads) -> the probe's answer
+_agreement_lock = threading.Lock()
+
+
+def _batched_rows_agree(weight: torch.Tensor, rows: int) -> bool:
+    """Whether a batched product of `rows` 1-row products gives the row-by-row loop's digits
+    for a weight of this shape on this machine. Kernels choose their summation order by shape and
+    thread count, not by value, so one probe on random numbers answers for that shape."""
+    key = (tuple(weight.shape), weight.stride(), weight.dtype, weight.device, rows, torch.get_num_threads())
+    with _agreement_lock:
+        if key not in _agreement:
+            probe = torch.randn((1, rows, weight.shape[1]), generator=torch.Generator().manual_seed(rows))
+            probe = probe.to(device=weight.device, dtype=weight.dtype)
+            loop = torch.cat([F.linear(probe[..., i:i + 1, :], weight) for i in range(rows)], dim=-2)
+            batched = torch.bmm(probe.reshape(rows, 1, -1), weight.t().expand(rows, -1, -1))
+            _agreement[key] = torch.equal(batched.reshape(loop.shape), loop)
+        return _agreement[key]
 
 
 _twins: weakref.WeakKeyDictionary[PreTrainedModel, dict[bool, PreTrainedModel | None]] = weakref.WeakKeyDictionary()

@@ -255,9 +255,9 @@ class ForwardScheduler:
             for request in requests:
                 self._run_alone(request)
             return
+        self._note_pass(requests)  # before any answer: a visitor who reads the stats sees its pass
         for request, row in zip(requests, logits, strict=True):
             request.future.set_result(row.clone())  # [vocab], its own storage
-        self._note_pass(requests)
 
     def _run_alone(self, request: _Request) -> None:
         try:
@@ -265,8 +265,8 @@ class ForwardScheduler:
         except Exception as exc:
             request.future.set_exception(exc)
             return
-        request.future.set_result(logits)
         self._note_pass([request])
+        request.future.set_result(logits)
 
     def _note_pass(self, requests: list[_Request]) -> None:
         now = time.perf_counter()

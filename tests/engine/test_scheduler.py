@@ -117,6 +117,20 @@ def test_packed_pass_gives_each_cache_of_its_own_length_its_lone_logits(tiny, ex
         torch.testing.assert_close(cache.layers[1].keys, alone.layers[1].keys, rtol=0, atol=1e-5)
 
 
+def test_where_the_batched_row_product_would_change_digits_the_rows_go_one_by_one(tiny, monkeypatch) -> None:
+    """A machine whose batched kernel sums in another order: the probe finds it, and every
+    row still gets its lone logits through the row-by-row loop."""
+    import engine.forward as forward_module
+
+    real_bmm = torch.bmm
+    monkeypatch.setattr(torch, "bmm", lambda a, b: real_bmm(a, b) * (1 + 1e-6))  # other last bits
+    monkeypatch.setattr(forward_module, "_agreement", {})
+    caches = [filled_cache(tiny, length, offset=length) for length in (2, 9, 5)]
+    expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip([4, 8, 15], caches, strict=True)])
+    assert torch.equal(forward_packed(tiny, [4, 8, 15], caches), expected)
+    assert forward_module._agreement and not any(forward_module._agreement.values())
+
+
 def test_packed_pass_leaves_the_shared_models_attention_alone(tiny) -> None:
     forward_packed(tiny, [1, 2], [filled_cache(tiny, 4), filled_cache(tiny, 6)])
     assert tiny.model.config._attn_implementation == "sdpa"
@@ -284,6 +298,20 @@ def test_exact_packed_passes_give_lone_logits_bit_for_bit_and_fast_ones_stay_wit
         assert (fast - lone).abs().max().item() < FAST_LOGIT_BOUND
         assert torch.equal(forward_packed(lm, tokens, caches), lone)
         tokens = lone.argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("rows", [2, 3, 9, 32])
+def test_exact_packed_passes_of_every_size_give_each_row_its_lone_logits(lm, rows: int) -> None:
+    """Each size takes its own kernels (and its own probe of the batched 1-row products), so
+    sizes up to the scheduler's largest batch are checked, with caches of many lengths."""
+    text = lm.tokenizer("A teacher reads the next word of a long story aloud, and the class guesses which word "
+                        "comes after it, one word at a time, until the story ends.")["input_ids"]
+    caches = [new_cache(lm) for _ in range(rows)]
+    for i, cache in enumerate(caches):
+        forward_one(lm, text[:1 + (5 * i) % (len(text) - 1)], cache)
+    tokens = [text[(3 * i) % len(text)] for i in range(rows)]
+    lone = torch.stack([lone_logits(lm, t, c) for t, c in zip(tokens, caches, strict=True)])
+    assert torch.equal(forward_packed(lm, tokens, caches), lone)
 
 
 def test_a_lone_visitor_through_the_scheduler_gets_bit_identical_logits(lm) -> None:

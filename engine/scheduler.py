@@ -19,6 +19,7 @@ setting, the server's TBT_BATCHING:
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -41,6 +42,11 @@ GATHER_S = 0.03  # longest wait for the last pass's visitors to come back before
 PREFILL_TOKENS = 256  # prompt tokens read per round (the oldest prompt always goes, however long)
 STATS_WINDOW_S = 10.0  # tokens/s and visitors are counted over this many seconds
 RECENT_PASSES = 40  # batch sizes kept for the stats
+# The worker gives up the GIL and takes it back around every torch op of a pass, thousands of
+# times a pass. At Python's default switch interval (5 ms) each take can wait 5 ms behind a
+# visitor's page script: a 15-visitor pass took 187 ms alone and 1.5 s beside three busy
+# script threads; at 0.2 ms, 0.73 s (bench/gil_bench.py).
+SWITCH_INTERVAL_S = 0.0002
 
 
 def batching_from_env(environ: Mapping[str, str] = os.environ) -> str:
@@ -124,6 +130,8 @@ class ForwardScheduler:
         can_pack = batching != "off" and packed_twin(lm, batching == "exact") is not None
         self.batching = batching if can_pack else "off"
         self._threads = torch.get_num_threads()  # the worker's passes use what a visitor's would
+        if sys.getswitchinterval() > SWITCH_INTERVAL_S:  # the whole process's setting: see SWITCH_INTERVAL_S
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._queue: deque[_Request] = deque()
         self._ready = threading.Condition()
         self._closed = False

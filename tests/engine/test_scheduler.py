@@ -4,6 +4,7 @@ concurrent generations on the real model against lone runs."""
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
 import weakref
@@ -277,6 +278,19 @@ def test_batching_setting_is_read_from_tbt_batching_and_checked() -> None:
         batching_from_env({"TBT_BATCHING": "quick"})
     with pytest.raises(SettingsError, match="batching"):
         ForwardScheduler(None, batching="sometimes")
+
+
+def test_a_scheduler_shortens_the_gil_switch_interval_but_never_lengthens_it(tiny) -> None:
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)  # Python's default
+        ForwardScheduler(tiny).close()
+        assert sys.getswitchinterval() == pytest.approx(scheduler_module.SWITCH_INTERVAL_S)
+        sys.setswitchinterval(0.00005)  # someone chose shorter: kept
+        ForwardScheduler(tiny).close()
+        assert sys.getswitchinterval() == pytest.approx(0.00005)
+    finally:
+        sys.setswitchinterval(before)
 
 
 # ---- the real model ---------------------------------------------------------------------------------

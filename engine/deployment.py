@@ -11,6 +11,7 @@ cost. Read once from environment variables; the defaults keep the local app as i
     TBT_REPLAY_SECONDS=S       server time one replay may take
     TBT_MAX_UPLOAD_MB=N        size of an uploaded trace
     TBT_MAX_LINK_CHARS=N       length of a share link's query
+    TBT_IDLE_MINUTES=M         minutes a tab may sit idle before its generation is put away
 
 A setting given explicitly overrides the preset's value for it.
 """
@@ -38,6 +39,7 @@ class Deployment:
     model_field: bool  # visitors may type a model source
     hide_paths: bool  # error messages never name server paths
     limits: Limits
+    idle_minutes: float = 30.0  # an open tab idle this long has its generation put away (engine/idle.py)
 
     def check_model(self, source: str) -> None:
         """Refuse a model source this deployment does not allow, before anything is read."""
@@ -57,6 +59,7 @@ PUBLIC = Deployment(
     preset="public", allowed_models=(BUNDLED,), model_field=False, hide_paths=True,
     limits=Limits(max_prompt_tokens=512, max_new_tokens=256, max_replay_steps=256, replay_seconds=5.0,
                   max_upload_bytes=2**20, max_link_chars=16_000),
+    idle_minutes=10.0,
 )
 PRESETS = {"local": LOCAL, "public": PUBLIC}
 
@@ -84,6 +87,16 @@ def _seconds(name: str, text: str) -> float:
     return value
 
 
+def _minutes(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise SettingsError(ENV_PREFIX + name, text, "a number of minutes > 0")
+    return value
+
+
 def _flag(name: str, text: str) -> bool:
     if text.strip() not in ("0", "1"):
         raise SettingsError(ENV_PREFIX + name, text, "0 or 1")
@@ -100,7 +113,7 @@ def _models(name: str, text: str) -> tuple[str, ...]:
 # environment variable (without the prefix) -> (field, parser); limits' fields are under Limits
 DEPLOYMENT_VARIABLES: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "ALLOWED_MODELS": ("allowed_models", _models), "MODEL_FIELD": ("model_field", _flag),
-    "HIDE_PATHS": ("hide_paths", _flag),
+    "HIDE_PATHS": ("hide_paths", _flag), "IDLE_MINUTES": ("idle_minutes", _minutes),
 }
 LIMIT_VARIABLES: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "MAX_PROMPT_TOKENS": ("max_prompt_tokens", _whole), "MAX_NEW_TOKENS": ("max_new_tokens", _whole),

@@ -103,7 +103,6 @@ class StepRecord:
     kv: KVSnapshot  # the cache after this step's forward pass
     forward_tokens: int  # tokens that pass read: the prompt on step 1, then 1
     termination: Termination
-    output_text: str  # the decoded output so far, before any stop-sequence cut
     timing: Timing
 
     @property
@@ -622,7 +621,7 @@ class Generation:
             logit=float(raw_logits[pick]), prob=float(sampled.raw_probs[pick]),
             rank=int((raw_logits > raw_logits[pick]).sum()) + 1, final_prob=decision.final_prob,
             decision=decision, distribution=sampled.distribution, kv=self.kv, forward_tokens=forward_tokens,
-            termination=termination, output_text=text,
+            termination=termination,
             timing=Timing(forward_ms, sampled.sampling_ms, (time.perf_counter() - before.started) * 1e3),
         )
         self._steps.append(record)

@@ -35,7 +35,7 @@ REQUIRED_STEP_KEYS = ("index", "token_id", "sampler", "forced")
 REQUIRED_ROUND_KEYS = ("index", "method", "k", "sampler", "emitted_ids")
 
 
-def _step_to_dict(step: StepRecord) -> dict[str, Any]:
+def _step_to_dict(step: StepRecord, output_text: str) -> dict[str, Any]:
     decision = step.decision
     return {
         "index": step.index,
@@ -65,7 +65,7 @@ def _step_to_dict(step: StepRecord) -> dict[str, Any]:
                      "layer_shapes": [[list(k), list(v)] for k, v in step.kv.layer_shapes]},
         "forward_tokens": step.forward_tokens,
         "termination": asdict(step.termination),
-        "output_text": step.output_text,
+        "output_text": output_text,
         "timing": asdict(step.timing),
     }
 
@@ -97,7 +97,7 @@ def to_trace(generation: Generation) -> dict[str, Any]:
     lm = generation.lm
     return {
         **_trace_head(generation, generation.draw),
-        "steps": [_step_to_dict(step) for step in steps],
+        "steps": [_step_to_dict(step, text) for step, text in zip(steps, _texts_so_far(generation), strict=True)],
         "finish_reason": generation.finish_reason,
         "text": generation.text,
         "timing": {
@@ -106,6 +106,15 @@ def to_trace(generation: Generation) -> dict[str, Any]:
             "decode_s": sum(step.timing.step_ms for step in steps[1:]) / 1e3,
         },
     }
+
+
+def _texts_so_far(generation: Generation) -> list[str]:
+    """After each step, the output decoded so far (before any stop-sequence cut). Computed
+    here, at export, rather than kept on every step: kept, they grew with the square of the
+    length (4.9 MB of a 1,000-step generation's 21 MB)."""
+    ids = generation.generated_ids
+    prefixes = [ids[:count] for count in range(1, len(ids) + 1)]
+    return generation.lm.tokenizer.batch_decode(prefixes, skip_special_tokens=True) if prefixes else []
 
 
 def save_trace(generation: Generation, path: str | Path) -> Path:

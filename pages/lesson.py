@@ -24,7 +24,7 @@ from ui.lesson_flow import (
     start,
     tally,
 )
-from ui.model import current_model
+from ui.model import current_model, current_scheduler
 from ui.presets import preset_named
 from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys, presenting
 from ui.teaching_charts import top_values_figure
@@ -81,7 +81,7 @@ def walk(lm: LoadedModel, name: str) -> tuple[Generation, int] | None:
     current = S.get(LESSON.walk)
     if current is None or current[0] != (name, lm.name):
         try:
-            S[LESSON.walk] = ((name, lm.name), start(lm, preset))
+            S[LESSON.walk] = ((name, lm.name), start(lm, preset, current_scheduler()))
         except PromptError as exc:
             st.error(plain(str(exc)))
             return None
@@ -288,7 +288,7 @@ def predict_generation(lm: LoadedModel) -> Generation | None:
     current = S.get(LESSON.predict)
     if current is None or current[0] != (prompt, lm.name):
         try:
-            generation = Generation(lm, prompt, sampler=GREEDY)
+            generation = Generation(lm, prompt, sampler=GREEDY, scheduler=current_scheduler())
         except PromptError as exc:
             st.error(plain(str(exc)))
             return None

@@ -30,7 +30,7 @@ from ui.lab import (
     temperature_sweep,
 )
 from ui.memo import Same, recall, remember
-from ui.model import current_model
+from ui.model import current_model, current_scheduler
 from ui.teaching import page_style
 from ui.teaching_charts import (
     chains_figure,
@@ -95,7 +95,7 @@ def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
     key = ("preset", choice, lm.name)
     try:
         with st.spinner("Running the model once…"):
-            return key, memo(key, lambda: freeze_prompt(lm, choice, PRESETS[choice]))
+            return key, memo(key, lambda: freeze_prompt(lm, choice, PRESETS[choice], scheduler=current_scheduler()))
     except PromptError as exc:
         st.error(plain(str(exc)))
         return None

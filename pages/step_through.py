@@ -195,6 +195,8 @@ def button_row(gen: Generation) -> None:
     row.markdown(status_text(gen) + (" · running…" if running else ""))
     if problem := message(S, "buttons"):
         st.warning(plain(problem), icon=":material/back_hand:")
+    elif note := message(S, "idle"):
+        st.info(plain(note), icon=":material/history:")
 
 
 def status_text(gen: Generation) -> str:
@@ -215,9 +217,21 @@ def continue_run() -> None:
         st.rerun()
 
 
+def welcome_back() -> None:
+    """Note that this visitor is here; a generation put away while the tab sat idle is rebuilt
+    from its steps first, under a progress bar."""
+    gen = step_generation(S)
+    if gen is not None and gen.closed:
+        with replay_progress("your generation", cancel_button=False) as progress:
+            control.keep_open(S, progress)
+    else:
+        control.keep_open(S)
+
+
 @st.fragment(key=STEP.workspace)
 def workspace() -> None:
     """Buttons and every panel: reruns alone on Step, Back, Reset, Run and branch clicks."""
+    welcome_back()
     gen = step_generation(S)
     if gen is None:
         st.info("Type a prompt above to start.")
@@ -277,6 +291,7 @@ def sampler_view() -> None:
     alone when a control moves, re-sampling the latest step's kept logits (no forward pass).
     The next Step uses the same settings. The chart is drawn first: the browser shows the
     elements in the order they arrive, and the chart is what a student is watching."""
+    welcome_back()
     gen = step_generation(S)
     view_col, control_col = st.columns([3, 1.3], gap="medium")
     view = control.sampler_view(S, gen)  # the controls' values are in session_state already
@@ -367,6 +382,7 @@ def main() -> None:
                    "stop.")
     if problem := message(S, "link"):
         st.warning(plain(problem), icon=":material/link:")
+    welcome_back()
     # widget values are already in session_state; messages then show beside them
     control.sync_generation(S, lm, current_scheduler())
     if presentation():  # on a projector the setup folds away under the generation

@@ -18,6 +18,7 @@ import torch
 from engine import CHAINS, Generation, LoadedModel, SamplerSettings
 from engine.cpu_threads import on_sampler_thread
 from engine.sampling import ChainOutput, Decision, InverseCdf, decide, draw_uniform, pick_by_cdf, run_chain
+from engine.scheduler import ForwardScheduler
 from ui.state import step_generation
 
 
@@ -58,9 +59,11 @@ def freeze_generation(generation: Generation, source: str) -> FrozenStep:
                       draw.u if draw is not None else None)
 
 
-def freeze_prompt(lm: LoadedModel, prompt: str, chat: bool, seed: int = 0) -> FrozenStep:
-    """The first step of a fresh generation on `prompt` (one forward pass)."""
-    generation = Generation(lm, prompt, chat=chat, seed=seed)
+def freeze_prompt(lm: LoadedModel, prompt: str, chat: bool, seed: int = 0,
+                  scheduler: ForwardScheduler | None = None) -> FrozenStep:
+    """The first step of a fresh generation on `prompt` (one forward pass, through the
+    server's `scheduler` when given)."""
+    generation = Generation(lm, prompt, chat=chat, seed=seed, scheduler=scheduler)
     generation.step()
     kind = "chat question" if chat else "prompt"
     return freeze_generation(generation, f"{kind} “{prompt}”, first new token")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine import Candidate, Generation, LoadedModel, SamplerSettings, StepRecord, StopSettings
+from engine.scheduler import ForwardScheduler
 from ui.format import visible
 
 GREEDY = SamplerSettings(temperature=0.0)
@@ -66,9 +67,10 @@ PREDICT_PROMPTS: tuple[str, ...] = (
 )
 
 
-def start(lm: LoadedModel, preset: LessonPreset) -> Generation:
-    """A fresh greedy generation for the preset (no forward pass yet)."""
-    return Generation(lm, preset.prompt, chat=preset.chat, sampler=GREEDY, stop=preset.stop)
+def start(lm: LoadedModel, preset: LessonPreset, scheduler: ForwardScheduler | None = None) -> Generation:
+    """A fresh greedy generation for the preset (no forward pass yet); its passes go through
+    the server's `scheduler` when given."""
+    return Generation(lm, preset.prompt, chat=preset.chat, sampler=GREEDY, stop=preset.stop, scheduler=scheduler)
 
 
 def candidates(step: StepRecord, count: int = CANDIDATES) -> list[Candidate]:

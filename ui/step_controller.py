@@ -9,7 +9,7 @@ errors never escape: they become the message shown beside the control that cause
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine import (
@@ -26,12 +26,13 @@ from engine import (
     TraceError,
     parse_trace,
     replay,
+    to_trace,
 )
 from engine.loading import BUNDLED
 from engine.scheduler import ForwardScheduler
 from ui import state as settings
 from ui.chips import prompt_chips
-from ui.deployment import current_deployment
+from ui.deployment import current_deployment, idle_releaser
 from ui.keys import STEP
 from ui.memo import Same, remember
 from ui.presets import apply_preset, load_presets, preset_named
@@ -61,13 +62,13 @@ def _act(state: State, action: Callable[[], object]) -> None:
 
 def step(state: State) -> None:
     """Step: one token (forward pass, sample, append, check)."""
-    if (gen := step_generation(state)) is not None:
+    if (gen := _open_for_action(state)) is not None:
         _act(state, gen.step)
 
 
 def back(state: State) -> None:
     """Back: rewind one step (the KV cache is cropped, the random generator restored)."""
-    gen = step_generation(state)
+    gen = _open_for_action(state)
     if gen is not None and gen.steps:
         _act(state, lambda: gen.rewind(len(gen.steps) - 1))
 
@@ -81,14 +82,14 @@ def reset(state: State) -> None:
 
 def branch(state: State, token_id: int) -> None:
     """Replace the latest step's pick with another candidate."""
-    gen = step_generation(state)
+    gen = _open_for_action(state)
     if gen is not None and gen.steps:
         _act(state, lambda: gen.branch(token_id))
 
 
 def repick(state: State) -> None:
     """Take the latest step again under the current sampler settings."""
-    gen = step_generation(state)
+    gen = _open_for_action(state)
     if gen is not None and gen.steps:
         _act(state, gen.repick)
 
@@ -97,6 +98,43 @@ def choose_preset(state: State) -> None:
     """Fill the prompt, chat, sampler and stop widgets from the preset just chosen."""
     if name := state.get(STEP.preset):
         apply_preset(state, preset_named(load_presets(), name))
+
+
+# ---- an open tab left idle -------------------------------------------------------------------
+
+
+def keep_open(state: State, progress: Callable[[int, int], bool] | None = None) -> Generation | None:
+    """Note that this visitor is here (engine/idle.py) and return their generation. One put
+    away while they were idle is first rebuilt exactly from its own steps, through its
+    scheduler; `progress` (done, total) is told after each step. None when there is no
+    generation, or it could not be rebuilt (the message beside the buttons says why)."""
+    gen = step_generation(state)
+    if gen is None:
+        return None
+    idle_releaser().touch(gen)
+    if not gen.closed:
+        return gen
+    # The visitor's own steps, already paid for once: no replay time cap, the step cap stays.
+    limits = replace(current_deployment().limits, replay_seconds=None)
+    minutes = f"{idle_releaser().idle_s / 60:g}"
+    try:
+        rebuilt = replay(gen.lm, to_trace(gen), limits, progress, gen.scheduler).generation
+    except (TraceError, PromptError, SettingsError) as exc:
+        set_message(state, "buttons", f"Your generation was put away after {minutes} idle minutes to free the "
+                                      f"server's memory and could not be rebuilt ({exc}). Press Reset to start again.")
+        return None  # nothing to act on; the records stay on the page
+    rebuilt.stop = gen.stop
+    state[STEP.generation] = rebuilt
+    idle_releaser().touch(rebuilt)
+    set_message(state, "idle", f"Welcome back. Your generation was put away after {minutes} idle minutes to free the "
+                               f"server's memory, and has been rebuilt exactly from its {len(rebuilt.steps):,} steps.")
+    return rebuilt
+
+
+def _open_for_action(state: State) -> Generation | None:
+    """keep_open for a button's action; the welcome-back note stays up until the click after it."""
+    set_message(state, "idle", None)
+    return keep_open(state)
 
 
 # ---- Run: one token per rerun, paced ---------------------------------------------------------

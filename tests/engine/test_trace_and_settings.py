@@ -60,6 +60,15 @@ def test_trace_has_the_documented_fields(lm) -> None:
     assert step["kv_cache"]["bytes"] == 2 * 30 * 3 * 64 * step["kv_cache"]["tokens"] * 4
 
 
+def test_each_trace_step_carries_the_output_decoded_up_to_it(lm) -> None:
+    generation = Generation(lm, "The capital of France is", sampler=SamplerSettings(temperature=0),
+                            stop=StopSettings(max_new_tokens=6, ignore_eos=True))
+    list(generation.run())
+    texts = [step["output_text"] for step in to_trace(generation)["steps"]]
+    assert texts == [lm.tokenizer.decode(generation.generated_ids[:n], skip_special_tokens=True) for n in range(1, 7)]
+    assert texts[-1] == generation.output_text
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("not json", "not valid JSON"),
     ('{"format": "other"}', "not a Token by Token trace"),

@@ -137,3 +137,11 @@ def test_ignored_eos_is_pointed_out_and_the_loop_goes_on(lm):
     assert "ignores end tokens" in at.warning[0].value
     assert "Nothing fired" in at.info[0].value
     assert not at.button(key="lesson_next").disabled
+
+
+def test_the_lessons_generations_run_their_passes_through_the_servers_scheduler():
+    at = lesson()
+    at.button(key="lesson_next").click().run()
+    walk = at.session_state[LESSON.walk][1]
+    assert walk.scheduler is not None and walk.steps  # its pass went through the shared queue
+    assert walk.scheduler.stats().passes >= 1

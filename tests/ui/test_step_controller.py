@@ -225,3 +225,39 @@ def test_a_linked_or_loaded_generation_steps_through_the_servers_scheduler(state
         assert scheduler.stats().passes > 0
     finally:
         scheduler.close()
+
+
+# ---- a tab left idle -------------------------------------------------------------------------
+
+def test_a_generation_put_away_while_idle_is_rebuilt_exactly_on_the_next_click(state, tiny_lm) -> None:
+    twin_state: dict[str, Any] = {}
+    init_defaults(twin_state)
+    twin_state[STEP.prompt] = PROMPT
+    control.sync_generation(twin_state, tiny_lm)
+    for visitor in (state, twin_state):
+        visitor[STEP.temperature] = 0.9  # sampled steps: the rebuild must repeat the same draws
+    for _ in range(4):
+        control.step(state)
+        control.step(twin_state)
+    put_away = generation(state)
+    put_away.close()  # what the idle releaser does
+    control.step(state)  # the visitor comes back and clicks Step
+    control.step(twin_state)
+    rebuilt, twin = generation(state), generation(twin_state)
+    assert rebuilt is not put_away and not rebuilt.closed
+    assert rebuilt.generated_ids == twin.generated_ids and len(rebuilt.steps) == 5
+    assert [s.distribution for s in rebuilt.steps] == [s.distribution for s in twin.steps]
+    assert message(state, "idle").startswith("Welcome back.")
+    control.step(state)  # the next click clears the note
+    assert message(state, "idle") is None
+
+
+def test_a_rebuild_that_cannot_replay_says_so_and_keeps_the_records(state, tiny_lm, monkeypatch) -> None:
+    control.step(state)
+    put_away = generation(state)
+    put_away.close()
+    monkeypatch.setattr(control, "replay", lambda *a, **k: (_ for _ in ()).throw(
+        control.TraceError("the model changed")))
+    control.step(state)
+    assert generation(state) is put_away and len(put_away.steps) == 1
+    assert "could not be rebuilt (the model changed)" in message(state, "buttons")

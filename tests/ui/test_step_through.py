@@ -439,3 +439,17 @@ def test_raising_max_tokens_after_a_finish_rechecks_termination_and_allows_a_ste
     assert any("re-checked under the new settings, and generation can go on" in i.value for i in at.info)
     click(at, "st_step")
     assert len(generation(at).steps) == 13
+
+
+def test_a_visitor_back_from_an_idle_tab_finds_their_generation_rebuilt() -> None:
+    at = open_app()
+    for _ in range(3):
+        at.button(key=STEP.step).click().run()
+    before = generation(at)
+    before.close()  # the idle releaser put it away while the tab sat open
+    at.button(key=STEP.step).click().run()
+    assert not at.exception, at.exception
+    after = generation(at)
+    assert not after.closed and len(after.steps) == 4
+    assert after.generated_ids[:3] == before.generated_ids
+    assert any(as_read(info.value).startswith("Welcome back.") for info in at.info)

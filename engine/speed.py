@@ -396,7 +396,7 @@ def _batch_point(lm: LoadedModel, batch: int, context_tokens: int, repeats: int)
 class PackedDifference:
     """How far a packed pass (the scheduler's batched decode) moved logits from lone passes."""
 
-    exact: bool  # row by row (RowwiseLinear) or one matrix product for all rows
+    exact: bool  # each row its own 1-row product (RowwiseLinear) or one matrix product for all rows
     batch: int
     steps: int
     max_logit_diff: float  # largest |packed - lone| over every logit of every row and step

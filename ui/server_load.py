@@ -49,9 +49,9 @@ def live_scheduler() -> None:
 
 
 MODES = {
-    "exact": "**batches** the decode steps that are waiting, multiplying row by row through the very kernels a "
-             "lone pass uses (the weights stay in the processor's cache between rows), so every visitor's numbers "
-             "are bit for bit what they would be alone",
+    "exact": "**batches** the decode steps that are waiting, multiplying each visitor's row on its own through "
+             "the very kernel a lone pass uses (all rows in one call), so every visitor's numbers are bit for bit "
+             "what they would be alone",
     "fast": "**batches** the decode steps that are waiting in one matrix product per layer, the fastest way, so a "
             "visitor's numbers can differ from their lone values in the last digits (measured below)",
     "off": "runs every pass **alone**, one after another (no batching)",
@@ -79,4 +79,4 @@ def server_batching(lm: LoadedModel, differences: tuple[PackedDifference, Packed
         f"{fast.argmax_flips} of {fast.rows} rows: a matrix product adds up a batch in another order than a "
         "single row, so the last bits of a float can differ, and a probability sitting on a rounding edge could "
         "show its 4th decimal one apart. The server's operator chooses with "
-        f"`{BATCHING_ENV}=exact` (the default), `fast` (about three times the tokens per second) or `off`.")
+        f"`{BATCHING_ENV}=exact` (the default), `fast` (a pass about twice as fast) or `off`.")

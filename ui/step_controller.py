@@ -116,19 +116,25 @@ def keep_open(state: State, progress: Callable[[int, int], bool] | None = None) 
         return gen
     # The visitor's own steps, already paid for once: no replay time cap, the step cap stays.
     limits = replace(current_deployment().limits, replay_seconds=None)
-    minutes = f"{idle_releaser().idle_s / 60:g}"
+    idle = _duration(idle_releaser().idle_s)
     try:
         rebuilt = replay(gen.lm, to_trace(gen), limits, progress, gen.scheduler).generation
     except (TraceError, PromptError, SettingsError) as exc:
-        set_message(state, "buttons", f"Your generation was put away after {minutes} idle minutes to free the "
+        set_message(state, "buttons", f"Your generation was put away after {idle} idle to free the "
                                       f"server's memory and could not be rebuilt ({exc}). Press Reset to start again.")
         return None  # nothing to act on; the records stay on the page
     rebuilt.stop = gen.stop
     state[STEP.generation] = rebuilt
     idle_releaser().touch(rebuilt)
-    set_message(state, "idle", f"Welcome back. Your generation was put away after {minutes} idle minutes to free the "
+    set_message(state, "idle", f"Welcome back. Your generation was put away after {idle} idle to free the "
                                f"server's memory, and has been rebuilt exactly from its {len(rebuilt.steps):,} steps.")
     return rebuilt
+
+
+def _duration(seconds: float) -> str:
+    """30 minutes, 1 minute, 3 seconds."""
+    value, unit = (seconds / 60, "minute") if seconds >= 60 else (seconds, "second")
+    return f"{value:g} {unit}{'' if value == 1 else 's'}"
 
 
 def _open_for_action(state: State) -> Generation | None:

@@ -247,7 +247,7 @@ def test_a_generation_put_away_while_idle_is_rebuilt_exactly_on_the_next_click(s
     assert rebuilt is not put_away and not rebuilt.closed
     assert rebuilt.generated_ids == twin.generated_ids and len(rebuilt.steps) == 5
     assert [s.distribution for s in rebuilt.steps] == [s.distribution for s in twin.steps]
-    assert message(state, "idle").startswith("Welcome back.")
+    assert message(state, "idle").startswith("Welcome back. Your generation was put away after 30 minutes idle")
     control.step(state)  # the next click clears the note
     assert message(state, "idle") is None
 

@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward, use_gqa_in_sdpa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from engine.loading import LoadedModel
@@ -174,12 +175,32 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, keys: list[to
                      values: list[torch.Tensor], attention_mask: torch.Tensor | None, scaling: float | None = None,
                      dropout: float = 0.0, **kwargs: object) -> tuple[torch.Tensor, None]:
     """Attention for a packed pass: each row's query `[1, heads, 1, head_dim]` against its own
-    visitor's keys and values, through the lone pass's own attention function, so this part
-    gives the lone pass's digits exactly. Returns `[1, rows, heads, head_dim]`."""
+    visitor's keys and values, through the lone pass's own attention, so this part gives the
+    lone pass's digits exactly. Returns `[1, rows, heads, head_dim]`."""
     lone = ALL_ATTENTION_FUNCTIONS[module.config.lone_attention_implementation]
+    pairs = list(zip(keys, values, strict=True))
+    if (sdpa := _sdpa_decode_options(lone, module, keys[0], values[0])) is not None:
+        # the very call sdpa_attention_forward makes for one decode token, without its checks
+        # around each row (the packed pass makes one such call per visitor and layer)
+        rows = [F.scaled_dot_product_attention(query[:, :, i:i + 1], k, v, attn_mask=None, dropout_p=0.0,
+                                               scale=scaling, is_causal=False, **sdpa)
+                for i, (k, v) in enumerate(pairs)]  # each [1, heads, 1, head_dim]
+        return torch.cat(rows, dim=2).transpose(1, 2).contiguous(), None
     rows = [lone(module, query[:, :, i:i + 1], k, v, None, dropout=0.0, scaling=scaling)[0]
-            for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+            for i, (k, v) in enumerate(pairs)]
     return torch.cat(rows, dim=1), None
+
+
+def _sdpa_decode_options(lone: object, module: torch.nn.Module, key: torch.Tensor, value: torch.Tensor
+                         ) -> dict[str, bool] | None:
+    """The keyword arguments transformers' sdpa attention passes to torch for one decode token
+    with no mask, or None where it would do something else (another attention, or grouped
+    heads it packs instead)."""
+    if lone is not sdpa_attention_forward:
+        return None
+    if getattr(module, "num_key_value_groups", 1) <= 1:
+        return {}
+    return {"enable_gqa": True} if use_gqa_in_sdpa(None, key, value) else None
 
 
 AttentionInterface.register(PACKED_ATTENTION, packed_attention)

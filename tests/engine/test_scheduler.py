@@ -13,11 +13,12 @@ from concurrent.futures import CancelledError
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import engine.scheduler as scheduler_module
 from engine import Generation, GenerationFinished, LoadedModel, SamplerSettings, StopSettings
 from engine.errors import SettingsError
-from engine.forward import cache_length, cache_prefix, forward_one, forward_packed, new_cache
+from engine.forward import _sdpa_decode_options, cache_length, cache_prefix, forward_one, forward_packed, new_cache
 from engine.generation import KEEP_LOGITS
 from engine.kvcache import KVGeometry
 from engine.loading import ModelSource
@@ -130,6 +131,19 @@ def test_where_the_batched_row_product_would_change_digits_the_rows_go_one_by_on
     expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip([4, 8, 15], caches, strict=True)])
     assert torch.equal(forward_packed(tiny, [4, 8, 15], caches), expected)
     assert forward_module._agreement and not any(forward_module._agreement.values())
+
+
+def test_packed_attention_makes_the_lone_sdpa_call_directly_for_grouped_heads(tiny, lm) -> None:
+    """The packed pass calls torch's sdpa as transformers' sdpa attention does for one decode
+    token (the exact tests above check the digits); with no grouped heads, no gqa flag."""
+    for model in (tiny, lm):
+        attention = model.model.model.layers[0].self_attn
+        keys = torch.zeros(1, model.model.config.num_key_value_heads, 5, attention.head_dim)
+        assert attention.num_key_value_groups > 1
+        assert _sdpa_decode_options(sdpa_attention_forward, attention, keys, keys) == {"enable_gqa": True}
+        assert _sdpa_decode_options(object(), attention, keys, keys) is None  # another attention: its own call
+    ungrouped = type("Attention", (), {"num_key_value_groups": 1})()
+    assert _sdpa_decode_options(sdpa_attention_forward, ungrouped, keys, keys) == {}
 
 
 def test_packed_pass_leaves_the_shared_models_attention_alone(tiny) -> None:

@@ -235,6 +235,12 @@ class DraftModel:
             raise
         return Draft(tuple(tokens), torch.stack(rows))  # q: [len, vocab]
 
+    def release(self) -> None:
+        """Drop the draft's KV cache (its generation was closed); the next round would read the
+        whole context again."""
+        self._cache = new_cache(self.lm)
+        self._cached_ids.clear()
+
     def update(self, context_ids: Sequence[int]) -> None:
         """Crop the cache to the longest prefix it shares with the context, keeping the
         context's last token out (it is fed on the next round, to get its logits)."""

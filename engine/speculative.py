@@ -346,6 +346,7 @@ class SpeculativeGeneration:
         self._generated: list[int] = []
         self._rounds: list[RoundRecord] = []
         self._last_eos_prob = 0.0
+        self._closed = False
 
     # ---- what the pages read -------------------------------------------------------------------
 
@@ -405,6 +406,18 @@ class SpeculativeGeneration:
     def kv(self) -> KVSnapshot:
         return read_kv(self._cache, self.lm.geometry, self.lm.dtype)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Release this generation's memory: its KV cache and its draft's (a draft model keeps
+        one). The rounds stay readable; it cannot step again."""
+        self._closed = True
+        self._cache = new_cache(self.lm)
+        if callable(release := getattr(self.draft, "release", None)):
+            release()
+
     # ---- the loop ------------------------------------------------------------------------------
 
     def set_k(self, k: object) -> None:
@@ -414,6 +427,8 @@ class SpeculativeGeneration:
     def step(self) -> RoundRecord:
         """One round: draft, verify in one pass, accept / reject, check, crop, record. Atomic:
         if anything fails, the context, the caches and the random generator are as before."""
+        if self._closed:
+            raise GenerationFinished("This generation was closed to free its memory: press Reset to start again.")
         if self.finished:
             raise GenerationFinished(f"Generation has finished ({self.finish_reason}); Reset to start again.")
         before = _Checkpoint(self._cache.get_seq_length(), self._generator.get_state(), time.perf_counter())

@@ -63,7 +63,8 @@ def make_draft(lm: LoadedModel, method: str) -> DraftMethod:
 
 
 def on_step() -> None:
-    bc.step(S)
+    if bc.keep_open(S, make_draft, clicked=True) is not None:  # (else the message says why)
+        bc.step(S)
 
 
 def on_run() -> None:
@@ -152,6 +153,8 @@ def button_row(lanes: bc.Lanes) -> None:
                  + (" · running…" if running else ""))
     if text := bc.message(S, "buttons"):
         st.warning(plain(text), icon=":material/back_hand:")
+    elif note := bc.message(S, "idle"):
+        st.info(plain(note), icon=":material/history:")
 
 
 def counts_row(lanes: bc.Lanes) -> None:
@@ -251,6 +254,7 @@ def trace_controls(lanes: bc.Lanes) -> None:
 
 @st.fragment(key=CHAIN.workspace)
 def workspace() -> None:
+    bc.keep_open(S, make_draft)
     lanes: bc.Lanes | None = S.get(CHAIN.lanes)
     if lanes is None:
         st.info("Type a prompt above to start.")
@@ -374,6 +378,7 @@ def main() -> None:
                    "decoding guesses the next k tokens cheaply, checks all of them in ONE forward pass of the model, "
                    "and keeps the guesses the model agrees with, plus one token of its own. The output is exactly "
                    "the model's.")
+    bc.keep_open(S, make_draft)
     bc.sync(S, lm, make_draft)
     if presenting():  # on a projector the setup folds away under the rounds
         workspace()

@@ -10,7 +10,7 @@ The keys are ui/keys.py's CHAIN.
 from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine import (
@@ -26,10 +26,12 @@ from engine import (
     TraceError,
 )
 from engine.drafting import DraftMethod
+from engine.limits import Limits
 from engine.speculative import check_k
-from engine.trace import parse_trace, replay_speculative
+from engine.trace import parse_trace, replay_speculative, speculative_to_trace
 from ui import state as step_state
-from ui.deployment import current_deployment
+from ui.deployment import current_deployment, idle_releaser
+from ui.format import duration
 from ui.keys import CHAIN, STEP
 from ui.state import format_stop_sequences, parse_stop_sequences
 
@@ -312,14 +314,9 @@ def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: Mak
     """Replay a saved speculative trace into both lanes and make the widgets describe it; a bad
     file leaves a message and the current lanes."""
 
-    def draft_named(name: str) -> DraftMethod:
-        if name not in METHOD_OF_NAME:
-            raise SettingsError("draft method", name, f"one of {', '.join(METHOD_OF_NAME)}")
-        return make_draft(lm, METHOD_OF_NAME[name])
-
     limits = current_deployment().limits
     try:
-        result = replay_speculative(lm, parse_trace(data, limits), draft_named, limits)
+        result = replay_speculative(lm, parse_trace(data, limits), _drafts_by_name(lm, make_draft), limits)
     except (TraceError, ModelLoadError, SettingsError) as exc:
         set_message(state, "trace_error", f"{filename}: {exc}")
         return
@@ -330,10 +327,7 @@ def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: Mak
     if problem := step_state.outside_ranges({SAME_RANGE_AS[key]: value for key, value in values.items()}):
         set_message(state, "trace_error", f"{filename}: {problem}")  # a widget could not show it
         return
-    plain = Generation(lm, spec.prompt, chat=spec.chat, system_prompt=spec.system_prompt, sampler=sampler,
-                       stop=spec.stop, seed=spec.seed, allow_special=spec.allow_special, limits=limits)
-    lanes = Lanes(spec, plain)
-    catch_up(lanes)
+    lanes = _with_plain_lane(spec, limits)
     method = METHOD_OF_NAME[spec.draft.name]
     state.update(values | {CHAIN.prompt: spec.prompt, CHAIN.chat: spec.chat, CHAIN.k: spec.k,
                            CHAIN.stop_sequences: format_stop_sequences(spec.stop.stop_sequences),
@@ -345,3 +339,59 @@ def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: Mak
                  "(another model, or float rounding).")
     set_message(state, "trace_error", None)
     set_message(state, "trace", note)
+
+
+def _drafts_by_name(lm: LoadedModel, make_draft: MakeDraft) -> Callable[[str], DraftMethod]:
+    """A trace names each round's draft method; this makes the visitor's own of each."""
+
+    def draft_named(name: str) -> DraftMethod:
+        if name not in METHOD_OF_NAME:
+            raise SettingsError("draft method", name, f"one of {', '.join(METHOD_OF_NAME)}")
+        return make_draft(lm, METHOD_OF_NAME[name])
+
+    return draft_named
+
+
+def _with_plain_lane(spec: SpeculativeGeneration, limits: Limits) -> Lanes:
+    """Both lanes for a replayed speculative generation: plain decoding made again with the
+    same settings, to as many tokens."""
+    plain = Generation(spec.lm, spec.prompt, chat=spec.chat, system_prompt=spec.system_prompt, sampler=spec.sampler,
+                       stop=spec.stop, seed=spec.seed, allow_special=spec.allow_special, limits=limits)
+    lanes = Lanes(spec, plain)
+    catch_up(lanes)
+    return lanes
+
+
+# ---- an open tab left idle -------------------------------------------------------------------
+
+
+def keep_open(state: MutableMapping[str, Any], make_draft: MakeDraft, clicked: bool = False) -> Lanes | None:
+    """Note that this visitor is here (engine/idle.py) and return their lanes. Lanes put away
+    while they were idle are first rebuilt exactly: the speculative lane from its own rounds,
+    the plain lane caught up again. `clicked`: a button's action follows, so an earlier
+    welcome-back note goes. None when there are no lanes or they could not be rebuilt."""
+    if clicked:
+        set_message(state, "idle", None)
+    lanes: Lanes | None = state.get(CHAIN.lanes)
+    if lanes is None:
+        return None
+    for generation in (lanes.speculative, lanes.plain):
+        idle_releaser().touch(generation)
+    if not (lanes.speculative.closed or lanes.plain.closed):
+        return lanes
+    spec, idle = lanes.speculative, duration(idle_releaser().idle_s)
+    # The visitor's own rounds, already paid for once: no replay time cap, the step cap stays.
+    limits = replace(current_deployment().limits, replay_seconds=None)
+    try:
+        result = replay_speculative(spec.lm, speculative_to_trace(spec), _drafts_by_name(spec.lm, make_draft), limits)
+        rebuilt = _with_plain_lane(result.generation, limits)
+    except (TraceError, ModelLoadError, SettingsError, PromptError, GenerationFinished) as exc:
+        set_message(state, "buttons", f"Your two lanes were put away after {idle} idle to free the server's "
+                                      f"memory and could not be rebuilt ({exc}). Press Reset to start again.")
+        return None
+    state[CHAIN.lanes] = rebuilt
+    for generation in (rebuilt.speculative, rebuilt.plain):
+        idle_releaser().touch(generation)
+    set_message(state, "idle", f"Welcome back. Your two lanes were put away after {idle} idle to free the server's "
+                               f"memory, and have been rebuilt exactly from their {len(spec.rounds):,} rounds.")
+    return rebuilt

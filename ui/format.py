@@ -72,3 +72,9 @@ def nbytes(count: int) -> str:
     if count >= 1024:
         return f"{count / 1024:.1f} KiB"
     return f"{count} B"
+
+
+def duration(seconds: float) -> str:
+    """30 minutes, 1 minute, 3 seconds."""
+    value, unit = (seconds / 60, "minute") if seconds >= 60 else (seconds, "second")
+    return f"{value:g} {unit}{'' if value == 1 else 's'}"

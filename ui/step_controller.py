@@ -33,6 +33,7 @@ from engine.scheduler import ForwardScheduler
 from ui import state as settings
 from ui.chips import prompt_chips
 from ui.deployment import current_deployment, idle_releaser
+from ui.format import duration
 from ui.keys import STEP
 from ui.memo import Same, remember
 from ui.presets import apply_preset, load_presets, preset_named
@@ -116,7 +117,7 @@ def keep_open(state: State, progress: Callable[[int, int], bool] | None = None) 
         return gen
     # The visitor's own steps, already paid for once: no replay time cap, the step cap stays.
     limits = replace(current_deployment().limits, replay_seconds=None)
-    idle = _duration(idle_releaser().idle_s)
+    idle = duration(idle_releaser().idle_s)
     try:
         rebuilt = replay(gen.lm, to_trace(gen), limits, progress, gen.scheduler).generation
     except (TraceError, PromptError, SettingsError) as exc:
@@ -129,12 +130,6 @@ def keep_open(state: State, progress: Callable[[int, int], bool] | None = None) 
     set_message(state, "idle", f"Welcome back. Your generation was put away after {idle} idle to free the "
                                f"server's memory, and has been rebuilt exactly from its {len(rebuilt.steps):,} steps.")
     return rebuilt
-
-
-def _duration(seconds: float) -> str:
-    """30 minutes, 1 minute, 3 seconds."""
-    value, unit = (seconds / 60, "minute") if seconds >= 60 else (seconds, "second")
-    return f"{value:g} {unit}{'' if value == 1 else 's'}"
 
 
 def _open_for_action(state: State) -> Generation | None:

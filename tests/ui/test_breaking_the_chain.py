@@ -259,3 +259,35 @@ def test_presentation_mode_shows_the_round_on_one_line_and_folds_the_setup_away(
     assert line.count("bc-mark bc-ok") == record.accepted
     assert line.count("bc-mark bc-bad") == (record.rejection is not None)
     assert "tbt-chip-window" in html_with(at, "data-rounds=") and "tbt-chip-window" in html_with(at, "data-steps=")
+
+
+def test_lanes_put_away_while_the_tab_sat_idle_come_back_exactly_on_the_next_click(at: AppTest) -> None:
+    for _ in range(3):
+        click(at, CHAIN.step)
+    before = lanes(at)
+    tokens, rounds = before.speculative.generated_ids, before.speculative.rounds
+    before.speculative.close()  # what the idle releaser does to both lanes
+    before.plain.close()
+    assert before.speculative.kv.positions == 0
+    click(at, CHAIN.step)
+    after = lanes(at)
+    assert after is not before and not after.speculative.closed and not after.plain.closed
+    assert after.speculative.generated_ids[:len(tokens)] == tokens
+    assert [r.emitted_ids for r in after.speculative.rounds[:3]] == [r.emitted_ids for r in rounds]
+    assert [r.positions for r in after.speculative.rounds[:3]] == [r.positions for r in rounds]  # same q and p
+    assert len(after.speculative.rounds) == 4 and after.identical
+    assert any(as_read(info.value).startswith("Welcome back. Your two lanes") for info in at.info)
+
+
+def test_a_closed_speculative_generation_refuses_to_step_and_frees_its_draft_models_cache(lm) -> None:
+    draft = engine.DraftModel(lm, lm, name="self-draft-test")
+    spec = SpeculativeGeneration(lm, "The capital of France is", draft=draft, k=2,
+                                 stop=StopSettings(max_new_tokens=8, ignore_eos=True))
+    spec.step()
+    spec.step()
+    assert draft._cached_ids and spec.kv.positions > 0
+    spec.close()
+    assert spec.closed and spec.kv.positions == 0 and not draft._cached_ids
+    assert len(spec.rounds) == 2  # the page can still show them
+    with pytest.raises(engine.GenerationFinished, match="closed to free its memory"):
+        spec.step()

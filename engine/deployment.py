@@ -77,24 +77,19 @@ def _whole(name: str, text: str) -> int:
     return int(text)
 
 
-def _seconds(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise SettingsError(ENV_PREFIX + name, text, "a number of seconds > 0")
-    return value
+def _positive(unit: str) -> Callable[[str, str], float]:
+    """A parser for a number of `unit` above 0 (and finite)."""
 
+    def parse(name: str, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 < value < float("inf"):
+            raise SettingsError(ENV_PREFIX + name, text, f"a number of {unit} > 0")
+        return value
 
-def _minutes(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise SettingsError(ENV_PREFIX + name, text, "a number of minutes > 0")
-    return value
+    return parse
 
 
 def _flag(name: str, text: str) -> bool:
@@ -113,11 +108,11 @@ def _models(name: str, text: str) -> tuple[str, ...]:
 # environment variable (without the prefix) -> (field, parser); limits' fields are under Limits
 DEPLOYMENT_VARIABLES: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "ALLOWED_MODELS": ("allowed_models", _models), "MODEL_FIELD": ("model_field", _flag),
-    "HIDE_PATHS": ("hide_paths", _flag), "IDLE_MINUTES": ("idle_minutes", _minutes),
+    "HIDE_PATHS": ("hide_paths", _flag), "IDLE_MINUTES": ("idle_minutes", _positive("minutes")),
 }
 LIMIT_VARIABLES: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "MAX_PROMPT_TOKENS": ("max_prompt_tokens", _whole), "MAX_NEW_TOKENS": ("max_new_tokens", _whole),
-    "MAX_REPLAY_STEPS": ("max_replay_steps", _whole), "REPLAY_SECONDS": ("replay_seconds", _seconds),
+    "MAX_REPLAY_STEPS": ("max_replay_steps", _whole), "REPLAY_SECONDS": ("replay_seconds", _positive("seconds")),
     "MAX_UPLOAD_MB": ("max_upload_bytes", lambda name, text: _whole(name, text) * 2**20),
     "MAX_LINK_CHARS": ("max_link_chars", _whole),
 }

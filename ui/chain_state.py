@@ -10,7 +10,7 @@ The keys are ui/keys.py's CHAIN.
 from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from engine import (
@@ -30,8 +30,7 @@ from engine.limits import Limits
 from engine.speculative import check_k
 from engine.trace import parse_trace, replay_speculative, speculative_to_trace
 from ui import state as step_state
-from ui.deployment import current_deployment, idle_releaser
-from ui.format import duration
+from ui.deployment import current_deployment, idle_releaser, put_away, rebuild_limits
 from ui.keys import CHAIN, STEP
 from ui.state import format_stop_sequences, parse_stop_sequences
 
@@ -379,19 +378,17 @@ def keep_open(state: MutableMapping[str, Any], make_draft: MakeDraft, clicked: b
         idle_releaser().touch(generation)
     if not (lanes.speculative.closed or lanes.plain.closed):
         return lanes
-    spec, idle = lanes.speculative, duration(idle_releaser().idle_s)
-    # The visitor's own rounds, already paid for once: no replay time cap, the step cap stays.
-    limits = replace(current_deployment().limits, replay_seconds=None)
+    spec, limits = lanes.speculative, rebuild_limits()
     try:
         result = replay_speculative(spec.lm, speculative_to_trace(spec), _drafts_by_name(spec.lm, make_draft), limits)
         rebuilt = _with_plain_lane(result.generation, limits)
     except (TraceError, ModelLoadError, SettingsError, PromptError, GenerationFinished) as exc:
-        set_message(state, "buttons", f"Your two lanes were put away after {idle} idle to free the server's "
-                                      f"memory and could not be rebuilt ({exc}). Press Reset to start again.")
+        set_message(state, "buttons", f"{put_away('Your two lanes were')} and could not be rebuilt ({exc}). "
+                                      "Press Reset to start again.")
         return None
     state[CHAIN.lanes] = rebuilt
     for generation in (rebuilt.speculative, rebuilt.plain):
         idle_releaser().touch(generation)
-    set_message(state, "idle", f"Welcome back. Your two lanes were put away after {idle} idle to free the server's "
-                               f"memory, and have been rebuilt exactly from their {len(spec.rounds):,} rounds.")
+    set_message(state, "idle", f"Welcome back. {put_away('Your two lanes were')}, and have been rebuilt exactly "
+                               f"from their {len(spec.rounds):,} rounds.")
     return rebuilt

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
 from engine.deployment import Deployment, deployment_from_env
+from engine.errors import TraceError
 from engine.idle import IdleReleaser
+from engine.limits import Limits
+from ui.format import duration
 
 
 @cache
@@ -21,3 +25,24 @@ def idle_releaser() -> IdleReleaser:
     put away (its records stay; it is rebuilt from its steps when the visitor comes back)."""
     minutes = current_deployment().idle_minutes
     return IdleReleaser(minutes * 60, check_every_s=min(60.0, minutes * 15))
+
+
+def rebuild_limits() -> Limits:
+    """The caps on rebuilding a visitor's own generation after an idle release: its steps were
+    already paid for once, so no replay time cap; the step cap stays."""
+    return replace(current_deployment().limits, replay_seconds=None)
+
+
+def put_away(subject: str) -> str:
+    """What became of `subject` ("Your generation was") while its tab sat idle."""
+    return f"{subject} put away after {duration(idle_releaser().idle_s)} idle to free the server's memory"
+
+
+def upload_problem(name: str, size: int) -> str | None:
+    """Why the uploaded trace `name` of `size` bytes is refused, checked before it is read
+    ("name: reason"); None when it may be read."""
+    try:
+        current_deployment().limits.check_upload(size)
+    except TraceError as exc:
+        return f"{name}: {exc}"
+    return None

@@ -9,7 +9,7 @@ errors never escape: they become the message shown beside the control that cause
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from engine import (
@@ -32,8 +32,7 @@ from engine.loading import BUNDLED
 from engine.scheduler import ForwardScheduler
 from ui import state as settings
 from ui.chips import prompt_chips
-from ui.deployment import current_deployment, idle_releaser
-from ui.format import duration
+from ui.deployment import current_deployment, idle_releaser, put_away, rebuild_limits
 from ui.keys import STEP
 from ui.memo import Same, remember
 from ui.presets import apply_preset, load_presets, preset_named
@@ -115,20 +114,16 @@ def keep_open(state: State, progress: Callable[[int, int], bool] | None = None) 
     idle_releaser().touch(gen)
     if not gen.closed:
         return gen
-    # The visitor's own steps, already paid for once: no replay time cap, the step cap stays.
-    limits = replace(current_deployment().limits, replay_seconds=None)
-    idle = duration(idle_releaser().idle_s)
     try:
-        rebuilt = replay(gen.lm, to_trace(gen), limits, progress, gen.scheduler).generation
+        rebuilt = replay(gen.lm, to_trace(gen), rebuild_limits(), progress, gen.scheduler).generation
     except (TraceError, PromptError, SettingsError) as exc:
-        set_message(state, "buttons", f"Your generation was put away after {idle} idle to free the "
-                                      f"server's memory and could not be rebuilt ({exc}). Press Reset to start again.")
+        set_message(state, "buttons", f"{put_away('Your generation was')} and could not be rebuilt ({exc}). "
+                                      "Press Reset to start again.")
         return None  # nothing to act on; the records stay on the page
-    rebuilt.stop = gen.stop
     state[STEP.generation] = rebuilt
     idle_releaser().touch(rebuilt)
-    set_message(state, "idle", f"Welcome back. Your generation was put away after {idle} idle to free the "
-                               f"server's memory, and has been rebuilt exactly from its {len(rebuilt.steps):,} steps.")
+    set_message(state, "idle", f"Welcome back. {put_away('Your generation was')}, and has been rebuilt exactly "
+                               f"from its {len(rebuilt.steps):,} steps.")
     return rebuilt
 
 

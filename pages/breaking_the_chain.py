@@ -12,7 +12,7 @@ import time
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from engine import DraftModel, LoadedModel, PromptLookup, TraceError, self_draft
+from engine import DraftModel, LoadedModel, PromptLookup, self_draft
 from engine.drafting import DraftMethod
 from engine.speculative import K_MAX, K_MIN, expected_tokens_per_round
 from engine.speed import measure_prefill_decode
@@ -27,7 +27,7 @@ from ui.chain_views import (
     speculative_chips_html,
 )
 from ui.chips import chip_window, context_html, prompt_chips
-from ui.deployment import current_deployment
+from ui.deployment import current_deployment, upload_problem
 from ui.format import plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import CHAIN
@@ -86,10 +86,8 @@ def on_method() -> None:
 def on_trace_upload() -> None:
     if (upload := S.get(CHAIN.trace_upload)) is None:
         return
-    try:
-        current_deployment().limits.check_upload(upload.size)  # before reading it
-    except TraceError as exc:
-        bc.set_message(S, "trace_error", f"{upload.name}: {exc}")
+    if problem := upload_problem(upload.name, upload.size):
+        bc.set_message(S, "trace_error", problem)
         return
     bc.load_trace(S, current_model(), make_draft, upload.getvalue(), upload.name)
 

@@ -19,10 +19,10 @@ from urllib.parse import urlencode
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from engine import CHAINS, Generation, TraceError, to_trace
+from engine import CHAINS, Generation, to_trace
 from ui import panels
 from ui import step_controller as control
-from ui.deployment import current_deployment
+from ui.deployment import current_deployment, upload_problem
 from ui.format import plain
 from ui.frame import ensure_app_frame
 from ui.keys import APP, STEP
@@ -53,10 +53,8 @@ def on_repick() -> None:
 def on_trace_upload() -> None:
     if (upload := S.get(STEP.trace_upload)) is None:
         return
-    try:
-        current_deployment().limits.check_upload(upload.size)  # before reading it
-    except TraceError as exc:
-        set_message(S, "trace_error", f"{upload.name}: {exc}")
+    if problem := upload_problem(upload.name, upload.size):
+        set_message(S, "trace_error", problem)
         return
     with replay_progress(upload.name, cancel_button=False) as progress:  # a callback may draw no widget
         control.load_trace(S, current_model(), upload.name, upload.getvalue(), progress, current_scheduler())

@@ -62,13 +62,13 @@ def _act(state: State, action: Callable[[], object]) -> None:
 
 def step(state: State) -> None:
     """Step: one token (forward pass, sample, append, check)."""
-    if (gen := _open_for_action(state)) is not None:
+    if (gen := keep_open(state, clicked=True)) is not None:
         _act(state, gen.step)
 
 
 def back(state: State) -> None:
     """Back: rewind one step (the KV cache is cropped, the random generator restored)."""
-    gen = _open_for_action(state)
+    gen = keep_open(state, clicked=True)
     if gen is not None and gen.steps:
         _act(state, lambda: gen.rewind(len(gen.steps) - 1))
 
@@ -82,14 +82,14 @@ def reset(state: State) -> None:
 
 def branch(state: State, token_id: int) -> None:
     """Replace the latest step's pick with another candidate."""
-    gen = _open_for_action(state)
+    gen = keep_open(state, clicked=True)
     if gen is not None and gen.steps:
         _act(state, lambda: gen.branch(token_id))
 
 
 def repick(state: State) -> None:
     """Take the latest step again under the current sampler settings."""
-    gen = _open_for_action(state)
+    gen = keep_open(state, clicked=True)
     if gen is not None and gen.steps:
         _act(state, gen.repick)
 
@@ -103,11 +103,15 @@ def choose_preset(state: State) -> None:
 # ---- an open tab left idle -------------------------------------------------------------------
 
 
-def keep_open(state: State, progress: Callable[[int, int], bool] | None = None) -> Generation | None:
+def keep_open(state: State, progress: Callable[[int, int], bool] | None = None, clicked: bool = False
+              ) -> Generation | None:
     """Note that this visitor is here (engine/idle.py) and return their generation. One put
     away while they were idle is first rebuilt exactly from its own steps, through its
-    scheduler; `progress` (done, total) is told after each step. None when there is no
-    generation, or it could not be rebuilt (the message beside the buttons says why)."""
+    scheduler; `progress` (done, total) is told after each step. `clicked`: a button's action
+    follows, so an earlier welcome-back note goes. None when there is no generation, or it
+    could not be rebuilt (the message beside the buttons says why)."""
+    if clicked:
+        set_message(state, "idle", None)
     gen = step_generation(state)
     if gen is None:
         return None
@@ -125,12 +129,6 @@ def keep_open(state: State, progress: Callable[[int, int], bool] | None = None) 
     set_message(state, "idle", f"Welcome back. {put_away('Your generation was')}, and has been rebuilt exactly "
                                f"from its {len(rebuilt.steps):,} steps.")
     return rebuilt
-
-
-def _open_for_action(state: State) -> Generation | None:
-    """keep_open for a button's action; the welcome-back note stays up until the click after it."""
-    set_message(state, "idle", None)
-    return keep_open(state)
 
 
 # ---- Run: one token per rerun, paced ---------------------------------------------------------

@@ -40,6 +40,11 @@ class ModelLoadError(RuntimeError):
 class GenerationFinished(RuntimeError):
     """A step was asked for after a termination condition fired."""
 
+    @classmethod
+    def closed(cls) -> GenerationFinished:
+        """For a generation closed to free its memory (Generation.close, an idle tab)."""
+        return cls("This generation was closed to free its memory: press Reset to start again.")
+
 
 class TraceError(ValueError):
     """A trace file is malformed or of an unknown version."""

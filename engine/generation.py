@@ -528,7 +528,7 @@ class Generation:
 
     def _check_can_step(self, force_token_id: int | None) -> None:
         if self._closed:
-            raise GenerationFinished("This generation was closed to free its memory: press Reset to start again.")
+            raise GenerationFinished.closed()
         if self.finished:
             raise GenerationFinished(f"Generation has finished ({self.finish_reason}); "
                                      "go Back, change the stop settings, or Reset.")
@@ -570,7 +570,7 @@ class Generation:
         if kept.raw_logits is not None:
             return kept.raw_logits
         if self._closed:
-            raise GenerationFinished("This generation was closed to free its memory: press Reset to start again.")
+            raise GenerationFinished.closed()
         if position == 0:
             logits = forward_one(self.lm, self.prompt_ids, new_cache(self.lm), self.scheduler)
         else:

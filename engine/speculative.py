@@ -428,7 +428,7 @@ class SpeculativeGeneration:
         """One round: draft, verify in one pass, accept / reject, check, crop, record. Atomic:
         if anything fails, the context, the caches and the random generator are as before."""
         if self._closed:
-            raise GenerationFinished("This generation was closed to free its memory: press Reset to start again.")
+            raise GenerationFinished.closed()
         if self.finished:
             raise GenerationFinished(f"Generation has finished ({self.finish_reason}); Reset to start again.")
         before = _Checkpoint(self._cache.get_seq_length(), self._generator.get_state(), time.perf_counter())

@@ -32,16 +32,19 @@ from __future__ import annotations
 import copy
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AttentionInterface, DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward, use_gqa_in_sdpa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from engine import packed_llama
 from engine.loading import LoadedModel
 
 if TYPE_CHECKING:
@@ -296,7 +299,17 @@ def forward_packed(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[D
     """Next-token logits `[rows, vocab]` for one new token per visitor: `token_ids[i]` read
     after `caches[i]`'s positions, each cache growing by one. Caches may differ in length.
     With `exact`, each row's logits are its lone pass's bit for bit; otherwise within ~1e-4.
-    If the pass fails, every cache is put back as it was and the error is raised."""
+    A Llama-family model runs the pass as one call outside the GIL (engine/packed_llama.py);
+    any other model, on its twin. If the pass fails, every cache is left as it was and the
+    error is raised."""
+    plan = scripted_plan(lm, exact)
+    if plan is not None and _plain_layers(caches, len(plan.weights.layers) // packed_llama.LAYER_WEIGHTS):
+        return _forward_scripted(plan, token_ids, caches)
+    return _forward_twin(lm, token_ids, caches, exact)
+
+
+def _forward_twin(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[DynamicCache],
+                  exact: bool) -> torch.Tensor:
     twin = packed_twin(lm, exact)
     if twin is None:
         raise RuntimeError(f"{lm.name} cannot run packed passes (attention {lm.model.config._attn_implementation}).")
@@ -310,7 +323,123 @@ def forward_packed(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[D
         for cache, length in zip(caches, lengths, strict=True):
             crop_cache(cache, length)
         raise
-    logits = out.logits[0].to(device="cpu", dtype=torch.float32)  # [rows, vocab]
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    return _on_cpu(lm, out.logits[0])  # [rows, vocab]
+
+
+def _on_cpu(lm: LoadedModel, logits: torch.Tensor) -> torch.Tensor:
+    logits = logits.to(device="cpu", dtype=torch.float32)
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize(lm.device)
     return logits
+
+
+# ---- the scripted packed pass (Llama family) ------------------------------------------------
+
+@dataclass
+class ScriptedPlan:
+    """What a scripted packed pass needs for one model and batching kind: the compiled pass,
+    the model's weights laid out for it, and, per row count, how each linear layer multiplies."""
+
+    lm: LoadedModel
+    run: Callable
+    weights: packed_llama.LlamaWeights
+    exact: bool
+    hows: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)  # rows -> (layers, head slices)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def hows_for(self, rows: int) -> tuple[list[int], list[int]]:
+        """Per weight of the layers, and per slice of the head: how to multiply `rows` rows."""
+        with self.lock:
+            if rows not in self.hows:
+                self.hows[rows] = ([self._how(w, rows) for w in self.weights.layers],
+                                   [self._how(w, rows) for w in self._head_slices()])
+            return self.hows[rows]
+
+    def head_chunk(self) -> int:
+        return ROWWISE_CHUNK if self.exact else self.weights.head.shape[0]
+
+    def _head_slices(self) -> list[torch.Tensor]:
+        chunk = self.head_chunk()
+        return [self.weights.head[start:start + chunk] for start in range(0, self.weights.head.shape[0], chunk)]
+
+    def _how(self, weight: torch.Tensor, rows: int) -> int:
+        if not self.exact or weight.dim() != 2:  # norms' weights are not multiplied
+            return packed_llama.ONE_PRODUCT
+        if rows > 1 and _batched_rows_agree(weight, rows):
+            return packed_llama.ONE_ROW_PRODUCTS
+        return packed_llama.ROW_LOOP
+
+
+_plans: weakref.WeakKeyDictionary[PreTrainedModel, dict[bool, ScriptedPlan | None]] = weakref.WeakKeyDictionary()
+_plans_lock = threading.Lock()
+PROBE_TOKENS = ((1, 2, 3), (4, 5, 6, 7, 8))  # two visitors of different lengths for the parity probe
+
+
+def scripted_plan(lm: LoadedModel, exact: bool = True) -> ScriptedPlan | None:
+    """The scripted pass for `lm`, or None where the model is not a plain Llama decoder, the pass
+    cannot be compiled, or its first probe pass does not give the eager twin's digits (logits
+    and cache entries, compared with torch.equal); then the twin serves every packed pass."""
+    with _plans_lock:
+        plans = _plans.setdefault(lm.model, {})
+        if exact not in plans:
+            plans[exact] = _probed_plan(lm, exact)
+        return plans[exact]
+
+
+def _probed_plan(lm: LoadedModel, exact: bool) -> ScriptedPlan | None:
+    weights = packed_llama.llama_weights(lm.model)
+    run = packed_llama.compiled_pass()
+    if weights is None or run is None or packed_twin(lm, exact) is None or not _sdpa_matches(lm, weights):
+        return None
+    plan = ScriptedPlan(lm, run, weights, exact)
+    twin_caches, plan_caches = ([_probe_cache(lm, ids) for ids in PROBE_TOKENS] for _ in range(2))
+    tokens = [9, 10]
+    twin_logits = _forward_twin(lm, tokens, twin_caches, exact)
+    plan_logits = _forward_scripted(plan, tokens, plan_caches)
+    same_caches = all(torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+                      for a, b in zip(twin_caches, plan_caches, strict=True)
+                      for ours, theirs in zip(a.layers, b.layers, strict=True))
+    return plan if torch.equal(twin_logits, plan_logits) and same_caches else None
+
+
+def _probe_cache(lm: LoadedModel, token_ids: Sequence[int]) -> DynamicCache:
+    cache = new_cache(lm)
+    forward(lm, torch.tensor([list(token_ids)]), cache)
+    return cache
+
+
+def _sdpa_matches(lm: LoadedModel, weights: packed_llama.LlamaWeights) -> bool:
+    """Whether transformers' sdpa attention makes, for one decode token, the call the scripted
+    pass makes (with grouped heads: torch's own grouped-query attention)."""
+    module = lm.model.get_decoder().layers[0].self_attn
+    config = lm.model.config
+    empty = torch.empty((1, config.num_key_value_heads, 1, weights.head_dim))
+    options = _sdpa_decode_options(sdpa_attention_forward, module, empty, empty)
+    return options == ({"enable_gqa": True} if weights.gqa else {})
+
+
+def _plain_layers(caches: Sequence[DynamicCache], layers: int) -> bool:
+    """Whether every cache is a plain, filled DynamicCache of `layers` layers: the scripted pass
+    grows each layer as DynamicLayer.update does."""
+    return all(len(cache.layers) == layers and all(type(layer) is DynamicLayer and layer.is_initialized
+                                                   for layer in cache.layers) for cache in caches)
+
+
+def _forward_scripted(plan: ScriptedPlan, token_ids: Sequence[int], caches: Sequence[DynamicCache]) -> torch.Tensor:
+    weights, rows, device = plan.weights, len(caches), plan.lm.device
+    hidden = weights.embed(torch.tensor([list(token_ids)], device=device))  # [1, rows, hidden]
+    positions = torch.tensor([[cache_length(cache) for cache in caches]], device=device)  # each row at its own place
+    cos, sin = weights.rotary(hidden, positions)  # [1, rows, head_dim]
+    layers = len(caches[0].layers)
+    keys = [cache.layers[layer].keys for layer in range(layers) for cache in caches]
+    values = [cache.layers[layer].values for layer in range(layers) for cache in caches]
+    layer_hows, head_hows = plan.hows_for(rows)
+    with torch.jit.optimized_execution(False):  # run the ops as written: no graph rewrites
+        logits, grown_keys, grown_values = plan.run(
+            hidden, cos, sin, list(weights.layers), layer_hows, keys, values, weights.eps, weights.head_dim,
+            weights.scale, weights.gqa, weights.norm, weights.head, head_hows, plan.head_chunk())
+    # only now, with the pass complete, do the caches grow (a failed pass leaves them as they were)
+    for index, (grown_key, grown_value) in enumerate(zip(grown_keys, grown_values, strict=True)):
+        layer = caches[index % rows].layers[index // rows]
+        layer.keys, layer.values = grown_key, grown_value
+    return _on_cpu(plan.lm, logits[0])  # [rows, vocab]

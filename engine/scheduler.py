@@ -31,7 +31,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.errors import SettingsError
-from engine.forward import forward_one, forward_packed, packed_twin
+from engine.forward import forward_one, forward_packed, packed_twin, scripted_plan
 from engine.loading import LoadedModel
 from engine.settings import is_whole
 
@@ -42,10 +42,13 @@ GATHER_S = 0.03  # longest wait for the last pass's visitors to come back before
 PREFILL_TOKENS = 256  # prompt tokens read per round (the oldest prompt always goes, however long)
 STATS_WINDOW_S = 10.0  # tokens/s and visitors are counted over this many seconds
 RECENT_PASSES = 40  # batch sizes kept for the stats
-# The worker gives up the GIL and takes it back around every torch op of a pass, thousands of
-# times a pass. At Python's default switch interval (5 ms) each take can wait 5 ms behind a
-# visitor's page script: a 15-visitor pass took 187 ms alone and 1.5 s beside three busy
-# script threads; at 0.2 ms, 0.73 s (bench/gil_bench.py).
+# An eager pass (a model whose packed passes run on the twin, or no batching) gives up the GIL
+# and takes it back around every torch op, thousands of times a pass. At Python's default
+# switch interval (5 ms) each take can wait 5 ms behind a visitor's page script: a 15-visitor
+# pass took 187 ms alone and 1.5 s beside three busy script threads; at 0.2 ms, 0.73 s
+# (bench/gil_bench.py). A scripted packed pass (engine/packed_llama.py) takes the GIL once, and
+# there the short interval only costs the page scripts: 30 visitors on the server made 39 tok/s
+# at 5 ms against 30 at 0.2 ms (bench/load_bench.py), so it is left as it is.
 SWITCH_INTERVAL_S = 0.0002
 
 
@@ -129,8 +132,10 @@ class ForwardScheduler:
         self.max_batch = max_batch
         can_pack = batching != "off" and packed_twin(lm, batching == "exact") is not None
         self.batching = batching if can_pack else "off"
+        # compiled and probed now, not in a visitor's first packed pass
+        scripted = can_pack and scripted_plan(lm, batching == "exact") is not None
         self._threads = torch.get_num_threads()  # the worker's passes use what a visitor's would
-        if sys.getswitchinterval() > SWITCH_INTERVAL_S:  # the whole process's setting: see SWITCH_INTERVAL_S
+        if not scripted and sys.getswitchinterval() > SWITCH_INTERVAL_S:  # the process's setting: see SWITCH_INTERVAL_S
             sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._queue: deque[_Request] = deque()
         self._ready = threading.Condition()

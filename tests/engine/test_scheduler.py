@@ -15,10 +15,19 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+import engine.forward as forward_module
 import engine.scheduler as scheduler_module
-from engine import Generation, GenerationFinished, LoadedModel, SamplerSettings, StopSettings
+from engine import Generation, GenerationFinished, LoadedModel, SamplerSettings, StopSettings, packed_llama
 from engine.errors import SettingsError
-from engine.forward import _sdpa_decode_options, cache_length, cache_prefix, forward_one, forward_packed, new_cache
+from engine.forward import (
+    _sdpa_decode_options,
+    cache_length,
+    cache_prefix,
+    forward_one,
+    forward_packed,
+    new_cache,
+    scripted_plan,
+)
 from engine.generation import KEEP_LOGITS
 from engine.kvcache import KVGeometry
 from engine.loading import ModelSource
@@ -31,10 +40,14 @@ SAMPLED = SamplerSettings(temperature=0.9, top_k=40, top_p=0.95)
 
 @pytest.fixture(scope="module")
 def tiny() -> LoadedModel:
+    return tiny_llama()
+
+
+def tiny_llama(**config: object) -> LoadedModel:
     """A 2-layer Llama with random weights (hidden 64, vocab 300): fast, never shown to anyone."""
     config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, vocab_size=300, max_position_embeddings=512,
-                         attn_implementation="sdpa")
+                         attn_implementation="sdpa", **config)
     model = LlamaForCausalLM(config).eval()
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -119,11 +132,17 @@ def test_packed_pass_gives_each_cache_of_its_own_length_its_lone_logits(tiny, ex
         torch.testing.assert_close(cache.layers[1].keys, alone.layers[1].keys, rtol=0, atol=1e-5)
 
 
-def test_where_the_batched_row_product_would_change_digits_the_rows_go_one_by_one(tiny, monkeypatch) -> None:
+@pytest.fixture
+def eager_twin(monkeypatch) -> None:
+    """Packed passes on the eager twin model, as a model other than a plain Llama gets them."""
+    for module in (forward_module, scheduler_module):
+        monkeypatch.setattr(module, "scripted_plan", lambda lm, exact=True: None)
+
+
+def test_where_the_batched_row_product_would_change_digits_the_rows_go_one_by_one(tiny, monkeypatch,
+                                                                                    eager_twin) -> None:
     """A machine whose batched kernel sums in another order: the probe finds it, and every
     row still gets its lone logits through the row-by-row loop."""
-    import engine.forward as forward_module
-
     real_bmm = torch.bmm
     monkeypatch.setattr(torch, "bmm", lambda a, b: real_bmm(a, b) * (1 + 1e-6))  # other last bits
     monkeypatch.setattr(forward_module, "_agreement", {})
@@ -131,6 +150,61 @@ def test_where_the_batched_row_product_would_change_digits_the_rows_go_one_by_on
     expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip([4, 8, 15], caches, strict=True)])
     assert torch.equal(forward_packed(tiny, [4, 8, 15], caches), expected)
     assert forward_module._agreement and not any(forward_module._agreement.values())
+
+
+def test_the_scripted_pass_multiplies_row_by_row_where_the_probe_says_the_batched_product_differs(
+        tiny, monkeypatch) -> None:
+    monkeypatch.setattr(forward_module, "_plans", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(forward_module, "_batched_rows_agree", lambda weight, rows: False)
+    caches = [filled_cache(tiny, length, offset=length) for length in (2, 9, 5)]
+    expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip([4, 8, 15], caches, strict=True)])
+    assert torch.equal(forward_packed(tiny, [4, 8, 15], caches), expected)
+    plan = scripted_plan(tiny)
+    layers, head = plan.hows_for(3)
+    matrices = [how for how, weight in zip(layers, plan.weights.layers, strict=True) if weight.dim() == 2]
+    assert set(matrices) == set(head) == {packed_llama.ROW_LOOP}
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_plain_llama_runs_the_packed_pass_as_one_scripted_call_with_the_eager_twins_digits(
+        tiny, monkeypatch, exact: bool) -> None:
+    """The scripted pass (one call, outside the GIL) gives the eager twin's logits and cache
+    entries bit for bit, in either batching kind."""
+    assert scripted_plan(tiny, exact) is not None
+    lengths, tokens = (3, 11, 1, 30), [5, 17, 250, 42]
+    scripted_caches = [filled_cache(tiny, n, offset=n) for n in lengths]
+    scripted = forward_packed(tiny, tokens, scripted_caches, exact=exact)
+    monkeypatch.setattr(forward_module, "scripted_plan", lambda lm, exact=True: None)
+    twin_caches = [filled_cache(tiny, n, offset=n) for n in lengths]
+    assert torch.equal(scripted, forward_packed(tiny, tokens, twin_caches, exact=exact))
+    for a, b in zip(scripted_caches, twin_caches, strict=True):
+        for ours, theirs in zip(a.layers, b.layers, strict=True):
+            assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+
+
+def test_a_decoder_that_is_not_a_plain_llama_keeps_the_eager_twin() -> None:
+    biased = tiny_llama(attention_bias=True)
+    assert scripted_plan(biased) is None
+    caches = [filled_cache(biased, length, offset=length) for length in (2, 9)]
+    expected = torch.stack([lone_logits(biased, t, c) for t, c in zip([4, 8], caches, strict=True)])
+    assert torch.equal(forward_packed(biased, [4, 8], caches), expected)
+
+
+def test_a_scripted_pass_whose_probe_differs_from_the_twin_is_never_used(monkeypatch) -> None:
+    """Should TorchScript (or a newer transformers' Llama) give other digits, the first probe
+    pass shows it and the eager twin serves every packed pass."""
+    real = packed_llama.compiled_pass()
+
+    def off_by_a_bit(*args: object) -> tuple:
+        logits, keys, values = real(*args)
+        return logits * (1 + 1e-6), keys, values
+
+    monkeypatch.setattr(packed_llama, "compiled_pass", lambda: off_by_a_bit)
+    fresh = tiny_llama()
+    assert scripted_plan(fresh) is None
+    caches = [filled_cache(fresh, length, offset=length) for length in (4, 7)]
+    expected = torch.stack([lone_logits(fresh, t, c) for t, c in zip([4, 8], caches, strict=True)])
+    assert torch.equal(forward_packed(fresh, [4, 8], caches), expected)
 
 
 def test_packed_attention_makes_the_lone_sdpa_call_directly_for_grouped_heads(tiny, lm) -> None:
@@ -151,7 +225,10 @@ def test_packed_pass_leaves_the_shared_models_attention_alone(tiny) -> None:
     assert tiny.model.config._attn_implementation == "sdpa"
 
 
-def test_a_packed_pass_that_fails_part_way_puts_every_cache_back(tiny) -> None:
+@pytest.mark.parametrize("scripted", [True, False], ids=["scripted", "eager twin"])
+def test_a_packed_pass_that_fails_part_way_puts_every_cache_back(tiny, monkeypatch, scripted: bool) -> None:
+    if not scripted:
+        monkeypatch.setattr(forward_module, "scripted_plan", lambda lm, exact=True: None)
     caches = [filled_cache(tiny, 5), filled_cache(tiny, 9)]
     broken = caches[1].layers[1]
     broken.keys = broken.keys[..., :-1]  # a head_dim the second layer's update cannot join
@@ -160,7 +237,7 @@ def test_a_packed_pass_that_fails_part_way_puts_every_cache_back(tiny) -> None:
         forward_packed(tiny, [3, 4], caches)
     for cache, keys in zip(caches, before, strict=True):
         for layer, old in zip(cache.layers, keys, strict=True):
-            assert torch.equal(layer.keys, old)  # layer 0 had been written: it is undone
+            assert torch.equal(layer.keys, old)  # the twin had written layer 0: it is undone
 
 
 # ---- the scheduler ------------------------------------------------------------------------------
@@ -294,7 +371,8 @@ def test_batching_setting_is_read_from_tbt_batching_and_checked() -> None:
         ForwardScheduler(None, batching="sometimes")
 
 
-def test_a_scheduler_shortens_the_gil_switch_interval_but_never_lengthens_it(tiny) -> None:
+def test_a_scheduler_of_eager_passes_shortens_the_gil_switch_interval_but_never_lengthens_it(tiny,
+                                                                                             eager_twin) -> None:
     before = sys.getswitchinterval()
     try:
         sys.setswitchinterval(0.005)  # Python's default
@@ -303,6 +381,19 @@ def test_a_scheduler_shortens_the_gil_switch_interval_but_never_lengthens_it(tin
         sys.setswitchinterval(0.00005)  # someone chose shorter: kept
         ForwardScheduler(tiny).close()
         assert sys.getswitchinterval() == pytest.approx(0.00005)
+        sys.setswitchinterval(0.005)
+        ForwardScheduler(tiny, batching="off").close()  # every pass eager
+        assert sys.getswitchinterval() == pytest.approx(scheduler_module.SWITCH_INTERVAL_S)
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_a_scheduler_whose_packed_passes_are_scripted_leaves_the_switch_interval_alone(tiny) -> None:
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        ForwardScheduler(tiny).close()
+        assert sys.getswitchinterval() == pytest.approx(0.005)
     finally:
         sys.setswitchinterval(before)
 
@@ -339,6 +430,7 @@ def test_exact_packed_passes_of_every_size_give_each_row_its_lone_logits(lm, row
         forward_one(lm, text[:1 + (5 * i) % (len(text) - 1)], cache)
     tokens = [text[(3 * i) % len(text)] for i in range(rows)]
     lone = torch.stack([lone_logits(lm, t, c) for t, c in zip(tokens, caches, strict=True)])
+    assert scripted_plan(lm) is not None  # the pass the server runs: one scripted call
     assert torch.equal(forward_packed(lm, tokens, caches), lone)
 
 

@@ -1,0 +1,180 @@
+"""A packed decode pass for Llama-family models that runs outside Python's GIL.
+
+Why: the eager packed pass (engine/forward.py's twin model) makes about 8,000 torch calls for
+30 visitors. Each call lets go of the GIL and takes it back, and in a busy server every take
+waits behind a visitor's page script: a 30-row pass took 260 ms alone and 1.5 s beside three
+busy script threads (bench/gil_bench.py). Here the whole decoder, every layer and every row,
+is one TorchScript call: the GIL is released once, on entry, and taken back once.
+
+The same torch operations, in the same order and on tensors of the same shapes, as
+transformers' Llama decoder (RMSNorm, rotary embedding, per-row `scaled_dot_product_attention`
+against each visitor's own keys and values, SiLU MLP) and as the eager packed pass, so the
+digits are the same. engine/forward.py checks that once per model on a probe pass against the
+eager twin, and keeps the twin for a model where they differ.
+
+TorchScript is deprecated in recent torch releases but still runs; if it cannot compile this
+module, the eager twin serves every pass. No `from __future__ import annotations` here:
+TorchScript reads these functions' annotations as written.
+"""
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# how one linear layer multiplies a packed pass's rows (TorchScript cannot read module globals:
+# the scripted functions below compare with these literals)
+ONE_PRODUCT = 0  # one matrix product for all rows (fast batching)
+ONE_ROW_PRODUCTS = 1  # each row its own 1-row product, all in one batched call (exact)
+ROW_LOOP = 2  # each row its own 1-row product, one call a row (exact, where the batched call differs)
+
+LAYER_WEIGHTS = 9  # per decoder layer: input norm, q, k, v, o, post-attention norm, gate, up, down
+
+
+def rms_norm(hidden: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """LlamaRMSNorm, op for op: in float32, scaled by the weight in the input's dtype."""
+    dtype = hidden.dtype
+    hidden32 = hidden.to(torch.float32)
+    variance = hidden32.pow(2).mean(-1, keepdim=True)
+    hidden32 = hidden32 * torch.rsqrt(variance + eps)
+    return weight * hidden32.to(dtype)
+
+
+def rows_linear(x: Tensor, weight: Tensor, how: int) -> Tensor:
+    """`x @ weight.T` for `x` `[1, rows, in]` -> `[1, rows, out]`, multiplied as `how` says."""
+    rows = x.shape[1]
+    if how == 0:  # ONE_PRODUCT
+        return F.linear(x, weight)
+    if how == 1:  # ONE_ROW_PRODUCTS
+        lhs = x.reshape(rows, 1, x.shape[2])
+        return torch.bmm(lhs, weight.t().expand(rows, -1, -1)).reshape(1, rows, weight.shape[0])
+    parts: list[Tensor] = []
+    for i in range(rows):
+        parts.append(F.linear(x[:, i:i + 1], weight))
+    return torch.cat(parts, dim=1)
+
+
+def sliced_linear(x: Tensor, weight: Tensor, hows: list[int], chunk: int) -> Tensor:
+    """`rows_linear` over slices of `chunk` output features (slice j multiplied as `hows[j]`):
+    a weight too large for the CPU's cache is read from memory once for all rows."""
+    parts: list[Tensor] = []
+    for j, how in enumerate(hows):
+        parts.append(rows_linear(x, weight[j * chunk:(j + 1) * chunk], how))
+    return torch.cat(parts, dim=-1)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def decoder_pass(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor], hows: list[int],
+                 keys: list[Tensor], values: list[Tensor], eps: float, head_dim: int, scale: float,
+                 gqa: bool) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """Every decoder layer for a packed pass of `rows` tokens (`hidden` `[1, rows, hidden]`, row
+    i at its own position: `cos`, `sin` `[1, rows, head_dim]`). `keys[layer * rows + i]` is row
+    i's cache at that layer `[1, kv_heads, length_i, head_dim]`. Returns the last layer's
+    hidden states and each (layer, row)'s keys and values grown by the row's token, in the
+    same order; the caches passed in are not changed."""
+    rows, per_layer = hidden.shape[1], 9  # LAYER_WEIGHTS
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    grown_keys: list[Tensor] = []
+    grown_values: list[Tensor] = []
+    for layer in range(len(weights) // per_layer):
+        w = weights[layer * per_layer:(layer + 1) * per_layer]
+        how = hows[layer * per_layer:(layer + 1) * per_layer]
+        # attention: project, rotate, then each row against its own visitor's cache
+        residual = hidden
+        normed = rms_norm(hidden, w[0], eps)
+        query = rows_linear(normed, w[1], how[1]).view(1, rows, -1, head_dim).transpose(1, 2)
+        key = rows_linear(normed, w[2], how[2]).view(1, rows, -1, head_dim).transpose(1, 2)
+        value = rows_linear(normed, w[3], how[3]).view(1, rows, -1, head_dim).transpose(1, 2)
+        query = (query * cos) + (rotate_half(query) * sin)
+        key = (key * cos) + (rotate_half(key) * sin)
+        outputs: list[Tensor] = []
+        for i in range(rows):
+            row_keys = torch.cat([keys[layer * rows + i], key[:, :, i:i + 1]], dim=-2)
+            row_values = torch.cat([values[layer * rows + i], value[:, :, i:i + 1]], dim=-2)
+            grown_keys.append(row_keys)
+            grown_values.append(row_values)
+            outputs.append(F.scaled_dot_product_attention(query[:, :, i:i + 1], row_keys, row_values, attn_mask=None,
+                                                          dropout_p=0.0, is_causal=False, scale=scale, enable_gqa=gqa))
+        attended = torch.cat(outputs, dim=2).transpose(1, 2).contiguous().reshape(1, rows, -1).contiguous()
+        hidden = residual + rows_linear(attended, w[4], how[4])
+        # the MLP
+        residual = hidden
+        normed = rms_norm(hidden, w[5], eps)
+        gated = F.silu(rows_linear(normed, w[6], how[6])) * rows_linear(normed, w[7], how[7])
+        hidden = residual + rows_linear(gated, w[8], how[8])
+    return hidden, grown_keys, grown_values
+
+
+def packed_logits(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor], hows: list[int],
+                  keys: list[Tensor], values: list[Tensor], eps: float, head_dim: int, scale: float, gqa: bool,
+                  norm_weight: Tensor, head_weight: Tensor, head_hows: list[int], head_chunk: int
+                  ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """`decoder_pass`, the final norm and the language-model head: logits `[1, rows, vocab]`."""
+    hidden, grown_keys, grown_values = decoder_pass(hidden, cos, sin, weights, hows, keys, values, eps, head_dim,
+                                                    scale, gqa)
+    hidden = rms_norm(hidden, norm_weight, eps)
+    return sliced_linear(hidden, head_weight, head_hows, head_chunk), grown_keys, grown_values
+
+
+_compiled: Callable | None = None
+_compile_failed = False
+
+
+def compiled_pass() -> Callable | None:
+    """`packed_logits` compiled by TorchScript (once), or None where it cannot be compiled."""
+    global _compiled, _compile_failed
+    if _compiled is None and not _compile_failed:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # still supported; see the module docstring
+                _compiled = torch.jit.script(packed_logits)
+        except Exception:
+            _compile_failed = True
+    return _compiled
+
+
+@dataclass(frozen=True)
+class LlamaWeights:
+    """What the scripted pass reads from a Llama-family model: the weight tensors themselves,
+    never copied."""
+
+    embed: nn.Embedding
+    rotary: nn.Module  # the model's own rotary embedding: cos and sin for any rope scaling
+    layers: tuple[Tensor, ...]  # LAYER_WEIGHTS per layer, in decoder_pass's order
+    norm: Tensor
+    head: Tensor
+    eps: float
+    head_dim: int
+    scale: float
+    gqa: bool
+
+
+def llama_weights(model: nn.Module) -> LlamaWeights | None:
+    """The model's weights laid out for `decoder_pass`, or None where the model is not a plain
+    Llama decoder (another architecture, biases, another activation or norm, another attention)."""
+    config = model.config
+    decoder = getattr(model, "model", None)
+    plain = (config.model_type == "llama" and config._attn_implementation == "sdpa"
+             and not getattr(config, "attention_bias", False) and not getattr(config, "mlp_bias", False)
+             and config.hidden_act == "silu" and decoder is not None
+             and type(model.get_output_embeddings()) is nn.Linear and model.get_output_embeddings().bias is None)
+    if not plain:
+        return None
+    layers: list[Tensor] = []
+    for layer in decoder.layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        layers += [layer.input_layernorm.weight, attention.q_proj.weight, attention.k_proj.weight,
+                   attention.v_proj.weight, attention.o_proj.weight, layer.post_attention_layernorm.weight,
+                   mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
+    attention = decoder.layers[0].self_attn
+    return LlamaWeights(embed=decoder.embed_tokens, rotary=decoder.rotary_emb, layers=tuple(layers),
+                        norm=decoder.norm.weight, head=model.get_output_embeddings().weight,
+                        eps=float(decoder.norm.variance_epsilon), head_dim=int(attention.head_dim),
+                        scale=float(attention.scaling), gqa=attention.num_key_value_groups > 1)

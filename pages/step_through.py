@@ -28,7 +28,15 @@ from ui.frame import ensure_app_frame
 from ui.keys import APP, STEP
 from ui.model import current_model, current_scheduler, current_source, switch_model
 from ui.presets import load_presets, preset_named
-from ui.state import init_defaults, message, parse_stop_sequences, set_message, step_generation, widget_range
+from ui.state import (
+    init_defaults,
+    message,
+    parse_stop_sequences,
+    set_message,
+    slider_range,
+    step_generation,
+    widget_range,
+)
 from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys
 from ui.views import PANEL_CSS
 
@@ -266,17 +274,17 @@ def presentation() -> bool:
 
 def sampler_controls() -> None:
     st.markdown("#### Sampler")
-    st.slider("Temperature", **widget_range(STEP.temperature), key=STEP.temperature, persist_state="session",
+    st.slider("Temperature", **slider_range(STEP.temperature, S), key=STEP.temperature, persist_state="session",
               help="0 = greedy (argmax). Below 1 sharpens the distribution, above 1 flattens it.")
-    st.slider("Top-k", **widget_range(STEP.top_k), key=STEP.top_k, persist_state="session",
+    st.slider("Top-k", **slider_range(STEP.top_k, S), key=STEP.top_k, persist_state="session",
               help="Keep the k most probable tokens (0 = off).")
-    st.slider("Top-p", **widget_range(STEP.top_p), key=STEP.top_p, persist_state="session",
+    st.slider("Top-p", **slider_range(STEP.top_p, S), key=STEP.top_p, persist_state="session",
               help="Keep the most probable tokens until their mass reaches p (1 = off).")
     if presentation():
         return
-    st.slider("Min-p", **widget_range(STEP.min_p), key=STEP.min_p, persist_state="session",
+    st.slider("Min-p", **slider_range(STEP.min_p, S), key=STEP.min_p, persist_state="session",
               help="Drop tokens below min-p × the top token's probability (0 = off).")
-    st.slider("Repetition penalty", **widget_range(STEP.repetition_penalty), key=STEP.repetition_penalty,
+    st.slider("Repetition penalty", **slider_range(STEP.repetition_penalty, S), key=STEP.repetition_penalty,
               persist_state="session", help="Above 1 makes tokens already in the context less likely (1 = off).")
     st.selectbox("Chain order", list(CHAINS), key=STEP.chain, persist_state="session",
                  help="The order the stages run in, as in each engine: " + "; ".join(

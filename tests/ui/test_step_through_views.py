@@ -10,12 +10,13 @@ import plotly.io as pio
 import pytest
 import torch
 
+import ui.chips as chips
 from engine import Generation, LoadedModel, SamplerSettings, StopSettings, Termination, replay
 from engine.generation import describe_distribution
 from engine.sampling import InverseCdf, decide
 from engine.stopping import StopSequenceState
 from ui.charts import MODES, bar_rows, distribution_figure, kv_figure
-from ui.chips import generated_chip, prompt_chips
+from ui.chips import context_html, generated_chip, prompt_chips
 from ui.format import esc, pct, quoted, visible
 from ui.presets import load_presets
 from ui.share import SharedState, SharedStep, ShareError, from_generation, from_params, replay_trace, to_params
@@ -107,6 +108,17 @@ def test_chips_mark_prompt_special_newest_and_whitespace(lm: LoadedModel) -> Non
     step = chat.step()
     chip = generated_chip(step, newest=True)
     assert "tbt-newest" in chip and f"id {step.token_id}" in chip and "raw p" in chip
+
+
+def test_each_earlier_chip_is_drawn_once_and_only_the_newest_is_drawn_on_every_step(sampled: Generation,
+                                                                                     monkeypatch) -> None:
+    steps = sampled.steps
+    expected = "".join(generated_chip(step, newest=i == len(steps) - 1) for i, step in enumerate(steps))
+    assert expected in context_html("", steps)
+    drawn = []
+    monkeypatch.setattr(chips, "generated_chip", lambda step, newest=False: drawn.append(step.index) or "")
+    context_html("", steps)
+    assert drawn == [steps[-1].index]  # the earlier chips came from the records' own cache
 
 
 def test_distribution_rows_cover_the_whole_vocabulary(sampled: Generation) -> None:

@@ -344,6 +344,7 @@ class ScriptedPlan:
     run: Callable
     weights: packed_llama.LlamaWeights
     exact: bool
+    prefill: Callable | None = None  # several empty caches' prompts in one call; None where its probe failed
     hows: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)  # rows -> (layers, head slices)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -386,26 +387,44 @@ def scripted_plan(lm: LoadedModel, exact: bool = True) -> ScriptedPlan | None:
         return plans[exact]
 
 
+@torch.inference_mode()
 def _probed_plan(lm: LoadedModel, exact: bool) -> ScriptedPlan | None:
     weights = packed_llama.llama_weights(lm.model)
     run = packed_llama.compiled_pass()
     if weights is None or run is None or packed_twin(lm, exact) is None or not _sdpa_matches(lm, weights):
         return None
     plan = ScriptedPlan(lm, run, weights, exact)
-    twin_caches, plan_caches = ([_probe_cache(lm, ids) for ids in PROBE_TOKENS] for _ in range(2))
+    twin_caches, plan_caches = ([_probe_cache(lm, ids)[1] for ids in PROBE_TOKENS] for _ in range(2))
     tokens = [9, 10]
     twin_logits = _forward_twin(lm, tokens, twin_caches, exact)
     plan_logits = _forward_scripted(plan, tokens, plan_caches)
-    same_caches = all(torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
-                      for a, b in zip(twin_caches, plan_caches, strict=True)
-                      for ours, theirs in zip(a.layers, b.layers, strict=True))
-    return plan if torch.equal(twin_logits, plan_logits) and same_caches else None
+    if not (torch.equal(twin_logits, plan_logits) and _same_caches(twin_caches, plan_caches)):
+        return None
+    plan.prefill = _probed_prefill(plan)
+    return plan
 
 
-def _probe_cache(lm: LoadedModel, token_ids: Sequence[int]) -> DynamicCache:
+def _probed_prefill(plan: ScriptedPlan) -> Callable | None:
+    """The scripted prefill, if its probe gives each prompt's lone pass's logits and cache."""
+    prefill = packed_llama.compiled_prefill()
+    if prefill is None:
+        return None
+    lone_logits, lone_caches = zip(*(_probe_cache(plan.lm, ids) for ids in PROBE_TOKENS), strict=True)
+    plan_caches = [new_cache(plan.lm) for _ in PROBE_TOKENS]
+    plan_logits = _prefill_scripted(plan, prefill, PROBE_TOKENS, plan_caches)
+    same = all(torch.equal(a, b) for a, b in zip(lone_logits, plan_logits, strict=True))
+    return prefill if same and _same_caches(lone_caches, plan_caches) else None
+
+
+def _probe_cache(lm: LoadedModel, token_ids: Sequence[int]) -> tuple[torch.Tensor, DynamicCache]:
+    """A lone prefill of `token_ids`: its next-token logits `[vocab]` and its cache."""
     cache = new_cache(lm)
-    forward(lm, torch.tensor([list(token_ids)]), cache)
-    return cache
+    return forward(lm, torch.tensor([list(token_ids)]), cache)[0], cache
+
+
+def _same_caches(caches: Sequence[DynamicCache], others: Sequence[DynamicCache]) -> bool:
+    return all(torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+               for a, b in zip(caches, others, strict=True) for ours, theirs in zip(a.layers, b.layers, strict=True))
 
 
 def _sdpa_matches(lm: LoadedModel, weights: packed_llama.LlamaWeights) -> bool:
@@ -416,6 +435,34 @@ def _sdpa_matches(lm: LoadedModel, weights: packed_llama.LlamaWeights) -> bool:
     empty = torch.empty((1, config.num_key_value_heads, 1, weights.head_dim))
     options = _sdpa_decode_options(sdpa_attention_forward, module, empty, empty)
     return options == ({"enable_gqa": True} if weights.gqa else {})
+
+
+@torch.inference_mode()
+def forward_prefills(lm: LoadedModel, prompts: Sequence[Sequence[int]], caches: Sequence[DynamicCache]
+                     ) -> list[torch.Tensor]:
+    """Each prompt's next-token logits `[vocab]` after reading it into its own empty cache: its
+    lone prefill's numbers. A Llama-family model reads them all in one call outside the GIL
+    (engine/packed_llama.py prefill_logits); otherwise, or where a cache is not empty, each is
+    its own pass. A failed call leaves every cache empty and raises."""
+    plan = scripted_plan(lm)
+    if plan is None or plan.prefill is None or any(cache_length(cache) or type(cache) is not DynamicCache
+                                                   for cache in caches):
+        return [forward(lm, torch.tensor([list(ids)]), cache)[0] for ids, cache in zip(prompts, caches, strict=True)]
+    return _prefill_scripted(plan, plan.prefill, prompts, caches)
+
+
+def _prefill_scripted(plan: ScriptedPlan, prefill: Callable, prompts: Sequence[Sequence[int]],
+                      caches: Sequence[DynamicCache]) -> list[torch.Tensor]:
+    weights, device = plan.weights, plan.lm.device
+    hiddens = [weights.embed(torch.tensor([list(ids)], device=device)) for ids in prompts]  # each [1, n, hidden]
+    rotations = [weights.rotary(hidden, torch.arange(hidden.shape[1], device=device)[None]) for hidden in hiddens]
+    with torch.jit.optimized_execution(False):
+        logits, keys, values = prefill(hiddens, [cos for cos, _ in rotations], [sin for _, sin in rotations],
+                                       list(weights.layers), weights.eps, weights.head_dim, weights.scale, weights.gqa,
+                                       weights.norm, weights.head)
+    for index, (key, value) in enumerate(zip(keys, values, strict=True)):  # the caches grow only now
+        caches[index % len(caches)].update(key, value, index // len(caches))
+    return [_on_cpu(plan.lm, row[0]) for row in logits]
 
 
 def _plain_layers(caches: Sequence[DynamicCache], layers: int) -> bool:

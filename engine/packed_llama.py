@@ -123,19 +123,70 @@ def packed_logits(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor
     return sliced_linear(hidden, head_weight, head_hows, head_chunk), grown_keys, grown_values
 
 
-_compiled: Callable | None = None
+def prefill_logits(hiddens: list[Tensor], coses: list[Tensor], sins: list[Tensor], weights: list[Tensor],
+                   eps: float, head_dim: int, scale: float, gqa: bool, norm_weight: Tensor, head_weight: Tensor
+                   ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    """Several prompts' prefills in one call, each exactly as its own pass would run it: every
+    operation sees one prompt's tensors `[1, n_p, ...]` (the shapes, hence the kernels, of a
+    lone prefill), and layer by layer, so a layer's weights are still in the CPU's cache for
+    the next prompt. Returns each prompt's last-position logits `[1, vocab]`, and its keys and
+    values `[1, kv_heads, n_p, head_dim]` for (layer, prompt), layer by layer."""
+    prompts, per_layer = len(hiddens), 9  # LAYER_WEIGHTS
+    hiddens = list(hiddens)
+    all_keys: list[Tensor] = []
+    all_values: list[Tensor] = []
+    for layer in range(len(weights) // per_layer):
+        w = weights[layer * per_layer:(layer + 1) * per_layer]
+        for p in range(prompts):
+            hidden = hiddens[p]
+            n = hidden.shape[1]
+            cos, sin = coses[p].unsqueeze(1), sins[p].unsqueeze(1)
+            residual = hidden
+            normed = rms_norm(hidden, w[0], eps)
+            query = F.linear(normed, w[1]).view(1, n, -1, head_dim).transpose(1, 2)
+            key = F.linear(normed, w[2]).view(1, n, -1, head_dim).transpose(1, 2)
+            value = F.linear(normed, w[3]).view(1, n, -1, head_dim).transpose(1, 2)
+            query = (query * cos) + (rotate_half(query) * sin)
+            key = ((key * cos) + (rotate_half(key) * sin)).contiguous()  # as an empty cache's update copies them
+            value = value.contiguous()
+            all_keys.append(key)
+            all_values.append(value)
+            attended = F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                                      is_causal=n > 1, scale=scale, enable_gqa=gqa)
+            attended = attended.transpose(1, 2).contiguous().reshape(1, n, -1).contiguous()
+            hidden = residual + F.linear(attended, w[4])
+            residual = hidden
+            normed = rms_norm(hidden, w[5], eps)
+            hiddens[p] = residual + F.linear(F.silu(F.linear(normed, w[6])) * F.linear(normed, w[7]), w[8])
+    logits: list[Tensor] = []
+    for hidden in hiddens:
+        logits.append(F.linear(rms_norm(hidden, norm_weight, eps)[:, -1:, :], head_weight)[0])
+    return logits, all_keys, all_values
+
+
+_compiled: dict[str, Callable] = {}
 _compile_failed = False
 
 
 def compiled_pass() -> Callable | None:
     """`packed_logits` compiled by TorchScript (once), or None where it cannot be compiled."""
-    global _compiled, _compile_failed
-    if _compiled is None and not _compile_failed:
+    return _compiled_functions().get("decode")
+
+
+def compiled_prefill() -> Callable | None:
+    """`prefill_logits` compiled by TorchScript (once), or None where it cannot be compiled."""
+    return _compiled_functions().get("prefill")
+
+
+def _compiled_functions() -> dict[str, Callable]:
+    global _compile_failed
+    if not _compiled and not _compile_failed:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # still supported; see the module docstring
-                _compiled = torch.jit.script(packed_logits)
-        except Exception:
+                _compiled.update(decode=torch.jit.script(packed_logits), prefill=torch.jit.script(prefill_logits))
+        except Exception:  # any failure to compile leaves the eager passes in charge
+            _compiled.clear()
             _compile_failed = True
     return _compiled
 

@@ -31,7 +31,15 @@ import torch
 from transformers import DynamicCache
 
 from engine.errors import SettingsError
-from engine.forward import forward_one, forward_packed, packed_twin, scripted_plan
+from engine.forward import (
+    cache_length,
+    crop_cache,
+    forward_one,
+    forward_packed,
+    forward_prefills,
+    packed_twin,
+    scripted_plan,
+)
 from engine.loading import LoadedModel
 from engine.settings import is_whole
 
@@ -105,8 +113,10 @@ class ForwardScheduler:
       1. every decode step waiting (one new token after the cache), oldest first, up to
          `max_batch`, in ONE packed pass; a decode step alone in its round takes the plain
          batch-1 pass;
-      2. then the waiting prefills (several tokens: a prompt), oldest first, each alone, until
-         the round has read PREFILL_TOKENS prompt tokens; the oldest always goes.
+      2. then the waiting prefills (several tokens: a prompt), oldest first, until the round
+         has read PREFILL_TOKENS prompt tokens; the oldest always goes. New visitors' prompts
+         (empty caches) are read in one call (engine/forward.py forward_prefills: each its lone
+         prefill's numbers); a prompt read after a cache's positions runs alone.
     A request that arrives while a pass runs joins the next round. So a class that starts
     together has its short prompts read in one round, a long prompt delays the others'
     decode steps by one prompt at most, and a prompt waits one decode pass at most. With
@@ -257,8 +267,12 @@ class ForwardScheduler:
             self._run_packed(decodes)
         elif decodes:
             self._run_alone(decodes[0])
+        fresh = [r for r in prefills if self.batching != "off" and cache_length(r.cache) == 0]
+        if fresh:
+            self._run_prefills(fresh)
         for request in prefills:
-            self._run_alone(request)
+            if request not in fresh:
+                self._run_alone(request)
 
     def _run_packed(self, requests: list[_Request]) -> None:
         try:
@@ -271,6 +285,19 @@ class ForwardScheduler:
         self._note_pass(requests)  # before any answer: a visitor who reads the stats sees its pass
         for request, row in zip(requests, logits, strict=True):
             request.future.set_result(row.clone())  # [vocab], its own storage
+
+    def _run_prefills(self, requests: list[_Request]) -> None:
+        """New visitors' prompts, read together (each its lone prefill's numbers)."""
+        try:
+            logits = forward_prefills(self.lm, [r.token_ids for r in requests], [r.cache for r in requests])
+        except Exception:  # find the request at fault alone, each from an empty cache again
+            for request in requests:
+                crop_cache(request.cache, 0)
+                self._run_alone(request)
+            return
+        self._note_pass(requests)
+        for request, row in zip(requests, logits, strict=True):
+            request.future.set_result(row)
 
     def _run_alone(self, request: _Request) -> None:
         try:

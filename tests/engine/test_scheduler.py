@@ -25,6 +25,7 @@ from engine.forward import (
     cache_prefix,
     forward_one,
     forward_packed,
+    forward_prefills,
     new_cache,
     scripted_plan,
 )
@@ -71,13 +72,15 @@ def lone_logits(lm: LoadedModel, token: int, cache) -> torch.Tensor:
 
 
 class Gate:
-    """Holds the scheduler's worker inside its next lone pass until opened, and logs every pass."""
+    """Holds the scheduler's worker inside its next lone pass or prompts' pass until opened, and
+    logs every pass."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.open = threading.Event()
         self.entered = threading.Event()
         self.log: list[tuple[str, int]] = []
-        lone, packed = scheduler_module.forward_one, scheduler_module.forward_packed
+        lone, packed, prompts = (scheduler_module.forward_one, scheduler_module.forward_packed,
+                                 scheduler_module.forward_prefills)
 
         def gated_lone(lm, token_ids, cache):
             self.log.append(("alone", len(token_ids)))
@@ -85,12 +88,19 @@ class Gate:
             self.open.wait(10)
             return lone(lm, token_ids, cache)
 
+        def gated_prompts(lm, token_lists, caches):
+            self.log.append(("prompts", tuple(len(ids) for ids in token_lists)))
+            self.entered.set()
+            self.open.wait(10)
+            return prompts(lm, token_lists, caches)
+
         def logged_packed(lm, token_ids, caches, exact=True):
             self.log.append(("packed", len(token_ids)))
             return packed(lm, token_ids, caches, exact)
 
         monkeypatch.setattr(scheduler_module, "forward_one", gated_lone)
         monkeypatch.setattr(scheduler_module, "forward_packed", logged_packed)
+        monkeypatch.setattr(scheduler_module, "forward_prefills", gated_prompts)
 
 
 def submit(scheduler: ForwardScheduler, token_ids: list[int], cache, results: dict, key: object) -> threading.Thread:
@@ -240,6 +250,55 @@ def test_a_packed_pass_that_fails_part_way_puts_every_cache_back(tiny, monkeypat
             assert torch.equal(layer.keys, old)  # the twin had written layer 0: it is undone
 
 
+def lone_prefill(lm: LoadedModel, token_ids: list[int]) -> tuple[torch.Tensor, object]:
+    cache = new_cache(lm)
+    return forward_one(lm, token_ids, cache), cache
+
+
+def test_prompts_read_together_give_each_its_lone_prefill_numbers_and_cache(tiny) -> None:
+    prompts = [[5, 6, 7], [9], list(range(40, 60)), [1, 2]]
+    assert scripted_plan(tiny).prefill is not None  # one call, outside the GIL
+    caches = [new_cache(tiny) for _ in prompts]
+    logits = forward_prefills(tiny, prompts, caches)
+    for ids, got, cache in zip(prompts, logits, caches, strict=True):
+        expected, lone_cache = lone_prefill(tiny, ids)
+        assert torch.equal(got, expected) and not got.requires_grad  # no autograd graph kept
+        for ours, theirs in zip(cache.layers, lone_cache.layers, strict=True):
+            assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+
+
+def test_a_prompt_after_cached_positions_is_read_by_its_own_pass(tiny, monkeypatch) -> None:
+    """Only empty caches are read together; a prompt that continues a cache gets the plain pass."""
+    monkeypatch.setattr(forward_module, "_prefill_scripted", lambda *args: pytest.fail("read together"))
+    cache = filled_cache(tiny, 4)
+    expected = forward_one(tiny, [8, 9], cache_prefix(cache, 4))
+    assert torch.equal(forward_prefills(tiny, [[8, 9]], [cache])[0], expected)
+    assert cache_length(cache) == 6
+
+
+def test_a_failing_prompt_fails_alone_and_the_others_read_together_get_their_lone_numbers(tiny,
+                                                                                        monkeypatch) -> None:
+    gate, scheduler, results = Gate(monkeypatch), ForwardScheduler(tiny), {}
+    try:
+        threads = [submit(scheduler, [1, 2], new_cache(tiny), results, "first")]
+        gate.entered.wait(10)
+        prompts = {"a": [3, 4, 5], "bad": [6, 10_000], "c": [7, 8]}  # 10,000 is past the vocabulary
+        caches = {key: new_cache(tiny) for key in prompts}
+        for n, key in enumerate(prompts):
+            threads.append(submit(scheduler, prompts[key], caches[key], results, key))
+            wait_for_queue(scheduler, n + 1)
+        gate.open.set()
+        for thread in threads:
+            thread.join(10)
+        assert gate.log[:2] == [("prompts", (2,)), ("prompts", (3, 2, 2))]
+        assert isinstance(results["bad"], IndexError) and cache_length(caches["bad"]) == 0
+        for key in ("a", "c"):
+            assert torch.equal(results[key], lone_prefill(tiny, prompts[key])[0])
+            assert cache_length(caches[key]) == len(prompts[key])
+    finally:
+        scheduler.close()
+
+
 # ---- the scheduler ------------------------------------------------------------------------------
 
 def test_decode_steps_waiting_together_run_as_one_packed_pass(tiny, monkeypatch) -> None:
@@ -254,7 +313,7 @@ def test_decode_steps_waiting_together_run_as_one_packed_pass(tiny, monkeypatch)
         gate.open.set()
         for thread in threads:
             thread.join(10)
-        assert gate.log == [("alone", 3), ("packed", 3)]
+        assert gate.log == [("prompts", (3,)), ("packed", 3)]
         assert scheduler.stats().recent_batches == (1, 3)
         for i in caches:
             assert torch.equal(results[i], expected[i])  # exact batching: the lone digits
@@ -277,10 +336,10 @@ def test_prompts_wait_for_the_decode_steps_queued_behind_them_and_share_a_token_
         gate.open.set()
         for thread in threads:
             thread.join(10)
-        # round 2: both decode steps in one pass, then prompts oldest first within the budget
-        # (the 20-token one does not fit beside the long one; the 3-token one does);
+        # round 2: both decode steps in one pass, then prompts oldest first within the budget, in
+        # one call (the 20-token one does not fit beside the long one; the 3-token one does);
         # round 3: the prompt left over
-        assert gate.log == [("alone", 2), ("packed", 2), ("alone", long), ("alone", 3), ("alone", 20)]
+        assert gate.log == [("prompts", (2,)), ("packed", 2), ("prompts", (long, 3)), ("prompts", (20,))]
         assert all(isinstance(results[key], torch.Tensor) for key, _ in arrivals)
     finally:
         scheduler.close()

@@ -1,14 +1,18 @@
 """How long a packed pass takes beside busy page scripts, at several GIL switch intervals.
 
-    .venv/bin/python -m bench.gil_bench [--rows 15] [--scripts 1,3] [--intervals 5,0.5,0.2,0.1]
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m bench.gil_bench [--rows 15] [--scripts 1,3]
+                                                                 [--intervals 5,0.5,0.2,0.1]
 
 A packed decode pass (engine/forward.py, exact batching) runs again and again on the real model
 for `rows` visitors, alone and then beside N threads that imitate a visitor's page script
-(10 ms of pure Python, then 10 ms of waiting). The pass gives up the GIL and takes it back
-around every torch op, thousands of times; each take waits until the script thread lets go,
-which Python forces after its switch interval (5 ms by default). Prints the median pass time
-per interval and script count. The scheduler sets the interval it picks from these figures
-(engine/scheduler.py SWITCH_INTERVAL_S).
+(10 ms of pure Python, then 10 ms of waiting), in its two forms:
+  - eager (the twin model, as any model but a plain Llama gets it): the pass gives up the GIL
+    and takes it back around every torch op, thousands of times; each take waits until the
+    script thread lets go, which Python forces after its switch interval (5 ms by default);
+  - scripted (engine/packed_llama.py, what the bundled model gets): one call, one take.
+Prints the median pass time per form, interval and script count. The scheduler sets the
+interval it picks from these figures for eager passes (engine/scheduler.py SWITCH_INTERVAL_S).
+Run it with the server's OMP_WAIT_POLICY (PASSIVE), which `make run` and the Dockerfile set.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ def script_like(stop: threading.Event) -> None:
         time.sleep(SCRIPT_WAIT_S)
 
 
-def median_pass_ms(lm, caches: list, seconds: float, scripts: int) -> float:
+def median_pass_ms(lm, caches: list, seconds: float, scripts: int, eager: bool) -> float:
     stop = threading.Event()
     threads = [threading.Thread(target=script_like, args=(stop,)) for _ in range(scripts)]
     for thread in threads:
@@ -45,7 +49,7 @@ def median_pass_ms(lm, caches: list, seconds: float, scripts: int) -> float:
         while time.perf_counter() - started < seconds or len(times) < 3:
             views = [cache_prefix(c, cache_length(c)) for c in caches]  # the caches stay as they are
             begun = time.perf_counter()
-            forward_packed(lm, [5] * len(caches), views)
+            forward_packed(lm, [5] * len(caches), views, eager=eager)
             times.append(time.perf_counter() - begun)
     finally:
         stop.set()
@@ -67,13 +71,16 @@ def main(argv: list[str] | None = None) -> None:
         caches.append(new_cache(lm))
         forward_one(lm, list(range(100 + i, 130 + i)), caches[-1])
     before = sys.getswitchinterval()
-    print(f"packed pass of {args.rows} rows, alone: {median_pass_ms(lm, caches, args.seconds, 0):.0f} ms")
     try:
-        for interval in (float(x) for x in args.intervals.split(",")):
-            sys.setswitchinterval(interval / 1e3)
-            cells = [f"{n} script thread(s): {median_pass_ms(lm, caches, args.seconds, n):5.0f} ms"
-                     for n in (int(x) for x in args.scripts.split(","))]
-            print(f"switch interval {interval:>4} ms: " + "   ".join(cells))
+        for form, eager in (("eager", True), ("scripted", False)):
+            print(f"{form} packed pass of {args.rows} rows, alone: "
+                  f"{median_pass_ms(lm, caches, args.seconds, 0, eager):.0f} ms")
+            for interval in (float(x) for x in args.intervals.split(",")):
+                sys.setswitchinterval(interval / 1e3)
+                cells = [f"{n} script thread(s): {median_pass_ms(lm, caches, args.seconds, n, eager):5.0f} ms"
+                         for n in (int(x) for x in args.scripts.split(","))]
+                print(f"  switch interval {interval:>4} ms: " + "   ".join(cells))
+            sys.setswitchinterval(before)
     finally:
         sys.setswitchinterval(before)
 

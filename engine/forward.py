@@ -295,14 +295,14 @@ def _make_twin(model: PreTrainedModel, exact: bool) -> PreTrainedModel | None:
 
 @torch.inference_mode()
 def forward_packed(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[DynamicCache],
-                   exact: bool = True) -> torch.Tensor:
+                   exact: bool = True, eager: bool = False) -> torch.Tensor:
     """Next-token logits `[rows, vocab]` for one new token per visitor: `token_ids[i]` read
     after `caches[i]`'s positions, each cache growing by one. Caches may differ in length.
     With `exact`, each row's logits are its lone pass's bit for bit; otherwise within ~1e-4.
     A Llama-family model runs the pass as one call outside the GIL (engine/packed_llama.py);
-    any other model, on its twin. If the pass fails, every cache is left as it was and the
-    error is raised."""
-    plan = scripted_plan(lm, exact)
+    any other model, or any with `eager` (a benchmark's comparison), on its twin. If the pass
+    fails, every cache is left as it was and the error is raised."""
+    plan = None if eager else scripted_plan(lm, exact)
     if plan is not None and _plain_layers(caches, len(plan.weights.layers) // packed_llama.LAYER_WEIGHTS):
         return _forward_scripted(plan, token_ids, caches)
     return _forward_twin(lm, token_ids, caches, exact)

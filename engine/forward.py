@@ -440,15 +440,20 @@ def _sdpa_matches(lm: LoadedModel, weights: packed_llama.LlamaWeights) -> bool:
 @torch.inference_mode()
 def forward_prefills(lm: LoadedModel, prompts: Sequence[Sequence[int]], caches: Sequence[DynamicCache]
                      ) -> list[torch.Tensor]:
-    """Each prompt's next-token logits `[vocab]` after reading it into its own empty cache: its
-    lone prefill's numbers. A Llama-family model reads them all in one call outside the GIL
-    (engine/packed_llama.py prefill_logits); otherwise, or where a cache is not empty, each is
-    its own pass. A failed call leaves every cache empty and raises."""
+    """Each prompt's next-token logits `[vocab]` after reading it into its cache: its lone pass's
+    numbers. A Llama-family model reads prompts into empty caches all in one call outside the
+    GIL (engine/packed_llama.py prefill_logits); otherwise each is its own pass. If any fails,
+    every cache is put back as it was and the error is raised."""
     plan = scripted_plan(lm)
-    if plan is None or plan.prefill is None or any(cache_length(cache) or type(cache) is not DynamicCache
-                                                   for cache in caches):
-        return [forward(lm, torch.tensor([list(ids)]), cache)[0] for ids, cache in zip(prompts, caches, strict=True)]
-    return _prefill_scripted(plan, plan.prefill, prompts, caches)
+    lengths = [cache_length(cache) for cache in caches]
+    try:
+        if plan is None or plan.prefill is None or any(lengths) or any(type(c) is not DynamicCache for c in caches):
+            return [forward(lm, torch.tensor([list(ids)]), c)[0] for ids, c in zip(prompts, caches, strict=True)]
+        return _prefill_scripted(plan, plan.prefill, prompts, caches)
+    except BaseException:
+        for cache, length in zip(caches, lengths, strict=True):
+            crop_cache(cache, length)
+        raise
 
 
 def _prefill_scripted(plan: ScriptedPlan, prefill: Callable, prompts: Sequence[Sequence[int]],

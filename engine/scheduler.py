@@ -33,7 +33,6 @@ from transformers import DynamicCache
 from engine.errors import SettingsError
 from engine.forward import (
     cache_length,
-    crop_cache,
     forward_one,
     forward_packed,
     forward_prefills,
@@ -290,9 +289,8 @@ class ForwardScheduler:
         """New visitors' prompts, read together (each its lone prefill's numbers)."""
         try:
             logits = forward_prefills(self.lm, [r.token_ids for r in requests], [r.cache for r in requests])
-        except Exception:  # find the request at fault alone, each from an empty cache again
+        except Exception:  # the caches are back as they were: find the request at fault alone
             for request in requests:
-                crop_cache(request.cache, 0)
                 self._run_alone(request)
             return
         self._note_pass(requests)

@@ -276,6 +276,16 @@ def test_a_prompt_after_cached_positions_is_read_by_its_own_pass(tiny, monkeypat
     assert cache_length(cache) == 6
 
 
+@pytest.mark.parametrize("scripted", [True, False], ids=["scripted", "one pass each"])
+def test_prompts_that_fail_part_way_leave_every_cache_as_it_was(tiny, monkeypatch, scripted: bool) -> None:
+    if not scripted:
+        monkeypatch.setattr(forward_module, "scripted_plan", lambda lm, exact=True: None)
+    caches = [new_cache(tiny), new_cache(tiny)]
+    with pytest.raises(IndexError):
+        forward_prefills(tiny, [[3, 4], [6, 10_000]], caches)  # 10,000 is past the vocabulary
+    assert [cache_length(c) for c in caches] == [0, 0]  # one by one, the first had been read: undone
+
+
 def test_a_failing_prompt_fails_alone_and_the_others_read_together_get_their_lone_numbers(tiny,
                                                                                         monkeypatch) -> None:
     gate, scheduler, results = Gate(monkeypatch), ForwardScheduler(tiny), {}

@@ -54,8 +54,9 @@ RECENT_PASSES = 40  # batch sizes kept for the stats
 # switch interval (5 ms) each take can wait 5 ms behind a visitor's page script: a 15-visitor
 # pass took 187 ms alone and 1.5 s beside three busy script threads; at 0.2 ms, 0.73 s
 # (bench/gil_bench.py). A scripted packed pass (engine/packed_llama.py) takes the GIL once, and
-# there the short interval only costs the page scripts: 30 visitors on the server made 39 tok/s
-# at 5 ms against 30 at 0.2 ms (bench/load_bench.py), so it is left as it is.
+# there the short interval only costs the page scripts: 30 visitors on the server, alternating
+# runs, made 40.2 and 34.9 tok/s at 5 ms against 32.9 and 36.0 at 0.2 ms (bench/load_bench.py),
+# so it is left as it is.
 SWITCH_INTERVAL_S = 0.0002
 
 

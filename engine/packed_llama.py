@@ -1,16 +1,19 @@
-"""A packed decode pass for Llama-family models that runs outside Python's GIL.
+"""Packed passes for Llama-family models that run outside Python's GIL: several visitors'
+decode steps (`packed_logits`), and several new visitors' prompts (`prefill_logits`).
 
 Why: the eager packed pass (engine/forward.py's twin model) makes about 8,000 torch calls for
 30 visitors. Each call lets go of the GIL and takes it back, and in a busy server every take
-waits behind a visitor's page script: a 30-row pass took 260 ms alone and 1.5 s beside three
-busy script threads (bench/gil_bench.py). Here the whole decoder, every layer and every row,
-is one TorchScript call: the GIL is released once, on entry, and taken back once.
+waits behind a visitor's page script: a 30-row pass took 0.42 s alone and 2.0 s beside three
+busy script threads, against 0.58 s scripted (bench/gil_bench.py, in a slow hour). Here the
+whole pass, every layer and every row, is one TorchScript call: the GIL is released once, on
+entry, and taken back once.
 
 The same torch operations, in the same order and on tensors of the same shapes, as
 transformers' Llama decoder (RMSNorm, rotary embedding, per-row `scaled_dot_product_attention`
 against each visitor's own keys and values, SiLU MLP) and as the eager packed pass, so the
-digits are the same. engine/forward.py checks that once per model on a probe pass against the
-eager twin, and keeps the twin for a model where they differ.
+digits are the same. engine/forward.py checks that once per model on probe passes (against the
+eager twin, and a prompt against its lone pass), and keeps the eager passes for a model where
+they differ.
 
 TorchScript is deprecated in recent torch releases but still runs; if it cannot compile this
 module, the eager twin serves every pass. No `from __future__ import annotations` here:

@@ -78,13 +78,17 @@ def use_preset(at: AppTest, name: str) -> AppTest:
 
 @contextmanager
 def counting_forward_passes(at: AppTest) -> Iterator[list[int]]:
-    """Count the model's forward passes while the block runs."""
+    """Count the forward passes run for the page while the block runs: every pass goes through
+    the server's scheduler, which counts each (plain, packed or scripted: a scripted pass never
+    calls the model's own forward, so a hook on it would miss it)."""
+    scheduler = generation(at).scheduler
+    assert scheduler is not None
     calls: list[int] = []
-    handle = generation(at).lm.model.register_forward_hook(lambda *_: calls.append(1))
+    before = scheduler.stats().passes
     try:
         yield calls
     finally:
-        handle.remove()
+        calls.extend([1] * (scheduler.stats().passes - before))
 
 
 @pytest.fixture()

@@ -32,7 +32,7 @@ from engine.forward import (
 from engine.generation import KEEP_LOGITS
 from engine.kvcache import KVGeometry
 from engine.loading import ModelSource
-from engine.scheduler import ForwardScheduler, batching_from_env
+from engine.scheduler import ForwardScheduler, batching_from_env, worth_running_now
 
 # The bound the README states for a "fast" packed pass on SmolLM2-135M (bench/batch_parity.py).
 FAST_LOGIT_BOUND = 1e-4
@@ -429,6 +429,13 @@ def test_a_closed_scheduler_refuses_passes_with_a_clear_error(tiny) -> None:
     scheduler.close()
     with pytest.raises(scheduler_module.SchedulerClosed, match="closed"):
         scheduler.forward([1], new_cache(tiny))
+
+
+def test_a_pass_waits_for_more_visitors_only_while_fewer_than_half_of_those_expected_are_there() -> None:
+    assert not worth_running_now(waiting=1, expected=10)  # a class coming back: gather them
+    assert worth_running_now(waiting=15, expected=30)  # the rest are still drawing their last token
+    assert worth_running_now(waiting=5, expected=10)
+    assert worth_running_now(waiting=0, expected=1)  # a visitor alone never waits
 
 
 def test_batching_setting_is_read_from_tbt_batching_and_checked() -> None:

@@ -99,10 +99,7 @@ def _logits(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache | None
     else:
         hidden = lm.model.get_decoder()(**options).last_hidden_state  # [1, new, hidden], after the final norm
         out = _head_rows(head, hidden[0, -keep:]).unsqueeze(0)
-    logits = out.to(device="cpu", dtype=torch.float32)
-    if device.type == "cuda":  # report real durations: the pass has finished when this returns
-        torch.cuda.synchronize(device)
-    return logits
+    return _on_cpu(lm, out)
 
 
 def forward(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache | None) -> torch.Tensor:
@@ -327,8 +324,9 @@ def _forward_twin(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[Dy
 
 
 def _on_cpu(lm: LoadedModel, logits: torch.Tensor) -> torch.Tensor:
+    """Logits as float32 on the CPU."""
     logits = logits.to(device="cpu", dtype=torch.float32)
-    if lm.device.type == "cuda":
+    if lm.device.type == "cuda":  # report real durations: the pass has finished when this returns
         torch.cuda.synchronize(lm.device)
     return logits
 
@@ -344,7 +342,6 @@ class ScriptedPlan:
     run: Callable
     weights: packed_llama.LlamaWeights
     exact: bool
-    prefill: Callable | None = None  # several empty caches' prompts in one call; None where its probe failed
     hows: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)  # rows -> (layers, head slices)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -398,22 +395,44 @@ def _probed_plan(lm: LoadedModel, exact: bool) -> ScriptedPlan | None:
     tokens = [9, 10]
     twin_logits = _forward_twin(lm, tokens, twin_caches, exact)
     plan_logits = _forward_scripted(plan, tokens, plan_caches)
-    if not (torch.equal(twin_logits, plan_logits) and _same_caches(twin_caches, plan_caches)):
-        return None
-    plan.prefill = _probed_prefill(plan)
-    return plan
+    same = torch.equal(twin_logits, plan_logits) and _same_caches(twin_caches, plan_caches)
+    return plan if same else None
 
 
-def _probed_prefill(plan: ScriptedPlan) -> Callable | None:
-    """The scripted prefill, if its probe gives each prompt's lone pass's logits and cache."""
-    prefill = packed_llama.compiled_prefill()
-    if prefill is None:
+@dataclass(frozen=True)
+class ScriptedPrefill:
+    """The scripted prompts' pass for one model (it does not depend on the batching kind)."""
+
+    lm: LoadedModel
+    run: Callable
+    weights: packed_llama.LlamaWeights
+
+
+_prefills: weakref.WeakKeyDictionary[PreTrainedModel, ScriptedPrefill | None] = weakref.WeakKeyDictionary()
+
+
+def scripted_prefill(lm: LoadedModel) -> ScriptedPrefill | None:
+    """The scripted pass that reads several prompts into empty caches, or None where the model
+    is not a plain Llama decoder, it cannot be compiled, or its probe does not give each
+    prompt's lone prefill's logits and cache (torch.equal)."""
+    with _plans_lock:
+        if lm.model not in _prefills:
+            _prefills[lm.model] = _probed_prefill(lm)
+        return _prefills[lm.model]
+
+
+@torch.inference_mode()
+def _probed_prefill(lm: LoadedModel) -> ScriptedPrefill | None:
+    weights = packed_llama.llama_weights(lm.model)
+    run = packed_llama.compiled_prefill()
+    if weights is None or run is None or not _sdpa_matches(lm, weights):
         return None
-    lone_logits, lone_caches = zip(*(_probe_cache(plan.lm, ids) for ids in PROBE_TOKENS), strict=True)
-    plan_caches = [new_cache(plan.lm) for _ in PROBE_TOKENS]
-    plan_logits = _prefill_scripted(plan, prefill, PROBE_TOKENS, plan_caches)
-    same = all(torch.equal(a, b) for a, b in zip(lone_logits, plan_logits, strict=True))
-    return prefill if same and _same_caches(lone_caches, plan_caches) else None
+    prefill = ScriptedPrefill(lm, run, weights)
+    lone_logits, lone_caches = zip(*(_probe_cache(lm, ids) for ids in PROBE_TOKENS), strict=True)
+    caches = [new_cache(lm) for _ in PROBE_TOKENS]
+    logits = _prefill_scripted(prefill, PROBE_TOKENS, caches)
+    same = all(torch.equal(a, b) for a, b in zip(lone_logits, logits, strict=True))
+    return prefill if same and _same_caches(lone_caches, caches) else None
 
 
 def _probe_cache(lm: LoadedModel, token_ids: Sequence[int]) -> tuple[torch.Tensor, DynamicCache]:
@@ -444,30 +463,30 @@ def forward_prefills(lm: LoadedModel, prompts: Sequence[Sequence[int]], caches: 
     numbers. A Llama-family model reads prompts into empty caches all in one call outside the
     GIL (engine/packed_llama.py prefill_logits); otherwise each is its own pass. If any fails,
     every cache is put back as it was and the error is raised."""
-    plan = scripted_plan(lm)
+    prefill = scripted_prefill(lm)
     lengths = [cache_length(cache) for cache in caches]
     try:
-        if plan is None or plan.prefill is None or any(lengths) or any(type(c) is not DynamicCache for c in caches):
+        if prefill is None or any(lengths) or any(type(c) is not DynamicCache for c in caches):
             return [forward(lm, torch.tensor([list(ids)]), c)[0] for ids, c in zip(prompts, caches, strict=True)]
-        return _prefill_scripted(plan, plan.prefill, prompts, caches)
+        return _prefill_scripted(prefill, prompts, caches)
     except BaseException:
         for cache, length in zip(caches, lengths, strict=True):
             crop_cache(cache, length)
         raise
 
 
-def _prefill_scripted(plan: ScriptedPlan, prefill: Callable, prompts: Sequence[Sequence[int]],
-                      caches: Sequence[DynamicCache]) -> list[torch.Tensor]:
-    weights, device = plan.weights, plan.lm.device
+def _prefill_scripted(prefill: ScriptedPrefill, prompts: Sequence[Sequence[int]], caches: Sequence[DynamicCache]
+                      ) -> list[torch.Tensor]:
+    weights, device = prefill.weights, prefill.lm.device
     hiddens = [weights.embed(torch.tensor([list(ids)], device=device)) for ids in prompts]  # each [1, n, hidden]
     rotations = [weights.rotary(hidden, torch.arange(hidden.shape[1], device=device)[None]) for hidden in hiddens]
     with torch.jit.optimized_execution(False):
-        logits, keys, values = prefill(hiddens, [cos for cos, _ in rotations], [sin for _, sin in rotations],
+        logits, keys, values = prefill.run(hiddens, [cos for cos, _ in rotations], [sin for _, sin in rotations],
                                        list(weights.layers), weights.eps, weights.head_dim, weights.scale, weights.gqa,
                                        weights.norm, weights.head)
     for index, (key, value) in enumerate(zip(keys, values, strict=True)):  # the caches grow only now
         caches[index % len(caches)].update(key, value, index // len(caches))
-    return [_on_cpu(plan.lm, row[0]) for row in logits]
+    return [_on_cpu(prefill.lm, row[0]) for row in logits]
 
 
 def _plain_layers(caches: Sequence[DynamicCache], layers: int) -> bool:

@@ -38,6 +38,7 @@ from engine.forward import (
     forward_prefills,
     packed_twin,
     scripted_plan,
+    scripted_prefill,
 )
 from engine.loading import LoadedModel
 from engine.settings import is_whole
@@ -152,8 +153,10 @@ class ForwardScheduler:
         self.max_batch = max_batch
         can_pack = batching != "off" and packed_twin(lm, batching == "exact") is not None
         self.batching = batching if can_pack else "off"
-        # compiled and probed now, not in a visitor's first packed pass
+        # compiled and probed now, not in a visitor's first pass
         scripted = can_pack and scripted_plan(lm, batching == "exact") is not None
+        if can_pack:
+            scripted_prefill(lm)
         self._threads = torch.get_num_threads()  # the worker's passes use what a visitor's would
         if not scripted and sys.getswitchinterval() > SWITCH_INTERVAL_S:  # the process's setting: see SWITCH_INTERVAL_S
             sys.setswitchinterval(SWITCH_INTERVAL_S)

@@ -28,6 +28,7 @@ from engine.forward import (
     forward_prefills,
     new_cache,
     scripted_plan,
+    scripted_prefill,
 )
 from engine.generation import KEEP_LOGITS
 from engine.kvcache import KVGeometry
@@ -257,7 +258,7 @@ def lone_prefill(lm: LoadedModel, token_ids: list[int]) -> tuple[torch.Tensor, o
 
 def test_prompts_read_together_give_each_its_lone_prefill_numbers_and_cache(tiny) -> None:
     prompts = [[5, 6, 7], [9], list(range(40, 60)), [1, 2]]
-    assert scripted_plan(tiny).prefill is not None  # one call, outside the GIL
+    assert scripted_prefill(tiny) is not None  # one call, outside the GIL
     caches = [new_cache(tiny) for _ in prompts]
     logits = forward_prefills(tiny, prompts, caches)
     for ids, got, cache in zip(prompts, logits, caches, strict=True):
@@ -265,6 +266,22 @@ def test_prompts_read_together_give_each_its_lone_prefill_numbers_and_cache(tiny
         assert torch.equal(got, expected) and not got.requires_grad  # no autograd graph kept
         for ours, theirs in zip(cache.layers, lone_cache.layers, strict=True):
             assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+
+
+def test_a_scripted_prompts_pass_whose_probe_differs_from_lone_passes_is_never_used(monkeypatch) -> None:
+    real = packed_llama.compiled_prefill()
+
+    def off_by_a_bit(*args: object) -> tuple:
+        logits, keys, values = real(*args)
+        return [row * (1 + 1e-6) for row in logits], keys, values
+
+    monkeypatch.setattr(packed_llama, "compiled_prefill", lambda: off_by_a_bit)
+    fresh = tiny_llama()
+    assert scripted_prefill(fresh) is None
+    caches = [new_cache(fresh), new_cache(fresh)]
+    logits = forward_prefills(fresh, [[4, 5], [6, 7, 8]], caches)
+    for ids, got in zip([[4, 5], [6, 7, 8]], logits, strict=True):
+        assert torch.equal(got, lone_prefill(fresh, ids)[0])
 
 
 def test_a_prompt_after_cached_positions_is_read_by_its_own_pass(tiny, monkeypatch) -> None:
@@ -279,7 +296,7 @@ def test_a_prompt_after_cached_positions_is_read_by_its_own_pass(tiny, monkeypat
 @pytest.mark.parametrize("scripted", [True, False], ids=["scripted", "one pass each"])
 def test_prompts_that_fail_part_way_leave_every_cache_as_it_was(tiny, monkeypatch, scripted: bool) -> None:
     if not scripted:
-        monkeypatch.setattr(forward_module, "scripted_plan", lambda lm, exact=True: None)
+        monkeypatch.setattr(forward_module, "scripted_prefill", lambda lm: None)
     caches = [new_cache(tiny), new_cache(tiny)]
     with pytest.raises(IndexError):
         forward_prefills(tiny, [[3, 4], [6, 10_000]], caches)  # 10,000 is past the vocabulary

@@ -74,6 +74,30 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def rotated_projections(hidden: Tensor, w: list[Tensor], how: list[int], eps: float, head_dim: int, cos: Tensor,
+                        sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """A layer's attention inputs for `hidden` `[1, n, hidden]`: the input norm, then query, key
+    and value `[1, heads, n, head_dim]`, query and key rotated (`cos`, `sin` `[1, 1, n, head_dim]`).
+    `w` and `how`: the layer's LAYER_WEIGHTS weights and how each multiplies."""
+    n = hidden.shape[1]
+    normed = rms_norm(hidden, w[0], eps)
+    query = rows_linear(normed, w[1], how[1]).view(1, n, -1, head_dim).transpose(1, 2)
+    key = rows_linear(normed, w[2], how[2]).view(1, n, -1, head_dim).transpose(1, 2)
+    value = rows_linear(normed, w[3], how[3]).view(1, n, -1, head_dim).transpose(1, 2)
+    return (query * cos) + (rotate_half(query) * sin), (key * cos) + (rotate_half(key) * sin), value
+
+
+def after_attention(residual: Tensor, attended: Tensor, w: list[Tensor], how: list[int], eps: float) -> Tensor:
+    """The rest of a layer from its attention output `[1, heads, n, head_dim]`: the output
+    projection and residual, then the post-attention norm, the SiLU MLP and its residual."""
+    n = residual.shape[1]
+    attended = attended.transpose(1, 2).contiguous().reshape(1, n, -1).contiguous()
+    hidden = residual + rows_linear(attended, w[4], how[4])
+    normed = rms_norm(hidden, w[5], eps)
+    gated = F.silu(rows_linear(normed, w[6], how[6])) * rows_linear(normed, w[7], how[7])
+    return hidden + rows_linear(gated, w[8], how[8])
+
+
 def decoder_pass(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor], hows: list[int],
                  keys: list[Tensor], values: list[Tensor], eps: float, head_dim: int, scale: float,
                  gqa: bool) -> tuple[Tensor, list[Tensor], list[Tensor]]:
@@ -89,29 +113,16 @@ def decoder_pass(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor]
     for layer in range(len(weights) // per_layer):
         w = weights[layer * per_layer:(layer + 1) * per_layer]
         how = hows[layer * per_layer:(layer + 1) * per_layer]
-        # attention: project, rotate, then each row against its own visitor's cache
-        residual = hidden
-        normed = rms_norm(hidden, w[0], eps)
-        query = rows_linear(normed, w[1], how[1]).view(1, rows, -1, head_dim).transpose(1, 2)
-        key = rows_linear(normed, w[2], how[2]).view(1, rows, -1, head_dim).transpose(1, 2)
-        value = rows_linear(normed, w[3], how[3]).view(1, rows, -1, head_dim).transpose(1, 2)
-        query = (query * cos) + (rotate_half(query) * sin)
-        key = (key * cos) + (rotate_half(key) * sin)
+        query, key, value = rotated_projections(hidden, w, how, eps, head_dim, cos, sin)
         outputs: list[Tensor] = []
-        for i in range(rows):
+        for i in range(rows):  # each row against its own visitor's cache
             row_keys = torch.cat([keys[layer * rows + i], key[:, :, i:i + 1]], dim=-2)
             row_values = torch.cat([values[layer * rows + i], value[:, :, i:i + 1]], dim=-2)
             grown_keys.append(row_keys)
             grown_values.append(row_values)
             outputs.append(F.scaled_dot_product_attention(query[:, :, i:i + 1], row_keys, row_values, attn_mask=None,
                                                           dropout_p=0.0, is_causal=False, scale=scale, enable_gqa=gqa))
-        attended = torch.cat(outputs, dim=2).transpose(1, 2).contiguous().reshape(1, rows, -1).contiguous()
-        hidden = residual + rows_linear(attended, w[4], how[4])
-        # the MLP
-        residual = hidden
-        normed = rms_norm(hidden, w[5], eps)
-        gated = F.silu(rows_linear(normed, w[6], how[6])) * rows_linear(normed, w[7], how[7])
-        hidden = residual + rows_linear(gated, w[8], how[8])
+        hidden = after_attention(hidden, torch.cat(outputs, dim=2), w, how, eps)
     return hidden, grown_keys, grown_values
 
 
@@ -135,6 +146,7 @@ def prefill_logits(hiddens: list[Tensor], coses: list[Tensor], sins: list[Tensor
     the next prompt. Returns each prompt's last-position logits `[1, vocab]`, and its keys and
     values `[1, kv_heads, n_p, head_dim]` for (layer, prompt), layer by layer."""
     prompts, per_layer = len(hiddens), 9  # LAYER_WEIGHTS
+    one_product = [0, 0, 0, 0, 0, 0, 0, 0, 0]  # ONE_PRODUCT for every weight: each prompt its own product
     hiddens = list(hiddens)
     all_keys: list[Tensor] = []
     all_values: list[Tensor] = []
@@ -142,25 +154,14 @@ def prefill_logits(hiddens: list[Tensor], coses: list[Tensor], sins: list[Tensor
         w = weights[layer * per_layer:(layer + 1) * per_layer]
         for p in range(prompts):
             hidden = hiddens[p]
-            n = hidden.shape[1]
-            cos, sin = coses[p].unsqueeze(1), sins[p].unsqueeze(1)
-            residual = hidden
-            normed = rms_norm(hidden, w[0], eps)
-            query = F.linear(normed, w[1]).view(1, n, -1, head_dim).transpose(1, 2)
-            key = F.linear(normed, w[2]).view(1, n, -1, head_dim).transpose(1, 2)
-            value = F.linear(normed, w[3]).view(1, n, -1, head_dim).transpose(1, 2)
-            query = (query * cos) + (rotate_half(query) * sin)
-            key = ((key * cos) + (rotate_half(key) * sin)).contiguous()  # as an empty cache's update copies them
-            value = value.contiguous()
+            query, key, value = rotated_projections(hidden, w, one_product, eps, head_dim, coses[p].unsqueeze(1),
+                                                    sins[p].unsqueeze(1))
+            key, value = key.contiguous(), value.contiguous()  # as an empty cache's update copies them
             all_keys.append(key)
             all_values.append(value)
             attended = F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                                      is_causal=n > 1, scale=scale, enable_gqa=gqa)
-            attended = attended.transpose(1, 2).contiguous().reshape(1, n, -1).contiguous()
-            hidden = residual + F.linear(attended, w[4])
-            residual = hidden
-            normed = rms_norm(hidden, w[5], eps)
-            hiddens[p] = residual + F.linear(F.silu(F.linear(normed, w[6])) * F.linear(normed, w[7]), w[8])
+                                                      is_causal=hidden.shape[1] > 1, scale=scale, enable_gqa=gqa)
+            hiddens[p] = after_attention(hidden, attended, w, one_product, eps)
     logits: list[Tensor] = []
     for hidden in hiddens:
         logits.append(F.linear(rms_norm(hidden, norm_weight, eps)[:, -1:, :], head_weight)[0])

@@ -8,10 +8,12 @@ slider move, more than re-sampling itself. The tests validate every figure's JSO
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from engine import Candidate, Distribution, StepRecord
 from ui.format import pct, quoted
@@ -28,7 +30,49 @@ def unchecked_figure(data: list[dict], layout: dict) -> go.Figure:
     """A Figure from plain Plotly JSON, skipping Plotly's per-property validation (slow, and
     run again by every accessor). Properties must be written nested (`marker=dict(color=...)`,
     not `marker_color`); tests rebuild each figure with validation to catch a wrong name."""
-    return go.Figure({"data": data, "layout": layout}, _validate=False)
+    return JsonFigure({"data": data, "layout": _with_default_template(layout)})
+
+
+def _with_default_template(layout: dict) -> dict:
+    """The layout with Plotly's default template, as a Figure writes it into its layout."""
+    default = pio.templates.default
+    if "template" in layout or default is None:
+        return layout
+    template = _named_template(default) if isinstance(default, str) else default.to_plotly_json()
+    return {"template": template, **layout}
+
+
+@functools.cache
+def _named_template(name: str) -> dict:
+    # JSON of a registered template, made once and shared by every figure (only serialised)
+    return pio.templates[name].to_plotly_json()
+
+
+class JsonFigure(go.Figure):
+    """A Figure that stays its plain Plotly JSON until something asks for more than that JSON.
+
+    `st.plotly_chart` reads a Figure only through `to_dict()`. Building the Figure's objects
+    (even unvalidated) and deep-copying them back out took 1.3 ms of every distribution chart,
+    about a tenth of a Step click's page script under load. So the objects are built on first
+    use of anything else (`figure.data`, `update_layout`, ...), and until then `to_dict()`
+    returns the JSON itself, which its callers only serialise (it holds no numpy arrays, so
+    Plotly's base64 packing has nothing to do).
+    """
+
+    def __init__(self, spec: dict) -> None:  # go.Figure.__init__ runs on first use, in __getattr__
+        object.__setattr__(self, "_spec", spec)
+        object.__setattr__(self, "_built", False)
+
+    def __getattr__(self, name: str) -> object:
+        # reached only for what the instance lacks: until it is built, the Figure's own state
+        if name.startswith("__") or object.__getattribute__(self, "_built"):
+            raise AttributeError(name)
+        object.__setattr__(self, "_built", True)
+        go.Figure.__init__(self, self._spec, _validate=False)
+        return getattr(self, name)
+
+    def to_dict(self) -> dict:
+        return super().to_dict() if self._built else self._spec
 
 
 @dataclass(frozen=True)

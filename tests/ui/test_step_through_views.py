@@ -15,7 +15,7 @@ from engine import Generation, LoadedModel, SamplerSettings, StopSettings, Termi
 from engine.generation import describe_distribution
 from engine.sampling import InverseCdf, decide
 from engine.stopping import StopSequenceState
-from ui.charts import MODES, bar_rows, distribution_figure, kv_figure
+from ui.charts import FINAL_NAME, MODES, bar_rows, distribution_figure, kv_figure
 from ui.chips import context_html, generated_chip, prompt_chips
 from ui.format import esc, pct, quoted, visible
 from ui.presets import load_presets
@@ -137,6 +137,20 @@ def test_distribution_chart_shows_a_low_ranked_pick_and_rejects_unknown_modes(sa
     assert figure.data[0].y[3].startswith("▶ #")  # the pick is added after the top 3
     with pytest.raises(ValueError, match="mode"):
         distribution_figure(distribution, mode="odds")
+
+
+def test_a_chart_is_its_json_until_something_asks_for_more(sampled: Generation) -> None:
+    """st.plotly_chart reads a figure through to_dict() only: that must not build Plotly's
+    objects (the time this saves), and everything else must still work on a real Figure."""
+    record = sampled.steps[-1]
+    figure = distribution_figure(record.distribution, record.token_id)
+    sent = json.loads(pio.to_json(figure, validate=False))
+    assert not figure._built
+    assert sent["layout"]["template"] == json.loads(pio.to_json(go.Figure(), validate=False))["layout"]["template"]
+    assert figure.data[1].name == FINAL_NAME and figure._built
+    figure.update_layout(height=123)
+    assert figure.to_dict()["layout"]["height"] == 123
+    assert {**figure.to_dict(), "layout": {**figure.to_dict()["layout"], "height": sent["layout"]["height"]}} == sent
 
 
 def _validated_json(figure: go.Figure) -> dict:

@@ -47,6 +47,10 @@ from engine.stopping import Termination, returned_text, stop_sequence_states, te
 from engine.tokens import TokenPiece
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from transformers import DynamicCache
+
     from engine.scheduler import ForwardScheduler
 
 TOP_N = 50  # candidates recorded per step, by raw probability
@@ -138,13 +142,26 @@ class _PendingLogits:
     forward_ms: float
 
 
+@dataclass
+class _PromptAhead:
+    """The prompt's pass, queued before the first step on a cache of its own (the generation's
+    own cache stays empty until step 1 adopts this one)."""
+
+    future: Future  # the scheduler's: next-token logits [vocab]
+    cache: DynamicCache
+    started: float  # perf_counter when it was queued
+    finished: float | None = None  # set by the scheduler's worker when the pass ends
+
+
 @dataclass(frozen=True)
 class _Checkpoint:
     """The generation's mutable state before a step, to undo a step that fails part-way."""
 
+    cache: DynamicCache
     cache_length: int
     rng_state: torch.Tensor
     pending: _PendingLogits | None
+    ahead: _PromptAhead | None
     started: float  # perf_counter at the step's start
 
 
@@ -351,6 +368,7 @@ class Generation:
         self._steps: list[StepRecord] = []
         self._kept: list[_StepTensors] = []
         self._pending: _PendingLogits | None = None  # kept logits the next step uses instead of a pass
+        self._ahead: _PromptAhead | None = None  # the prompt's pass queued before step 1 (read_prompt_ahead)
         self._text_cache: tuple[int, str] = (-1, "")
         self._closed = False
 
@@ -510,11 +528,38 @@ class Generation:
         self._step_position(None)
         return self._retake_latest(None)
 
+    def read_prompt_ahead(self) -> None:
+        """Queue the prompt's forward pass now, so that the first step finds it done: a visitor
+        reads the page before pressing Step, and a class that opens a link together has its
+        prompts read while it reads. The pass fills a cache of its own; the generation's cache
+        stays empty (and `kv` says so) until step 1 adopts it and reports it as its own pass,
+        the whole prompt with the pass's time. Only with a scheduler, before the first step;
+        once under way, calling again does nothing."""
+        if self.scheduler is None or self._steps or self._closed or self._ahead is not None or self._pending:
+            return
+        cache = new_cache(self.lm)
+        ahead = _PromptAhead(self.scheduler.submit(list(self.prompt_ids), cache), cache, time.perf_counter())
+        ahead.future.add_done_callback(lambda _: setattr(ahead, "finished", time.perf_counter()))
+        self._ahead = ahead
+
+    @property
+    def reading_ahead(self) -> bool:
+        """Whether the prompt's pass was queued ahead of the first step and not yet adopted."""
+        return self._ahead is not None
+
+    def stop_reading_ahead(self) -> None:
+        """Withdraw the prompt's pass read ahead, if it has not started (a visitor who changed
+        the prompt: the new generation reads its own); the first step reads the prompt itself."""
+        if self._ahead is not None and self.scheduler is not None:
+            self.scheduler.cancel(self._ahead.cache)
+        self._ahead = None
+
     def close(self) -> None:
         """Release this generation's memory: its queued passes are withdrawn from the scheduler,
         its KV cache and kept logits are dropped. The records stay readable; it cannot step again."""
         if self.scheduler is not None:
             self.scheduler.cancel(self._cache)
+        self.stop_reading_ahead()
         self._closed = True
         self._cache = new_cache(self.lm)
         self._pending = None
@@ -540,23 +585,37 @@ class Generation:
             raise SettingsError(parameter, token_id, f"a token id, a whole number from 0 to {self.lm.vocab_size - 1}")
 
     def _checkpoint(self) -> _Checkpoint:
-        return _Checkpoint(self._cache.get_seq_length(), self._generator.get_state(), self._pending,
-                           time.perf_counter())
+        return _Checkpoint(self._cache, self._cache.get_seq_length(), self._generator.get_state(), self._pending,
+                           self._ahead, time.perf_counter())
 
     def _restore(self, checkpoint: _Checkpoint) -> None:
-        """Undo a step that failed part-way: the cache loses what its forward pass wrote."""
+        """Undo a step that failed part-way: the cache loses what its forward pass wrote (a
+        prompt read ahead goes back to waiting for the next step)."""
+        self._cache = checkpoint.cache
         crop_cache(self._cache, checkpoint.cache_length)
         self._generator.set_state(checkpoint.rng_state)
         self._pending = checkpoint.pending
+        self._ahead = checkpoint.ahead
 
     def _forward_pass(self) -> tuple[torch.Tensor, int, float]:
         """Logits `[vocab]` for the next position, the tokens fed and the pass's time: a forward
         pass over the tokens the cache has not seen (the whole prompt on the first step, then
         the previous pick), or the kept logits of a pass already made for this position (the
-        step is being taken again), reported with that pass's size and time."""
+        step is being taken again), reported with that pass's size and time. The first step
+        adopts the prompt's pass read ahead, if there is one (waiting for it if need be)."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
             return pending.logits, pending.forward_tokens, pending.forward_ms
+        if self._ahead is not None:
+            ahead = self._ahead
+            try:
+                logits = ahead.future.result()
+            except Exception:  # it failed or was withdrawn: the prompt is read below, as without it
+                self._ahead = None
+            else:
+                self._ahead, self._cache = None, ahead.cache
+                finished = ahead.finished if ahead.finished is not None else time.perf_counter()
+                return logits, len(self.prompt_ids), (finished - ahead.started) * 1e3
         unseen = self.context_ids[self._cache.get_seq_length():]
         started = time.perf_counter()
         logits = forward_one(self.lm, unseen, self._cache, self.scheduler)

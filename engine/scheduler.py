@@ -176,17 +176,26 @@ class ForwardScheduler:
         by `len(token_ids)`. If the pass fails, the cache is as it was and the error is raised.
         If the wait is interrupted, the request is withdrawn (or finished) before this returns,
         so the caller owns its cache again."""
+        request = self._enqueue(token_ids, cache)
+        try:
+            return request.future.result()
+        except BaseException:
+            self._withdraw(request)
+            raise
+
+    def submit(self, token_ids: list[int], cache: DynamicCache) -> Future:
+        """Queue this pass and return at once: the future's result is what `forward` returns.
+        `cache` is the worker's until the future is done; `cancel(cache)` withdraws it."""
+        return self._enqueue(token_ids, cache).future
+
+    def _enqueue(self, token_ids: list[int], cache: DynamicCache) -> _Request:
         request = _Request(list(token_ids), cache, Future())
         with self._ready:
             if self._closed:
                 raise SchedulerClosed("The forward-pass scheduler has been closed.")
             self._queue.append(request)
             self._ready.notify()
-        try:
-            return request.future.result()
-        except BaseException:
-            self._withdraw(request)
-            raise
+        return request
 
     def cancel(self, cache: DynamicCache) -> int:
         """Withdraw every queued pass on `cache` (a visitor who left); returns how many."""

@@ -263,6 +263,7 @@ def workspace() -> None:
     publish_link(gen)
     if control.is_running(S):
         continue_run()
+    gen.read_prompt_ahead()  # before step 1: the prompt's pass starts while the visitor reads the page
 
 
 def presentation() -> bool:
@@ -304,7 +305,8 @@ def sampler_view() -> None:
     record = view.record
     if record is None:
         view_col.info("Press **Step**: the first forward pass reads the whole prompt at once (prefill) and "
-                      "gives the distribution for the first new token.")
+                      "gives the distribution for the first new token. (The server starts that pass while you "
+                      "read this, so the first step is quick.)")
     elif presentation():  # the decision and the check beside the chart, above the sliders
         with view_col:
             panels.distribution_bars_panel(record, view.decision, view.distribution)

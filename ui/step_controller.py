@@ -194,6 +194,8 @@ def sync_generation(state: State, lm: LoadedModel, scheduler: ForwardScheduler |
             set_message(state, "prompt", str(exc))
             return
         set_message(state, "prompt", None)
+        if (old := step_generation(state)) is not None and old is not gen:
+            old.stop_reading_ahead()  # one prompt read ahead per visitor, however fast the prompt changes
         state[STEP.generation] = gen
         stop_run(state)
     if gen is not None and stop is not None:

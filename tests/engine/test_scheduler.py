@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 import weakref
-from concurrent.futures import CancelledError
+from concurrent.futures import CancelledError, Future
 
 import pytest
 import torch
@@ -439,6 +439,96 @@ def test_a_cancelled_visitor_leaves_no_cache_in_the_scheduler(tiny, monkeypatch)
         assert watch() is None
     finally:
         scheduler.close()
+
+
+# ---- reading the prompt ahead of the first step -----------------------------------------------
+
+AHEAD = {"sampler": SamplerSettings(temperature=0.8, top_p=0.9), "seed": 5,
+         "stop": StopSettings(max_new_tokens=8, ignore_eos=True)}
+
+
+def assert_same_steps(ours: Generation, theirs: Generation, steps: int) -> None:
+    for _ in range(steps):
+        mine, other = ours.step(), theirs.step()
+        assert (mine.token_id, mine.forward_tokens, mine.kv.positions) == (other.token_id, other.forward_tokens,
+                                                                           other.kv.positions)
+        assert torch.equal(ours.raw_logits(mine.index), theirs.raw_logits(other.index))
+
+
+def test_a_prompt_read_ahead_is_the_first_steps_own_pass_and_the_cache_stays_empty_until_then(tiny_lm) -> None:
+    scheduler = ForwardScheduler(tiny_lm)
+    try:
+        ahead = Generation(tiny_lm, "hello there", scheduler=scheduler, **AHEAD)
+        ahead.read_prompt_ahead()
+        ahead.read_prompt_ahead()  # once under way, again does nothing
+        assert ahead.reading_ahead
+        deadline = time.monotonic() + 10
+        while scheduler.stats().passes < 1:
+            assert time.monotonic() < deadline, "the prompt was never read"
+            time.sleep(0.005)
+        assert ahead.kv.positions == 0 and not ahead.steps  # nothing a student sees has changed
+        assert_same_steps(ahead, Generation(tiny_lm, "hello there", **AHEAD), 4)
+        assert not ahead.reading_ahead
+        assert ahead.steps[0].forward_tokens == len(ahead.prompt_ids) and ahead.steps[0].timing.forward_ms > 0
+        assert scheduler.stats().passes == 4  # the prompt was read once, then one pass a step
+    finally:
+        scheduler.close()
+
+
+def test_a_prompt_read_ahead_that_fails_is_read_again_by_the_first_step(tiny_lm, monkeypatch) -> None:
+    scheduler = ForwardScheduler(tiny_lm)
+    try:
+        failed = Future()
+        failed.set_exception(RuntimeError("the pass failed"))
+        monkeypatch.setattr(scheduler, "submit", lambda token_ids, cache: failed)
+        ahead = Generation(tiny_lm, "hello there", scheduler=scheduler, **AHEAD)
+        ahead.read_prompt_ahead()
+        assert_same_steps(ahead, Generation(tiny_lm, "hello there", **AHEAD), 2)
+    finally:
+        scheduler.close()
+
+
+def test_a_first_step_that_fails_keeps_the_prompt_read_ahead_for_the_next_try(tiny_lm, monkeypatch) -> None:
+    scheduler = ForwardScheduler(tiny_lm)
+    try:
+        ahead = Generation(tiny_lm, "hello there", scheduler=scheduler, **AHEAD)
+        ahead.read_prompt_ahead()
+        real = Generation._sample
+        monkeypatch.setattr(Generation, "_sample", lambda *args, **kwargs: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            ahead.step()
+        assert ahead.kv.positions == 0 and ahead.reading_ahead
+        monkeypatch.setattr(Generation, "_sample", real)
+        assert_same_steps(ahead, Generation(tiny_lm, "hello there", **AHEAD), 2)
+        assert scheduler.stats().passes == 2  # the prompt was not read twice
+    finally:
+        scheduler.close()
+
+
+def test_closing_a_generation_or_changing_its_prompt_withdraws_the_prompt_read_ahead(tiny_lm, monkeypatch) -> None:
+    gate, scheduler, results = Gate(monkeypatch), ForwardScheduler(tiny_lm), {}
+    try:
+        threads = [submit(scheduler, [1, 2], new_cache(tiny_lm), results, "first")]
+        gate.entered.wait(10)
+        leaver = Generation(tiny_lm, "hello there", scheduler=scheduler, **AHEAD)
+        leaver.read_prompt_ahead()
+        wait_for_queue(scheduler, 1)
+        changed = Generation(tiny_lm, "hello again", scheduler=scheduler, **AHEAD)
+        changed.read_prompt_ahead()
+        wait_for_queue(scheduler, 2)
+        leaver.close()
+        changed.stop_reading_ahead()  # the visitor changed the prompt again
+        assert scheduler.stats().waiting == 0 and not leaver.reading_ahead and not changed.reading_ahead
+        gate.open.set()
+        threads[0].join(10)
+    finally:
+        scheduler.close()
+
+
+def test_without_a_scheduler_the_prompt_is_read_by_the_first_step(tiny_lm) -> None:
+    alone = Generation(tiny_lm, "hello there", **AHEAD)
+    alone.read_prompt_ahead()
+    assert not alone.reading_ahead
 
 
 def test_a_closed_scheduler_refuses_passes_with_a_clear_error(tiny) -> None:

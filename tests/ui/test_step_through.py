@@ -105,15 +105,30 @@ def test_default_page_is_step_through_with_prompt_chips_and_no_steps(at: AppTest
 
 
 def test_step_appends_one_token_shown_as_the_newest_chip(at: AppTest) -> None:
+    gen = generation(at)
+    assert gen.reading_ahead and gen.kv.positions == 0  # the page queued the prompt's pass as it opened
+    gen._ahead.future.result(timeout=30)  # read while the visitor looks at the page
     with counting_forward_passes(at) as calls:
         click(at, "st_step")
-    gen = generation(at)
-    assert len(gen.steps) == 1 and len(calls) == 1
+    assert len(gen.steps) == 1 and not calls  # step 1 took the pass read ahead: the whole prompt
+    assert gen.steps[0].forward_tokens == len(gen.prompt_ids) and gen.kv.positions == len(gen.prompt_ids)
     assert gen.steps[0].token.text == " Paris"  # greedy by default
     body = chips(at)
     assert 'data-steps="1"' in body
     assert 'tbt-newest' in body and "Paris</span>" in body
     assert any("1** token generated" in m.value for m in at.markdown)
+    with counting_forward_passes(at) as calls:
+        click(at, "st_step")
+    assert len(gen.steps) == 2 and len(calls) == 1
+
+
+def test_a_new_prompt_reads_itself_ahead_and_the_old_read_ahead_is_put_away(at: AppTest) -> None:
+    old = generation(at)
+    at.text_area(key=STEP.prompt).set_value("The largest ocean on Earth is").run()
+    new = generation(at)
+    assert new is not old and new.reading_ahead and not old.reading_ahead
+    click(at, "st_step")
+    assert new.steps[0].forward_tokens == len(new.prompt_ids)
 
 
 def test_distribution_chart_labels_raw_and_final_and_highlights_the_pick(at: AppTest) -> None:

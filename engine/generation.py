@@ -535,7 +535,8 @@ class Generation:
         stays empty (and `kv` says so) until step 1 adopts it and reports it as its own pass,
         the whole prompt with the pass's time. Only with a scheduler, before the first step;
         once under way, calling again does nothing."""
-        if self.scheduler is None or self._steps or self._closed or self._ahead is not None or self._pending:
+        started = self._steps or self._ahead is not None or self._pending is not None
+        if self.scheduler is None or self._closed or started:
             return
         cache = new_cache(self.lm)
         ahead = _PromptAhead(self.scheduler.submit(list(self.prompt_ids), cache), cache, time.perf_counter())

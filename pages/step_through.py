@@ -3,9 +3,15 @@
 The page is layout only: what its controls do is ui/step_controller.py, plain functions over
 the visitor's state, and every panel is a view of the visitor's Generation. Two fragments keep it
 fast: the workspace (buttons and every panel) reruns on Step / Back / Reset, and inside it
-the sampler view (controls, chart, decision) reruns alone when a sampler control moves,
+the sampler view (chart, decision, branch) reruns alone when a sampler control moves,
 re-sampling the kept logits with no forward pass. (A slider callback that reruns only the
 chart was measured slower in the browser than this nested fragment.)
+
+The sampler controls sit in a column beside the workspace, outside both fragments, so a Step
+does not draw them again: their callbacks rerun the sampler view by name. Six controls drawn
+on every click cost the shared server about a tenth of its tokens/s with a class stepping at
+once (bench/load_bench.py). On a projector (presentation mode) the three that remain sit
+inside the sampler view, beside the decision.
 """
 
 from __future__ import annotations
@@ -41,8 +47,12 @@ from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys
 from ui.views import PANEL_CSS
 
 S = st.session_state
-# Less empty space above the title.
-PAGE_CSS = """<style>[data-testid="stMainBlockContainer"]{padding-top:2.2rem}</style>"""
+SAMPLER_CONTROLS = "sampler_controls"  # the controls' container: its CSS class is st-key-sampler_controls
+# Less empty space above the title. The sampler controls' column stays in view while the page
+# scrolls, so a slider and the chart it changes are on screen together.
+PAGE_CSS = """<style>[data-testid="stMainBlockContainer"]{padding-top:2.2rem}
+@media (min-width:640px){[data-testid="stColumn"]:has(.st-key-sampler_controls){position:sticky;top:3.75rem;align-self:flex-start}}
+</style>"""
 
 
 # ---- callbacks: the controller's functions on this visitor's state, then the rerun they need --
@@ -58,6 +68,27 @@ def on_repick() -> None:
     st.rerun(scope=STEP.workspace)
 
 
+def on_sampler_change() -> None:
+    """A sampler control moved: rerun the sampler view alone, wherever the control is drawn.
+    With no sampler view on the page (no generation yet), the page reruns as usual."""
+    if step_generation(S) is None:
+        return
+    try:
+        st.rerun(scope=STEP.sampler_view)
+    except StreamlitAPIException:  # the view is not on the page: the default rerun draws it
+        return
+
+
+def on_branch_choice(key: str, picked: int) -> None:
+    """A branch pill was chosen: force that token as the latest step's; choosing the pick
+    itself again (which clears the pill) changes nothing and keeps it marked."""
+    chosen = S.get(key)
+    if chosen is None or chosen == picked:
+        S[key] = picked
+        return
+    on_branch(chosen)
+
+
 def on_trace_upload() -> None:
     if (upload := S.get(STEP.trace_upload)) is None:
         return
@@ -66,6 +97,7 @@ def on_trace_upload() -> None:
         return
     with replay_progress(upload.name, cancel_button=False) as progress:  # a callback may draw no widget
         control.load_trace(S, current_model(), upload.name, upload.getvalue(), progress, current_scheduler())
+    st.rerun()  # the whole page: the prompt and the sampler controls now show the trace's settings
 
 
 @contextmanager
@@ -274,64 +306,82 @@ def presentation() -> bool:
 
 
 def sampler_controls() -> None:
+    """The sampler's controls; each move reruns the sampler view (`on_sampler_change`)."""
     st.markdown("#### Sampler")
-    st.slider("Temperature", **slider_range(STEP.temperature, S), key=STEP.temperature, persist_state="session",
+    moved = {"persist_state": "session", "on_change": on_sampler_change}
+    st.slider("Temperature", **slider_range(STEP.temperature, S), key=STEP.temperature, **moved,
               help="0 = greedy (argmax). Below 1 sharpens the distribution, above 1 flattens it.")
-    st.slider("Top-k", **slider_range(STEP.top_k, S), key=STEP.top_k, persist_state="session",
+    st.slider("Top-k", **slider_range(STEP.top_k, S), key=STEP.top_k, **moved,
               help="Keep the k most probable tokens (0 = off).")
-    st.slider("Top-p", **slider_range(STEP.top_p, S), key=STEP.top_p, persist_state="session",
+    st.slider("Top-p", **slider_range(STEP.top_p, S), key=STEP.top_p, **moved,
               help="Keep the most probable tokens until their mass reaches p (1 = off).")
     if presentation():
         return
-    st.slider("Min-p", **slider_range(STEP.min_p, S), key=STEP.min_p, persist_state="session",
+    st.slider("Min-p", **slider_range(STEP.min_p, S), key=STEP.min_p, **moved,
               help="Drop tokens below min-p × the top token's probability (0 = off).")
     st.slider("Repetition penalty", **slider_range(STEP.repetition_penalty, S), key=STEP.repetition_penalty,
-              persist_state="session", help="Above 1 makes tokens already in the context less likely (1 = off).")
-    st.selectbox("Chain order", list(CHAINS), key=STEP.chain, persist_state="session",
+              **moved, help="Above 1 makes tokens already in the context less likely (1 = off).")
+    st.selectbox("Chain order", list(CHAINS), key=STEP.chain, **moved,
                  help="The order the stages run in, as in each engine: " + "; ".join(
                      f"{name}: {' → '.join(stages)}" for name, stages in CHAINS.items()))
 
 
 @st.fragment(key=STEP.sampler_view)
 def sampler_view() -> None:
-    """Sampler controls, distribution, re-sample note, decision and branch buttons: reruns
-    alone when a control moves, re-sampling the latest step's kept logits (no forward pass).
-    The next Step uses the same settings. The chart is drawn first: the browser shows the
-    elements in the order they arrive, and the chart is what a student is watching."""
+    """Distribution, re-sample note, decision and branch: reruns alone when a sampler control
+    moves, re-sampling the latest step's kept logits (no forward pass). The next Step uses the
+    same settings. The chart is drawn first: the browser shows the elements in the order they
+    arrive, and the chart is what a student is watching."""
     welcome_back()
     gen = step_generation(S)
-    view_col, control_col = st.columns([3, 1.3], gap="medium")
     view = control.sampler_view(S, gen)  # the controls' values are in session_state already
+    if presentation():
+        projector_sampler_view(gen, view)
+    else:
+        wide_sampler_view(gen, view)
+    publish_link(gen)
+
+
+def wide_sampler_view(gen: Generation, view: control.SamplerView) -> None:
+    """The full view, one panel under another (the controls are beside the workspace)."""
+    if view.problem:
+        st.error(plain(view.problem), icon=":material/back_hand:")
     record = view.record
     if record is None:
-        view_col.info("Press **Step**: the first forward pass reads the whole prompt at once (prefill) and "
-                      "gives the distribution for the first new token. (The server starts that pass while you "
-                      "read this, so the first step is quick.)")
-    elif presentation():  # the decision and the check beside the chart, above the sliders
-        with view_col:
+        st.info(FIRST_STEP_NOTE)
+        return
+    panels.distribution_panel(record, view.decision, view.distribution, mode_key=STEP.chart_mode,
+                              chart_key=STEP.distribution_chart)
+    if view.changed:
+        panels.resample_note(record, view.decision, gen.lm.texts, on_repick, STEP.repick)
+    panels.decision_panel(view.decision, view.distribution, gen.lm.texts)
+    panels.candidates_panel(record, view.distribution, on_branch_choice, key_prefix=STEP.force_prefix)
+
+
+def projector_sampler_view(gen: Generation, view: control.SamplerView) -> None:
+    """Presentation mode: the bars, and beside them the decision, the check and three controls."""
+    view_col, control_col = st.columns([3, 1.3], gap="medium")
+    record = view.record
+    with view_col:
+        if record is None:
+            st.info(FIRST_STEP_NOTE)
+        else:
             panels.distribution_bars_panel(record, view.decision, view.distribution)
-        with control_col:
+    with control_col:
+        if record is not None:
             panels.decision_line_panel(view.decision, view.distribution, gen.lm.texts)
             panels.termination_line_panel(gen)
-    else:
-        with view_col:
-            panels.distribution_panel(record, view.decision, view.distribution, mode_key=STEP.chart_mode,
-                                      chart_key=STEP.distribution_chart)
-    with control_col:
         sampler_controls()
         if view.problem:
             st.error(plain(view.problem), icon=":material/back_hand:")
-    publish_link(gen)
-    if record is None:
-        return
-    with view_col:
-        if view.changed:
+    if record is not None and view.changed:
+        with view_col:
             panels.resample_note(record, view.decision, gen.lm.texts, on_repick, STEP.repick)
-        if not presentation():
-            panels.decision_panel(view.decision, view.distribution, gen.lm.texts)
-    if not presentation():
-        with control_col:
-            panels.candidates_panel(record, view.distribution, on_branch, key_prefix=STEP.force_prefix)
+
+
+FIRST_STEP_NOTE = ("Press **Step**: the first forward pass reads the whole prompt at once (prefill) and gives the "
+                   "distribution for the first new token. (The server starts that pass while you read this, so the "
+                   "first step is quick.)")
 
 
 # ---- the detail tabs (only the open one is computed) -----------------------------------------
@@ -399,7 +449,11 @@ def main() -> None:
         setup_controls()
         templated_text()
     if not presentation():
-        workspace()
+        main_col, controls_col = st.columns([3, 1.1], gap="medium")
+        with main_col:
+            workspace()
+        with controls_col, st.container(key=SAMPLER_CONTROLS):  # outside the fragments: a Step leaves them be
+            sampler_controls()
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it

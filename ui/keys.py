@@ -73,7 +73,7 @@ class StepKeys(PageKeys):
     back: str = "st_back"
     reset: str = "st_reset"
     repick: str = "st_repick"
-    force_prefix: str = "st_force_"  # + a token id: the branch buttons
+    force_prefix: str = "st_force_"  # + step index _ pick: the branch pills (a new widget for each pick)
     trace_download: str = "st_trace_download"
     trace_upload: str = "st_trace_upload"
     replay_stop: str = "st_replay_stop"  # shown while a link or a trace replays: any click cancels it

@@ -119,16 +119,20 @@ def decision_panel(decision: Decision, distribution: Distribution, texts: TokenT
     st.html(stages_html(decision) + decision_html(decision, distribution, texts))
 
 
-def candidates_panel(record: StepRecord, distribution: Distribution, on_branch: Callable[[int], None],
+def candidates_panel(record: StepRecord, distribution: Distribution, on_choice: Callable[[str, int], None],
                      key_prefix: str) -> None:
-    """Buttons that replace the latest step's pick with another candidate (a branch)."""
-    heading("Branch", f"What if another token had been picked? Click one to force it as step "
-            f"{record.index}'s token; Step then continues from there.")
-    row = st.container(horizontal=True)
-    for candidate in distribution.top[:CANDIDATES_SHOWN]:
-        row.button(f"{quoted(candidate.text)} {pct(candidate.prob)}", key=f"{key_prefix}{candidate.token_id}",
-                   on_click=on_branch, args=(candidate.token_id,), disabled=candidate.token_id == record.token_id,
-                   help=f"id {candidate.token_id} · raw p {pct(candidate.prob)}")
+    """The latest step's top candidates as one row of pills, its pick marked: choosing another
+    forces it as the step's token (a branch). One widget, not a button per candidate: every
+    element here is drawn again on each Step. `on_choice(key, pick)` reads the choice under `key`."""
+    heading("Branch", f"What if another token had been picked? The marked one is step {record.index}'s pick; "
+            "choose another to force it, and Step continues from there.")
+    top = distribution.top[:CANDIDATES_SHOWN]
+    labels = {candidate.token_id: f"{quoted(candidate.text)} {pct(candidate.prob)}" for candidate in top}
+    # a new widget for each pick, so it opens with the pick marked
+    key = f"{key_prefix}{record.index}_{record.token_id}"
+    st.pills("Force a candidate", list(labels), format_func=labels.__getitem__, key=key,
+             default=record.token_id if record.token_id in labels else None, label_visibility="collapsed",
+             on_change=on_choice, args=(key, record.token_id))
 
 
 def termination_panel(gen: Generation) -> None:

@@ -66,8 +66,15 @@ def slide(at: AppTest, key: str, value: float) -> AppTest:
     return at
 
 
+def branch_pills(at: AppTest):
+    """The branch pills the page drew (keyed st_force_<step>_<pick>), or None."""
+    return next((p for p in at.pills if p.key and p.key.startswith(STEP.force_prefix)), None)
+
+
 def branch(at: AppTest, token_id: int) -> AppTest:
-    return click(at, f"st_force_{token_id}")
+    branch_pills(at).set_value(token_id).run()
+    assert not at.exception, at.exception
+    return at
 
 
 def use_preset(at: AppTest, name: str) -> AppTest:
@@ -203,6 +210,31 @@ def test_branch_forces_a_candidate_as_the_latest_token(at: AppTest) -> None:
     assert "tbt-forced" in chips(at)
 
 
+def test_branch_pills_mark_the_pick_and_choosing_it_again_changes_nothing(at: AppTest) -> None:
+    click(at, "st_step")
+    step = generation(at).steps[0]
+    pills = branch_pills(at)
+    assert pills.value == step.token_id  # the pick is marked among the candidates
+    assert len(pills.options) == 8 and pills.options[0].endswith("%")
+    pills.set_value(None).run()  # clicking the marked pill clears it: the pick stays, still marked
+    assert not at.exception, at.exception
+    assert generation(at).steps == (step,) and branch_pills(at).value == step.token_id
+    other = step.distribution.top[1].token_id if step.token_id == step.distribution.top[0].token_id else \
+        step.distribution.top[0].token_id
+    branch(at, other)
+    assert generation(at).steps[-1].token_id == other and branch_pills(at).value == other
+
+
+def test_a_sampler_control_beside_the_workspace_resamples_in_the_sampler_view(at: AppTest) -> None:
+    """The controls sit outside the fragments (a Step in a real server leaves them out:
+    tests/browser/test_step_rerun.py); a move of one reruns the sampler view by name."""
+    click(at, "st_step")
+    at.slider(key=STEP.temperature).set_value(1.5).run()
+    assert not at.exception, at.exception
+    assert generation(at).sampler.temperature == 1.5
+    assert any("Re-sampled step 1" in as_read(i.value) for i in at.info)
+
+
 def test_run_steps_until_max_new_tokens_and_disables_step(at: AppTest, monkeypatch) -> None:
     use_preset(at, "The capital of France is")
     monkeypatch.setattr(step_controller, "RUN_FRAME_S", 0.4)  # unpaced, these 12 tokens take ~2.5 s here
@@ -336,7 +368,7 @@ def test_presentation_mode_enlarges_type_and_drops_the_detail_tabs(at: AppTest) 
     assert not at.get("tab")  # no detail tabs: termination and sequence probability shown directly
     assert any("fires when picked" in h.proto.body for h in at.get("html"))
     assert any(m.label == "log P(sequence)" for m in at.metric)
-    assert not [b for b in at.button if b.key and b.key.startswith("st_force_")]  # no branching on the projector
+    assert branch_pills(at) is None  # no branching on the projector
 
 
 def test_presentation_mode_wires_the_presenter_keys_to_step_back_and_run(at: AppTest) -> None:

@@ -280,7 +280,7 @@ def workspace() -> None:
     if presentation():  # one screen: chips, chart, decision and check; the rest below the fold
         panels.context_window_panel(gen, control.prompt_html(S, gen))
         sampler_view()
-        st.html(panels.decoded_text(gen))
+        panels.html(panels.decoded_text(gen))
         left, right = st.columns(2, gap="medium")
         with left:
             st.markdown("#### Termination")
@@ -292,7 +292,7 @@ def workspace() -> None:
         panels.context_panel(gen, control.prompt_html(S, gen))
         sampler_view()
         detail_tabs(gen)
-    publish_link(gen)
+    # the sampler view, drawn in both modes, has kept the address bar a share link
     if control.is_running(S):
         continue_run()
     gen.read_prompt_ahead()  # before step 1: the prompt's pass starts while the visitor reads the page

@@ -48,10 +48,13 @@ from ui.views import PANEL_CSS
 
 S = st.session_state
 SAMPLER_CONTROLS = "sampler_controls"  # the controls' container: its CSS class is st-key-sampler_controls
-# Less empty space above the title. The sampler controls' column stays in view while the page
-# scrolls, so a slider and the chart it changes are on screen together.
+# Less empty space above the title; room between the branch pills and the detail views' control.
+# The sampler controls' column stays in view while the page scrolls, so a slider and the chart
+# it changes are on screen together.
 PAGE_CSS = """<style>[data-testid="stMainBlockContainer"]{padding-top:2.2rem}
-@media (min-width:640px){[data-testid="stColumn"]:has(.st-key-sampler_controls){position:sticky;top:3.75rem;align-self:flex-start}}
+.st-key-st_tabs{margin-top:1rem}
+@media (min-width:640px){[data-testid="stColumn"]:has(.st-key-sampler_controls){
+position:sticky;top:3.75rem;align-self:flex-start}}
 </style>"""
 
 
@@ -384,22 +387,23 @@ FIRST_STEP_NOTE = ("Press **Step**: the first forward pass reads the whole promp
                    "first step is quick.)")
 
 
-# ---- the detail tabs (only the open one is computed) -----------------------------------------
+# ---- the detail views (only the chosen one is computed) ---------------------------------------
 
 TABS = ("Termination", "P(sequence)", "KV cache", "History", "Share")
 
 
 def detail_tabs(gen: Generation) -> None:
-    tabs = st.tabs(list(TABS), key=STEP.tabs, on_change="rerun")
+    """One of the detail views, chosen with a segmented control. (st.tabs sends a block per tab
+    on every Step, six messages against this control's one; with a class stepping at once, each
+    message of a Step's rerun costs the shared server.)"""
+    shown = st.segmented_control("Details", list(TABS), key=STEP.tabs, required=True,
+                                 label_visibility="collapsed", persist_state="session")
     views = (panels.termination_panel,
              lambda g: panels.sequence_panel(g, basis_key=STEP.sequence_basis),
              lambda g: panels.kv_panel(g, STEP.kv_chart),
              lambda g: panels.history_panel(g, STEP.history),
              share_panel)
-    for tab, view in zip(tabs, views, strict=True):
-        if tab.open:
-            with tab:
-                view(gen)
+    views[TABS.index(shown if shown in TABS else TABS[0])](gen)
 
 
 def share_panel(gen: Generation) -> None:

@@ -1,6 +1,7 @@
 """What a Step click sends, read off the websocket as the browser receives it: the workspace's
-elements and nothing else. The sampler controls beside it are not drawn again, and the branch
-candidates are one widget (every element of a Step's rerun costs the shared server CPU)."""
+elements and nothing else. The sampler controls beside it are not drawn again, the branch
+candidates are one widget, and so is the switch between the detail views (every element of a
+Step's rerun costs the shared server CPU)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ pytestmark = pytest.mark.browser
 
 
 def element_kind(msg: ForwardMsg) -> str | None:
-    if msg.WhichOneof("type") != "delta" or msg.delta.WhichOneof("type") != "new_element":
+    """An element's type, or "block:" and a block's (a container, a column, a tab)."""
+    if msg.WhichOneof("type") != "delta":
         return None
-    return msg.delta.new_element.WhichOneof("type")
+    delta = msg.delta
+    if delta.WhichOneof("type") == "add_block":
+        return f"block:{delta.add_block.WhichOneof('type')}"
+    return delta.new_element.WhichOneof("type") if delta.WhichOneof("type") == "new_element" else None
 
 
 async def elements_of_a_step(url: str) -> Counter:
@@ -50,4 +55,5 @@ def test_a_step_redraws_the_workspace_but_not_the_sampler_controls(app_url) -> N
     assert kinds["plotly_chart"] == 1  # the new distribution
     assert kinds["slider"] == 0 and kinds["selectbox"] == 0  # the controls stay as they are
     assert kinds["button"] == 4  # Step, Run, Back, Reset: no button per candidate
-    assert kinds["button_group"] == 2  # the chart's scale, and the branch pills
+    assert kinds["button_group"] == 3  # the chart's scale, the branch pills, the detail views' switch
+    assert kinds["block:tab_container"] == 0 and kinds["block:tab"] == 0  # no block per detail view

@@ -357,8 +357,8 @@ def wide_sampler_view(gen: Generation, view: control.SamplerView) -> None:
                               chart_key=STEP.distribution_chart)
     if view.changed:
         panels.resample_note(record, view.decision, gen.lm.texts, on_repick, STEP.repick)
-    panels.decision_panel(view.decision, view.distribution, gen.lm.texts)
-    panels.candidates_panel(record, view.distribution, on_branch_choice, key_prefix=STEP.force_prefix)
+    panels.decision_and_branch_panel(record, view.decision, view.distribution, gen.lm.texts, on_branch_choice,
+                                     key_prefix=STEP.force_prefix)
 
 
 def projector_sampler_view(gen: Generation, view: control.SamplerView) -> None:

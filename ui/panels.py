@@ -17,7 +17,7 @@ from engine.tokens import TokenTexts
 from ui.bars import distribution_bars_html
 from ui.charts import CHART_CONFIG, FINAL_NAME, MODES, RAW_NAME, distribution_figure, kv_figure
 from ui.chips import chip_window, context_html
-from ui.format import pct, quoted
+from ui.format import esc, pct, quoted
 from ui.views import (
     LINE_CSS,
     cdf_strip_html,
@@ -25,6 +25,7 @@ from ui.views import (
     decision_line_html,
     decoded_text_html,
     factorisation_html,
+    heading_html,
     kv_check_html,
     sequence_stats,
     sequence_table_html,
@@ -127,20 +128,19 @@ def resample_note(record: StepRecord, decision: Decision, texts: TokenTexts,
         st.button(f"Take step {record.index} again with these settings", key=button_key, on_click=on_repick)
 
 
-def decision_panel(decision: Decision, distribution: Distribution, texts: TokenTexts) -> None:
-    """The sampler chain stage by stage, then the draw (or argmax, or the forced token)."""
-    heading("Sampler decision", f"Stages in {decision.settings.chain} order. Each one removes tokens or reshapes "
-            "the distribution; the last one leaves the final distribution the pick is drawn from.")
-    html(stages_html(decision) + decision_html(decision, distribution, texts))
-
-
-def candidates_panel(record: StepRecord, distribution: Distribution, on_choice: Callable[[str, int], None],
-                     key_prefix: str) -> None:
-    """The latest step's top candidates as one row of pills, its pick marked: choosing another
-    forces it as the step's token (a branch). One widget, not a button per candidate: every
-    element here is drawn again on each Step. `on_choice(key, pick)` reads the choice under `key`."""
-    heading("Branch", f"What if another token had been picked? The marked one is step {record.index}'s pick; "
-            "choose another to force it, and Step continues from there.")
+def decision_and_branch_panel(record: StepRecord, decision: Decision, distribution: Distribution, texts: TokenTexts,
+                              on_choice: Callable[[str, int], None], key_prefix: str) -> None:
+    """The sampler chain stage by stage, then the draw (or argmax, or the forced token); then
+    the latest step's top candidates as one row of pills, its pick marked: choosing another
+    forces it as the step's token (a branch). Both panels' text is one element and the
+    candidates one widget, not a button each: every element here is sent again on each Step.
+    `on_choice(key, pick)` reads the choice under `key`."""
+    html(heading_html("Sampler decision", f"Stages in {esc(decision.settings.chain)} order. Each one removes tokens "
+                      "or reshapes the distribution; the last one leaves the final distribution the pick is drawn "
+                      "from.")
+         + stages_html(decision) + decision_html(decision, distribution, texts)
+         + heading_html("Branch", f"What if another token had been picked? The marked one is step {record.index}'s "
+                        "pick; choose another to force it, and Step continues from there."))
     top = distribution.top[:CANDIDATES_SHOWN]
     labels = {candidate.token_id: f"{quoted(candidate.text)} {pct(candidate.prob)}" for candidate in top}
     # a new widget for each pick, so it opens with the pick marked

@@ -26,6 +26,9 @@ PANEL_CSS = """
 .tbt-off td{color:#999}
 .tbt-fired td{background:#fff3bf;font-weight:600}
 .tbt-note{color:#666;font-size:.85rem}
+.tbt-heading{font-size:1.5rem;font-weight:600;line-height:1.2;margin:0;padding:.5rem 0 .6rem 0}
+.tbt-heading:not(:first-child){margin-top:1rem}
+.tbt-caption{font-size:.875rem;line-height:1.6;opacity:.7;margin:0 0 .75rem 0}
 .tbt-pick{font-size:1.15rem;margin:.2rem 0 .4rem 0}
 .tbt-pick b{background:#fff3bf;padding:0 4px;border-radius:4px;font-family:ui-monospace,monospace}
 .tbt-cdf{position:relative;display:flex;height:30px;border:1px solid #bbb;border-radius:4px;
@@ -81,6 +84,12 @@ def token_name(texts: TokenTexts, token_id: int) -> str:
 
 
 # ---- sampler decision -----------------------------------------------------------------------
+
+
+def heading_html(title: str, caption: str) -> str:
+    """A panel's title and caption inside a larger HTML element, styled as ui/panels.py's
+    `heading` draws them with Markdown (`caption` is HTML)."""
+    return f'<h4 class="tbt-heading">{esc(title)}</h4><p class="tbt-caption">{caption}</p>'
 
 
 def stages_html(decision: Decision) -> str:

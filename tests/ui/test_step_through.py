@@ -371,6 +371,15 @@ def test_presentation_mode_enlarges_type_and_drops_the_detail_tabs(at: AppTest) 
     assert branch_pills(at) is None  # no branching on the projector
 
 
+def test_presentation_mode_keeps_its_sliders_in_the_sampler_view_and_they_resample(at: AppTest) -> None:
+    at.toggle(key=APP.presentation).set_value(True).run()
+    click(at, "st_step")
+    at.slider(key=STEP.temperature).set_value(1.2).run()  # reruns the sampler view it sits in
+    assert not at.exception, at.exception
+    assert any("Re-sampled step 1" in as_read(i.value) for i in at.info)
+    assert generation(at).sampler.temperature == 1.2
+
+
 def test_presentation_mode_wires_the_presenter_keys_to_step_back_and_run(at: AppTest) -> None:
     assert presenter_keys(at) is None  # normal mode: no key handler, no way out of a mode that is off
     assert not [b for b in at.button if b.key == APP.exit_presentation]

@@ -35,6 +35,7 @@ from ui.keys import APP, STEP
 from ui.model import current_model, current_scheduler, current_source, switch_model
 from ui.presets import load_presets, preset_named
 from ui.state import (
+    DETAIL_VIEWS,
     init_defaults,
     message,
     parse_stop_sequences,
@@ -389,21 +390,19 @@ FIRST_STEP_NOTE = ("Press **Step**: the first forward pass reads the whole promp
 
 # ---- the detail views (only the chosen one is computed) ---------------------------------------
 
-TABS = ("Termination", "P(sequence)", "KV cache", "History", "Share")
-
 
 def detail_tabs(gen: Generation) -> None:
     """One of the detail views, chosen with a segmented control. (st.tabs sends a block per tab
     on every Step, six messages against this control's one; with a class stepping at once, each
     message of a Step's rerun costs the shared server.)"""
-    shown = st.segmented_control("Details", list(TABS), key=STEP.tabs, required=True,
+    shown = st.segmented_control("Details", list(DETAIL_VIEWS), key=STEP.tabs, required=True,
                                  label_visibility="collapsed", persist_state="session")
     views = (panels.termination_panel,
              lambda g: panels.sequence_panel(g, basis_key=STEP.sequence_basis),
              lambda g: panels.kv_panel(g, STEP.kv_chart),
              lambda g: panels.history_panel(g, STEP.history),
              share_panel)
-    views[TABS.index(shown if shown in TABS else TABS[0])](gen)
+    views[DETAIL_VIEWS.index(shown if shown in DETAIL_VIEWS else DETAIL_VIEWS[0])](gen)
 
 
 def share_panel(gen: Generation) -> None:

@@ -100,13 +100,13 @@ def distribution_panel(record: StepRecord, decision: Decision, distribution: Dis
 def distribution_bars_panel(record: StepRecord, decision: Decision, distribution: Distribution) -> None:
     """Presentation mode: the distribution as viewport-sized bars, the top 8 and the rest."""
     html(LINE_CSS + f'<div class="tbt-title">Next-token distribution at step {record.index} · entropy '
-            f"{distribution.raw_entropy_bits:.2f} bits</div>" + distribution_bars_html(distribution, decision.token_id))
+         f"{distribution.raw_entropy_bits:.2f} bits</div>" + distribution_bars_html(distribution, decision.token_id))
 
 
 def decision_line_panel(decision: Decision, distribution: Distribution, texts: TokenTexts) -> None:
     """Presentation mode: the pick in one line, and for a random draw the strip u fell on."""
     html(LINE_CSS + '<div class="tbt-title">Sampler decision</div>' + decision_line_html(decision, texts)
-            + cdf_strip_html(decision, distribution))
+         + cdf_strip_html(decision, distribution))
 
 
 def termination_line_panel(gen: Generation) -> None:

@@ -14,11 +14,12 @@ from ui.deployment import current_deployment
 from ui.keys import STEP
 
 DEFAULT_PROMPT = "The capital of France is"
+DETAIL_VIEWS = ("Termination", "P(sequence)", "KV cache", "History", "Share")  # the Step page's detail views
 WIDGET_DEFAULTS: dict[str, Any] = {
     STEP.prompt: DEFAULT_PROMPT, STEP.chat: False, STEP.allow_special: False, STEP.seed: 0,
     STEP.temperature: 0.0, STEP.top_k: 0, STEP.top_p: 1.0, STEP.min_p: 0.0, STEP.repetition_penalty: 1.0,
     STEP.chain: "transformers", STEP.max_new_tokens: 32, STEP.stop_sequences: "", STEP.ignore_eos: False,
-    STEP.chart_mode: "probability", STEP.sequence_basis: "raw", STEP.tabs: "Termination",
+    STEP.chart_mode: "probability", STEP.sequence_basis: "raw", STEP.tabs: DETAIL_VIEWS[0],
 }
 
 # The widgets' ranges (min, max, step). Settings from a link or a trace must fit them: a

@@ -46,6 +46,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from engine import packed_llama
 from engine.loading import LoadedModel
+from engine.prompt_rows import RowKinds, measure_row_kinds, prompt_rows
 
 if TYPE_CHECKING:
     from engine.scheduler import ForwardScheduler
@@ -357,20 +358,32 @@ class ScriptedPlan:
         return ROWWISE_CHUNK if self.exact else self.weights.head.shape[0]
 
     def _head_slices(self) -> list[torch.Tensor]:
-        chunk = self.head_chunk()
-        return [self.weights.head[start:start + chunk] for start in range(0, self.weights.head.shape[0], chunk)]
+        return head_slices(self.weights.head, self.head_chunk())
 
     def _how(self, weight: torch.Tensor, rows: int) -> int:
         if not self.exact or weight.dim() != 2:  # norms' weights are not multiplied
             return packed_llama.ONE_PRODUCT
-        if rows > 1 and _batched_rows_agree(weight, rows):
-            return packed_llama.ONE_ROW_PRODUCTS
-        return packed_llama.ROW_LOOP
+        return one_row_products_how(weight, rows)
+
+
+def head_slices(head: torch.Tensor, chunk: int) -> list[torch.Tensor]:
+    """The language-model head in slices of `chunk` output features."""
+    return [head[start:start + chunk] for start in range(0, head.shape[0], chunk)]
+
+
+def one_row_products_how(weight: torch.Tensor, rows: int) -> int:
+    """How `rows` rows each get their own 1-row product by `weight`: in one batched call where
+    the probe says it gives the row-by-row loop's digits, else one call a row."""
+    if rows > 1 and _batched_rows_agree(weight, rows):
+        return packed_llama.ONE_ROW_PRODUCTS
+    return packed_llama.ROW_LOOP
 
 
 _plans: weakref.WeakKeyDictionary[PreTrainedModel, dict[bool, ScriptedPlan | None]] = weakref.WeakKeyDictionary()
 _plans_lock = threading.Lock()
 PROBE_TOKENS = ((1, 2, 3), (4, 5, 6, 7, 8))  # two visitors of different lengths for the parity probe
+# prompts for the prompts' pass probe: a row of each kind engine/prompt_rows.py tells apart
+PROBE_PROMPTS = ((7,), (1, 2, 3), (4, 5, 6, 7, 8, 9), tuple(range(10, 23)))
 
 
 def scripted_plan(lm: LoadedModel, exact: bool = True) -> ScriptedPlan | None:
@@ -407,6 +420,14 @@ class ScriptedPrefill:
     run: Callable
     weights: packed_llama.LlamaWeights
 
+    def row_kinds(self) -> RowKinds | None:
+        """Which product gives each prompt row its lone digits, at this thread's count."""
+        return measure_row_kinds(self.weights.layers)
+
+    def head_hows(self, prompts: int) -> list[int]:
+        """How each slice of the head multiplies the prompts' last rows: one 1-row product each."""
+        return [one_row_products_how(part, prompts) for part in head_slices(self.weights.head, ROWWISE_CHUNK)]
+
 
 _prefills: weakref.WeakKeyDictionary[PreTrainedModel, ScriptedPrefill | None] = weakref.WeakKeyDictionary()
 
@@ -428,9 +449,11 @@ def _probed_prefill(lm: LoadedModel) -> ScriptedPrefill | None:
     if weights is None or run is None or not _sdpa_matches(lm, weights):
         return None
     prefill = ScriptedPrefill(lm, run, weights)
-    lone_logits, lone_caches = zip(*(_probe_cache(lm, ids) for ids in PROBE_TOKENS), strict=True)
-    caches = [new_cache(lm) for _ in PROBE_TOKENS]
-    logits = _prefill_scripted(prefill, PROBE_TOKENS, caches)
+    if prefill.row_kinds() is None:
+        return None
+    lone_logits, lone_caches = zip(*(_probe_cache(lm, ids) for ids in PROBE_PROMPTS), strict=True)
+    caches = [new_cache(lm) for _ in PROBE_PROMPTS]
+    logits = _prefill_scripted(prefill, PROBE_PROMPTS, caches)
     same = all(torch.equal(a, b) for a, b in zip(lone_logits, logits, strict=True))
     return prefill if same and _same_caches(lone_caches, caches) else None
 
@@ -466,7 +489,8 @@ def forward_prefills(lm: LoadedModel, prompts: Sequence[Sequence[int]], caches: 
     prefill = scripted_prefill(lm)
     lengths = [cache_length(cache) for cache in caches]
     try:
-        if prefill is None or any(lengths) or any(type(c) is not DynamicCache for c in caches):
+        if (prefill is None or prefill.row_kinds() is None or any(lengths)
+                or any(type(c) is not DynamicCache for c in caches)):
             return [forward(lm, torch.tensor([list(ids)]), c)[0] for ids, c in zip(prompts, caches, strict=True)]
         return _prefill_scripted(prefill, prompts, caches)
     except BaseException:
@@ -478,15 +502,21 @@ def forward_prefills(lm: LoadedModel, prompts: Sequence[Sequence[int]], caches: 
 def _prefill_scripted(prefill: ScriptedPrefill, prompts: Sequence[Sequence[int]], caches: Sequence[DynamicCache]
                       ) -> list[torch.Tensor]:
     weights, device = prefill.weights, prefill.lm.device
-    hiddens = [weights.embed(torch.tensor([list(ids)], device=device)) for ids in prompts]  # each [1, n, hidden]
-    rotations = [weights.rotary(hidden, torch.arange(hidden.shape[1], device=device)[None]) for hidden in hiddens]
+    lengths = [len(ids) for ids in prompts]
+    starts = [sum(lengths[:p]) for p in range(len(lengths))]
+    stacked = torch.tensor([[token for ids in prompts for token in ids]], device=device)  # end to end
+    hidden = weights.embed(stacked)  # [1, rows, hidden]
+    positions = torch.tensor([[place for n in lengths for place in range(n)]], device=device)  # each from 0
+    cos, sin = weights.rotary(hidden, positions)
+    rows = prompt_rows(prefill.row_kinds(), lengths, device)
+    last_rows = torch.tensor([start + n - 1 for start, n in zip(starts, lengths, strict=True)], device=device)
     with torch.jit.optimized_execution(False):
-        logits, keys, values = prefill.run(hiddens, [cos for cos, _ in rotations], [sin for _, sin in rotations],
-                                       list(weights.layers), weights.eps, weights.head_dim, weights.scale, weights.gqa,
-                                       weights.norm, weights.head)
+        logits, keys, values = prefill.run(hidden, cos, sin, starts, lengths, list(weights.layers), rows, last_rows,
+                                           weights.eps, weights.head_dim, weights.scale, weights.gqa, weights.norm,
+                                           weights.head, prefill.head_hows(len(prompts)), ROWWISE_CHUNK)
     for index, (key, value) in enumerate(zip(keys, values, strict=True)):  # the caches grow only now
         caches[index % len(caches)].update(key, value, index // len(caches))
-    return [_on_cpu(prefill.lm, row[0]) for row in logits]
+    return [_on_cpu(prefill.lm, row).clone() for row in logits[0]]  # each its own storage
 
 
 def _plain_layers(caches: Sequence[DynamicCache], layers: int) -> bool:

@@ -1,5 +1,6 @@
 """Packed passes for Llama-family models that run outside Python's GIL: several visitors'
-decode steps (`packed_logits`), and several new visitors' prompts (`prefill_logits`).
+decode steps (`packed_logits`), and several new visitors' prompts (`prefill_logits`, which
+multiplies the prompts' rows as engine/prompt_rows.py says: each row its lone digits).
 
 Why: the eager packed pass (engine/forward.py's twin model) makes about 8,000 torch calls for
 30 visitors. Each call lets go of the GIL and takes it back, and in a busy server every take
@@ -23,6 +24,7 @@ TorchScript reads these functions' annotations as written.
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -33,8 +35,25 @@ from torch import Tensor, nn
 ONE_PRODUCT = 0  # one matrix product for all rows (fast batching)
 ONE_ROW_PRODUCTS = 1  # each row its own 1-row product, all in one batched call (exact)
 ROW_LOOP = 2  # each row its own 1-row product, one call a row (exact, where the batched call differs)
+PROMPT_ROWS = 3  # prompts stacked end to end: each row through the product its lone prompt's pass uses
 
 LAYER_WEIGHTS = 9  # per decoder layer: input norm, q, k, v, o, post-attention norm, gate, up, down
+
+
+class PromptRows(NamedTuple):
+    """Which rows of several prompts stacked end to end go through which matrix product, so
+    that each row gets the digits of its own prompt's lone pass (engine/prompt_rows.py)."""
+
+    big: Tensor  # row indices multiplied in one product of many rows
+    small: Tensor  # row indices multiplied three to a product, a multiple of 3 (the last group padded with repeats)
+    small_count: int  # rows of `small` that are not padding
+    single: Tensor  # row indices multiplied one row to a product
+
+
+def no_prompt_rows() -> PromptRows:
+    """For a pass whose linear layers are not multiplied by PromptRows (a decode pass)."""
+    empty = torch.empty(0, dtype=torch.long)
+    return PromptRows(empty, empty, 0, empty)
 
 
 def rms_norm(hidden: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -46,26 +65,52 @@ def rms_norm(hidden: Tensor, weight: Tensor, eps: float) -> Tensor:
     return weight * hidden32.to(dtype)
 
 
-def rows_linear(x: Tensor, weight: Tensor, how: int) -> Tensor:
-    """`x @ weight.T` for `x` `[1, rows, in]` -> `[1, rows, out]`, multiplied as `how` says."""
+def rows_linear(x: Tensor, weight: Tensor, how: int, prompt_rows: PromptRows) -> Tensor:
+    """`x @ weight.T` for `x` `[1, rows, in]` -> `[1, rows, out]`, multiplied as `how` says
+    (`prompt_rows` is read only by PROMPT_ROWS)."""
     rows = x.shape[1]
     if how == 0:  # ONE_PRODUCT
         return F.linear(x, weight)
     if how == 1:  # ONE_ROW_PRODUCTS
-        lhs = x.reshape(rows, 1, x.shape[2])
-        return torch.bmm(lhs, weight.t().expand(rows, -1, -1)).reshape(1, rows, weight.shape[0])
+        return one_row_products(x[0], weight).unsqueeze(0)
+    if how == 3:  # PROMPT_ROWS
+        return prompts_linear(x[0], weight, prompt_rows).unsqueeze(0)
     parts: list[Tensor] = []
     for i in range(rows):
         parts.append(F.linear(x[:, i:i + 1], weight))
     return torch.cat(parts, dim=1)
 
 
+def one_row_products(x: Tensor, weight: Tensor) -> Tensor:
+    """`[rows, in] -> [rows, out]`, each row its own 1-row product, all in one batched call."""
+    rows = x.shape[0]
+    return torch.bmm(x.reshape(rows, 1, x.shape[1]), weight.t().expand(rows, -1, -1)).reshape(rows, weight.shape[0])
+
+
+def prompts_linear(x: Tensor, weight: Tensor, prompt_rows: PromptRows) -> Tensor:
+    """`[rows, in] -> [rows, out]` for prompts stacked end to end: the big rows in one product,
+    the small ones three to a product (in one batched call), each single row alone."""
+    out = x.new_empty((x.shape[0], weight.shape[0]))
+    big, small, single = prompt_rows.big, prompt_rows.small, prompt_rows.single
+    if big.numel() > 0:
+        out.index_copy_(0, big, F.linear(x.index_select(0, big), weight))
+    if prompt_rows.small_count > 0:
+        groups = x.index_select(0, small).reshape(-1, 3, x.shape[1])
+        products = torch.bmm(groups, weight.t().expand(groups.shape[0], -1, -1)).reshape(-1, weight.shape[0])
+        out.index_copy_(0, small[:prompt_rows.small_count], products[:prompt_rows.small_count])
+    for i in range(single.numel()):
+        row = int(single[i])
+        out[row:row + 1] = F.linear(x[row:row + 1], weight)
+    return out
+
+
 def sliced_linear(x: Tensor, weight: Tensor, hows: list[int], chunk: int) -> Tensor:
     """`rows_linear` over slices of `chunk` output features (slice j multiplied as `hows[j]`):
     a weight too large for the CPU's cache is read from memory once for all rows."""
     parts: list[Tensor] = []
+    no_rows = no_prompt_rows()
     for j, how in enumerate(hows):
-        parts.append(rows_linear(x, weight[j * chunk:(j + 1) * chunk], how))
+        parts.append(rows_linear(x, weight[j * chunk:(j + 1) * chunk], how, no_rows))
     return torch.cat(parts, dim=-1)
 
 
@@ -75,27 +120,28 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 def rotated_projections(hidden: Tensor, w: list[Tensor], how: list[int], eps: float, head_dim: int, cos: Tensor,
-                        sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                        sin: Tensor, prompt_rows: PromptRows) -> tuple[Tensor, Tensor, Tensor]:
     """A layer's attention inputs for `hidden` `[1, n, hidden]`: the input norm, then query, key
     and value `[1, heads, n, head_dim]`, query and key rotated (`cos`, `sin` `[1, 1, n, head_dim]`).
     `w` and `how`: the layer's LAYER_WEIGHTS weights and how each multiplies."""
     n = hidden.shape[1]
     normed = rms_norm(hidden, w[0], eps)
-    query = rows_linear(normed, w[1], how[1]).view(1, n, -1, head_dim).transpose(1, 2)
-    key = rows_linear(normed, w[2], how[2]).view(1, n, -1, head_dim).transpose(1, 2)
-    value = rows_linear(normed, w[3], how[3]).view(1, n, -1, head_dim).transpose(1, 2)
+    query = rows_linear(normed, w[1], how[1], prompt_rows).view(1, n, -1, head_dim).transpose(1, 2)
+    key = rows_linear(normed, w[2], how[2], prompt_rows).view(1, n, -1, head_dim).transpose(1, 2)
+    value = rows_linear(normed, w[3], how[3], prompt_rows).view(1, n, -1, head_dim).transpose(1, 2)
     return (query * cos) + (rotate_half(query) * sin), (key * cos) + (rotate_half(key) * sin), value
 
 
-def after_attention(residual: Tensor, attended: Tensor, w: list[Tensor], how: list[int], eps: float) -> Tensor:
+def after_attention(residual: Tensor, attended: Tensor, w: list[Tensor], how: list[int], eps: float,
+                    prompt_rows: PromptRows) -> Tensor:
     """The rest of a layer from its attention output `[1, heads, n, head_dim]`: the output
     projection and residual, then the post-attention norm, the SiLU MLP and its residual."""
     n = residual.shape[1]
     attended = attended.transpose(1, 2).contiguous().reshape(1, n, -1).contiguous()
-    hidden = residual + rows_linear(attended, w[4], how[4])
+    hidden = residual + rows_linear(attended, w[4], how[4], prompt_rows)
     normed = rms_norm(hidden, w[5], eps)
-    gated = F.silu(rows_linear(normed, w[6], how[6])) * rows_linear(normed, w[7], how[7])
-    return hidden + rows_linear(gated, w[8], how[8])
+    gated = F.silu(rows_linear(normed, w[6], how[6], prompt_rows)) * rows_linear(normed, w[7], how[7], prompt_rows)
+    return hidden + rows_linear(gated, w[8], how[8], prompt_rows)
 
 
 def decoder_pass(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor], hows: list[int],
@@ -108,12 +154,13 @@ def decoder_pass(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor]
     same order; the caches passed in are not changed."""
     rows, per_layer = hidden.shape[1], 9  # LAYER_WEIGHTS
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    no_rows = no_prompt_rows()
     grown_keys: list[Tensor] = []
     grown_values: list[Tensor] = []
     for layer in range(len(weights) // per_layer):
         w = weights[layer * per_layer:(layer + 1) * per_layer]
         how = hows[layer * per_layer:(layer + 1) * per_layer]
-        query, key, value = rotated_projections(hidden, w, how, eps, head_dim, cos, sin)
+        query, key, value = rotated_projections(hidden, w, how, eps, head_dim, cos, sin, no_rows)
         outputs: list[Tensor] = []
         for i in range(rows):  # each row against its own visitor's cache
             row_keys = torch.cat([keys[layer * rows + i], key[:, :, i:i + 1]], dim=-2)
@@ -122,7 +169,7 @@ def decoder_pass(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor]
             grown_values.append(row_values)
             outputs.append(F.scaled_dot_product_attention(query[:, :, i:i + 1], row_keys, row_values, attn_mask=None,
                                                           dropout_p=0.0, is_causal=False, scale=scale, enable_gqa=gqa))
-        hidden = after_attention(hidden, torch.cat(outputs, dim=2), w, how, eps)
+        hidden = after_attention(hidden, torch.cat(outputs, dim=2), w, how, eps, no_rows)
     return hidden, grown_keys, grown_values
 
 
@@ -137,35 +184,38 @@ def packed_logits(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor
     return sliced_linear(hidden, head_weight, head_hows, head_chunk), grown_keys, grown_values
 
 
-def prefill_logits(hiddens: list[Tensor], coses: list[Tensor], sins: list[Tensor], weights: list[Tensor],
-                   eps: float, head_dim: int, scale: float, gqa: bool, norm_weight: Tensor, head_weight: Tensor
-                   ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
-    """Several prompts' prefills in one call, each exactly as its own pass would run it: every
-    operation sees one prompt's tensors `[1, n_p, ...]` (the shapes, hence the kernels, of a
-    lone prefill), and layer by layer, so a layer's weights are still in the CPU's cache for
-    the next prompt. Returns each prompt's last-position logits `[1, vocab]`, and its keys and
-    values `[1, kv_heads, n_p, head_dim]` for (layer, prompt), layer by layer."""
-    prompts, per_layer = len(hiddens), 9  # LAYER_WEIGHTS
-    one_product = [0, 0, 0, 0, 0, 0, 0, 0, 0]  # ONE_PRODUCT for every weight: each prompt its own product
-    hiddens = list(hiddens)
+def prefill_logits(hidden: Tensor, cos: Tensor, sin: Tensor, starts: list[int], lengths: list[int],
+                   weights: list[Tensor], prompt_rows: PromptRows, last_rows: Tensor, eps: float, head_dim: int,
+                   scale: float, gqa: bool, norm_weight: Tensor, head_weight: Tensor, head_hows: list[int],
+                   head_chunk: int) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """Several prompts' prefills in one call, each with its lone prefill's digits. The prompts
+    are stacked end to end (`hidden` `[1, rows, hidden]`, prompt p at rows `starts[p]` to
+    `starts[p] + lengths[p]`, each at its own positions: `cos`, `sin` `[1, rows, head_dim]`).
+    Linear layers multiply each row as `prompt_rows` says; attention is each prompt's own, on
+    its own rows, as its lone pass does it. Returns the logits at `last_rows` (each prompt's
+    last row) `[1, prompts, vocab]`, and each prompt's keys and values
+    `[1, kv_heads, n_p, head_dim]` for (layer, prompt), layer by layer."""
+    per_layer = 9  # LAYER_WEIGHTS
+    by_prompt_rows = [3, 3, 3, 3, 3, 3, 3, 3, 3]  # PROMPT_ROWS for every weight
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     all_keys: list[Tensor] = []
     all_values: list[Tensor] = []
     for layer in range(len(weights) // per_layer):
         w = weights[layer * per_layer:(layer + 1) * per_layer]
-        for p in range(prompts):
-            hidden = hiddens[p]
-            query, key, value = rotated_projections(hidden, w, one_product, eps, head_dim, coses[p].unsqueeze(1),
-                                                    sins[p].unsqueeze(1))
-            key, value = key.contiguous(), value.contiguous()  # as an empty cache's update copies them
-            all_keys.append(key)
-            all_values.append(value)
-            attended = F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                                      is_causal=hidden.shape[1] > 1, scale=scale, enable_gqa=gqa)
-            hiddens[p] = after_attention(hidden, attended, w, one_product, eps)
-    logits: list[Tensor] = []
-    for hidden in hiddens:
-        logits.append(F.linear(rms_norm(hidden, norm_weight, eps)[:, -1:, :], head_weight)[0])
-    return logits, all_keys, all_values
+        query, key, value = rotated_projections(hidden, w, by_prompt_rows, eps, head_dim, cos, sin, prompt_rows)
+        outputs: list[Tensor] = []
+        for p in range(len(starts)):
+            start, n = starts[p], lengths[p]
+            prompt_key = key[:, :, start:start + n].contiguous()  # as an empty cache's update copies them
+            prompt_value = value[:, :, start:start + n].contiguous()
+            all_keys.append(prompt_key)
+            all_values.append(prompt_value)
+            outputs.append(F.scaled_dot_product_attention(query[:, :, start:start + n], prompt_key, prompt_value,
+                                                          attn_mask=None, dropout_p=0.0, is_causal=n > 1, scale=scale,
+                                                          enable_gqa=gqa))
+        hidden = after_attention(hidden, torch.cat(outputs, dim=2), w, by_prompt_rows, eps, prompt_rows)
+    last = rms_norm(hidden.index_select(1, last_rows), norm_weight, eps)
+    return sliced_linear(last, head_weight, head_hows, head_chunk), all_keys, all_values
 
 
 _compiled: dict[str, Callable] = {}

@@ -617,6 +617,23 @@ def test_exact_packed_passes_of_every_size_give_each_row_its_lone_logits(lm, row
     assert torch.equal(forward_packed(lm, tokens, caches), lone)
 
 
+def test_prompts_of_every_kind_of_length_read_together_give_each_its_lone_logits_and_cache(lm) -> None:
+    """On the real model: one-token prompts, prompts of 2-11 tokens (their last rows take the
+    small-product kernel), 12 and more (every row the large product's), in one call."""
+    text = lm.tokenizer("A teacher reads the next word of a long story aloud, and the class guesses which word "
+                        "comes after it, one word at a time, until the story ends happily.")["input_ids"]
+    lengths = [1, 2, 3, 4, 5, 6, 7, 9, 11, 12, 13, 1, 6, len(text)]
+    prompts = [text[i % 7:i % 7 + n] for i, n in enumerate(lengths)]
+    assert scripted_prefill(lm) is not None  # the pass the server runs: one scripted call
+    caches = [new_cache(lm) for _ in prompts]
+    logits = forward_prefills(lm, prompts, caches)
+    for ids, got, cache in zip(prompts, logits, caches, strict=True):
+        expected, lone_cache = lone_prefill(lm, ids)
+        assert torch.equal(got, expected)
+        for ours, theirs in zip(cache.layers, lone_cache.layers, strict=True):
+            assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+
+
 def test_a_lone_visitor_through_the_scheduler_gets_bit_identical_logits(lm) -> None:
     scheduler = ForwardScheduler(lm)
     try:

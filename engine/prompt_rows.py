@@ -1,0 +1,140 @@
+"""Which matrix product gives each row of a prompt its lone pass's digits.
+
+A prompt read alone goes through each linear layer as ONE n-row matrix product. This CPU's
+matrix kernels do not sum every row of such a product alike. Measured on SmolLM2's five
+weight shapes (MKL, two threads, this machine), there are three kinds of row:
+  - big: every row of a product of 12 rows or more, and below 12 rows every row in a whole
+    group of four, has the digits that row gets in any large product;
+  - small: below 12 rows, the last one to three rows go through another kernel, whose digits
+    a 3-row product gives;
+  - single: a 1-row product (a one-token prompt) has digits of its own.
+
+So several prompts need not be read one product each, most of them a few-row product (slow:
+it reads each weight from the cache for every few rows). Stacked end to end, all their big rows
+go through ONE product, their small rows three to a product in one batched call, each single
+row alone, and every row keeps the digits of its own prompt's lone pass. Thirty short prompts
+are read about three times faster than one product each.
+
+Which row is which kind is not assumed: `measure_row_kinds` measures it on this machine's
+kernels for the model's weight shapes and the thread count, and where any row fits none of the
+three kinds, or the shapes disagree, it answers None and prompts are read one pass each.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.packed_llama import PromptRows
+
+BIG, SMALL, SINGLE = "big", "small", "single"
+SMALL_GROUP = 3  # small rows go three to a product
+MEASURED_LENGTHS = range(1, 17)  # prompt lengths whose rows are sorted by kind, one by one
+LONG_LENGTHS = (17, 31, 64, 100, 257, 600)  # longer prompts: every row must be big
+OFFSET = 5  # the probe's rows start here, so no row sits at the same place in the reference product
+
+
+@dataclass(frozen=True)
+class RowKinds:
+    """The kind of each row of a lone prompt's product, for prompts of up to
+    max(MEASURED_LENGTHS) tokens; every row of a longer prompt is big."""
+
+    by_length: dict[int, tuple[str, ...]]
+
+    def of(self, length: int) -> tuple[str, ...]:
+        return self.by_length.get(length, (BIG,) * length)
+
+    def big_product_rows(self, rows: int) -> int:
+        """How many rows a product must have so that `rows` rows all come out big: `rows`
+        itself where that is so, else the next size that is (padded with repeats)."""
+        return next((n for n in range(rows, max(self.by_length) + 1) if set(self.of(n)) == {BIG}),
+                    max(rows, max(self.by_length) + 1))
+
+
+_measured: dict[tuple, RowKinds | None] = {}
+_measured_lock = threading.Lock()
+
+
+def measure_row_kinds(weights: Sequence[torch.Tensor]) -> RowKinds | None:
+    """The row kinds for the linear layers' `weights` on this machine and thread count, or None
+    where a row fits no kind or two weight shapes disagree. Measured once per set of shapes."""
+    shapes = sorted({(tuple(w.shape), w.dtype, w.device) for w in weights if w.dim() == 2}, key=str)
+    key = (tuple(shapes), torch.get_num_threads())
+    with _measured_lock:
+        if key not in _measured:
+            tables = [_kinds_for_shape(*shape) for shape in shapes]
+            same = bool(tables) and all(table == tables[0] for table in tables)
+            _measured[key] = RowKinds(tables[0]) if same and tables[0] is not None else None
+        return _measured[key]
+
+
+@torch.inference_mode()
+def _kinds_for_shape(shape: tuple[int, int], dtype: torch.dtype, device: torch.device
+                     ) -> dict[int, tuple[str, ...]] | None:
+    """Each measured length's row kinds for a weight of this shape, or None. Kernels choose their
+    summation order by shape and thread count, not by value: random numbers answer for the shape."""
+    generator = torch.Generator().manual_seed(sum(shape))
+    weight = torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
+    rows = OFFSET + max(LONG_LENGTHS)
+    x = torch.randn((rows + SMALL_GROUP, shape[1]), generator=generator).to(device=device, dtype=dtype)
+    big = F.linear(x[:rows], weight)  # a large product: its rows are what big means
+    small = _small_products(x, weight, rows)
+    if small is None:
+        return None
+    table: dict[int, tuple[str, ...]] = {}
+    for length in MEASURED_LENGTHS:
+        lone = F.linear(x[OFFSET:OFFSET + length], weight)
+        kinds = []
+        for r in range(length):
+            row = OFFSET + r
+            kind = (BIG if torch.equal(lone[r], big[row]) else SMALL if torch.equal(lone[r], small[row])
+                    else SINGLE if torch.equal(lone[r], F.linear(x[row:row + 1], weight)[0]) else None)
+            if kind is None:
+                return None
+            kinds.append(kind)
+        table[length] = tuple(kinds)
+    for length in LONG_LENGTHS:
+        if not torch.equal(F.linear(x[OFFSET:OFFSET + length], weight), big[OFFSET:OFFSET + length]):
+            return None
+    return table
+
+
+def _small_products(x: torch.Tensor, weight: torch.Tensor, rows: int) -> torch.Tensor | None:
+    """Every row of `x[:rows]` through 3-row products in one batched call, as `prompts_linear`
+    multiplies small rows; None unless a row's digits are the same whichever place of its
+    group it has."""
+    placings = []
+    for shift in range(SMALL_GROUP):  # a row first, second and third in its group
+        stacked = x[shift:shift + rows - rows % SMALL_GROUP].reshape(-1, SMALL_GROUP, x.shape[1])
+        products = torch.bmm(stacked, weight.t().expand(stacked.shape[0], -1, -1)).reshape(-1, weight.shape[0])
+        placings.append(products[SMALL_GROUP - shift:rows - SMALL_GROUP - shift])  # rows 3 to rows - 3 of x
+    if not all(torch.equal(placings[0], other) for other in placings[1:]):
+        return None
+    return torch.cat([x.new_full((SMALL_GROUP, weight.shape[0]), float("nan")), placings[0]])
+
+
+def prompt_rows(kinds: RowKinds, lengths: Sequence[int], device: torch.device | None = None) -> PromptRows:
+    """Which product each row of prompts of `lengths` tokens, stacked end to end, goes through
+    (row indices on `device`)."""
+    sorted_rows: dict[str, list[int]] = {BIG: [], SMALL: [], SINGLE: []}
+    start = 0
+    for length in lengths:
+        for r, kind in enumerate(kinds.of(length)):
+            sorted_rows[kind].append(start + r)
+        start += length
+    big, small = sorted_rows[BIG], sorted_rows[SMALL]
+    if big:  # repeats of a big row are big too, and copied back to the same place
+        big += big[:1] * (kinds.big_product_rows(len(big)) - len(big))
+    small_count = len(small)
+    if small:
+        small += small[:1] * (-small_count % SMALL_GROUP)
+    return PromptRows(_indices(big, device), _indices(small, device), small_count,
+                      _indices(sorted_rows[SINGLE], device))
+
+
+def _indices(rows: list[int], device: torch.device | None) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.long, device=device)

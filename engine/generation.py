@@ -128,6 +128,7 @@ class _Sampled:
 
     decision: Decision
     raw_probs: torch.Tensor  # [vocab], softmax of the raw logits
+    raw_rank: int  # the pick's place by raw logit (1 = the highest; ties share the better place)
     distribution: Distribution
     eos_prob: float  # raw probability of every end token together
     sampling_ms: float  # the chain, the draw and the distribution summary
@@ -657,7 +658,9 @@ class Generation:
         raw_probs = raw_logits.softmax(dim=-1)
         eos_prob = float(raw_probs[list(self.lm.eos_ids)].double().sum()) if self.lm.eos_ids else 0.0
         distribution = describe_distribution(self.lm, raw_logits, raw_probs, chain)
-        return _Sampled(decision, raw_probs, distribution, eos_prob, (time.perf_counter() - started) * 1e3)
+        # here, not on the caller's thread: an op over the vocabulary there would start a thread team of its own
+        raw_rank = int((raw_logits > raw_logits[decision.token_id]).sum()) + 1
+        return _Sampled(decision, raw_probs, raw_rank, distribution, eos_prob, (time.perf_counter() - started) * 1e3)
 
     def _draw_strategy(self, generator: torch.Generator) -> DrawStrategy:
         """How this generation draws. A sampling step always consumes its draw, forced or
@@ -679,7 +682,7 @@ class Generation:
         record = StepRecord(
             index=index, position=len(self.prompt_ids) + index - 1, token=self.lm.texts.piece(pick),
             logit=float(raw_logits[pick]), prob=float(sampled.raw_probs[pick]),
-            rank=int((raw_logits > raw_logits[pick]).sum()) + 1, final_prob=decision.final_prob,
+            rank=sampled.raw_rank, final_prob=decision.final_prob,
             decision=decision, distribution=sampled.distribution, kv=self.kv, forward_tokens=forward_tokens,
             termination=termination,
             timing=Timing(forward_ms, sampled.sampling_ms, (time.perf_counter() - before.started) * 1e3),

@@ -80,9 +80,9 @@ def _kinds_for_shape(shape: tuple[int, int], dtype: torch.dtype, device: torch.d
     generator = torch.Generator().manual_seed(sum(shape))
     weight = torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
     rows = OFFSET + max(LONG_LENGTHS)
-    x = torch.randn((rows + SMALL_GROUP, shape[1]), generator=generator).to(device=device, dtype=dtype)
+    x = torch.randn((rows, shape[1]), generator=generator).to(device=device, dtype=dtype)
     big = F.linear(x[:rows], weight)  # a large product: its rows are what big means
-    small = _small_products(x, weight, rows)
+    small = _small_products(x, weight, OFFSET + max(MEASURED_LENGTHS) + SMALL_GROUP)
     if small is None:
         return None
     table: dict[int, tuple[str, ...]] = {}
@@ -104,9 +104,9 @@ def _kinds_for_shape(shape: tuple[int, int], dtype: torch.dtype, device: torch.d
 
 
 def _small_products(x: torch.Tensor, weight: torch.Tensor, rows: int) -> torch.Tensor | None:
-    """Every row of `x[:rows]` through 3-row products in one batched call, as `prompts_linear`
-    multiplies small rows; None unless a row's digits are the same whichever place of its
-    group it has."""
+    """Rows 3 to `rows - 3` of `x` through 3-row products in one batched call, as
+    `prompts_linear` multiplies small rows (at their own index; the first three are NaN); None
+    unless a row's digits are the same whichever place of its group it has."""
     placings = []
     for shift in range(SMALL_GROUP):  # a row first, second and third in its group
         stacked = x[shift:shift + rows - rows % SMALL_GROUP].reshape(-1, SMALL_GROUP, x.shape[1])

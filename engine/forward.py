@@ -424,9 +424,11 @@ class ScriptedPrefill:
         """Which product gives each prompt row its lone digits, at this thread's count."""
         return measure_row_kinds(self.weights.layers)
 
-    def head_hows(self, prompts: int) -> list[int]:
-        """How each slice of the head multiplies the prompts' last rows: one 1-row product each."""
-        return [one_row_products_how(part, prompts) for part in head_slices(self.weights.head, ROWWISE_CHUNK)]
+    def head_plan(self, prompts: int) -> tuple[list[int], int]:
+        """How the head multiplies the prompts' last rows, each its own 1-row product: per slice
+        of the head, and the slices' size (a prompt alone: the whole head, as its lone pass)."""
+        chunk = ROWWISE_CHUNK if prompts > 1 else self.weights.head.shape[0]
+        return [one_row_products_how(part, prompts) for part in head_slices(self.weights.head, chunk)], chunk
 
 
 _prefills: weakref.WeakKeyDictionary[PreTrainedModel, ScriptedPrefill | None] = weakref.WeakKeyDictionary()
@@ -510,10 +512,11 @@ def _prefill_scripted(prefill: ScriptedPrefill, prompts: Sequence[Sequence[int]]
     cos, sin = weights.rotary(hidden, positions)
     rows = prompt_rows(prefill.row_kinds(), lengths, device)
     last_rows = torch.tensor([start + n - 1 for start, n in zip(starts, lengths, strict=True)], device=device)
+    head_hows, head_chunk = prefill.head_plan(len(prompts))
     with torch.jit.optimized_execution(False):
         logits, keys, values = prefill.run(hidden, cos, sin, starts, lengths, list(weights.layers), rows, last_rows,
                                            weights.eps, weights.head_dim, weights.scale, weights.gqa, weights.norm,
-                                           weights.head, prefill.head_hows(len(prompts)), ROWWISE_CHUNK)
+                                           weights.head, head_hows, head_chunk)
     for index, (key, value) in enumerate(zip(keys, values, strict=True)):  # the caches grow only now
         caches[index % len(caches)].update(key, value, index // len(caches))
     return [_on_cpu(prefill.lm, row).clone() for row in logits[0]]  # each its own storage

@@ -44,7 +44,7 @@ class PromptRows(NamedTuple):
     """Which rows of several prompts stacked end to end go through which matrix product, so
     that each row gets the digits of its own prompt's lone pass (engine/prompt_rows.py)."""
 
-    big: Tensor  # row indices multiplied in one product of many rows
+    big: Tensor  # row indices multiplied together in one product
     small: Tensor  # row indices multiplied three to a product, a multiple of 3 (the last group padded with repeats)
     small_count: int  # rows of `small` that are not padding
     single: Tensor  # row indices multiplied one row to a product

@@ -119,7 +119,10 @@ def _small_products(x: torch.Tensor, weight: torch.Tensor, rows: int) -> torch.T
 
 def prompt_rows(kinds: RowKinds, lengths: Sequence[int], device: torch.device | None = None) -> PromptRows:
     """Which product each row of prompts of `lengths` tokens, stacked end to end, goes through
-    (row indices on `device`)."""
+    (row indices on `device`). A prompt alone goes through one product of all its rows: its
+    lone pass's product (two products would read every weight twice)."""
+    if len(lengths) == 1:
+        return PromptRows(_indices(list(range(lengths[0])), device), _indices([], device), 0, _indices([], device))
     sorted_rows: dict[str, list[int]] = {BIG: [], SMALL: [], SINGLE: []}
     start = 0
     for length in lengths:

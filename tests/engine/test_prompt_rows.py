@@ -46,8 +46,10 @@ def test_rows_are_sorted_by_kind_and_padded_to_products_that_keep_their_digits()
     padded = prompt_rows(RowKinds(table), [4, 4, 1, 2])  # 8 big rows: padded to 12 with repeats of the first
     assert padded.big.tolist() == [0, 1, 2, 3, 4, 5, 6, 7] + [0] * 4
     assert padded.small.tolist() == [9, 10, 9] and padded.small_count == 2
-    long = prompt_rows(RowKinds(table), [20])  # past the measured lengths every row is big
-    assert long.big.tolist() == list(range(20)) and long.small_count == 0
+    long = prompt_rows(RowKinds(table), [20, 2])  # past the measured lengths every row is big
+    assert long.big.tolist() == list(range(20)) and long.small_count == 2
+    alone = prompt_rows(RowKinds(table), [6])  # a prompt alone: one product of its rows, its lone pass's
+    assert alone.big.tolist() == list(range(6)) and alone.small_count == 0 and alone.single.numel() == 0
 
 
 def test_where_a_row_fits_no_kind_prompts_are_read_one_pass_each_with_lone_numbers(monkeypatch) -> None:

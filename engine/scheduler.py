@@ -48,6 +48,8 @@ BATCHING = ("exact", "fast", "off")
 DEFAULT_MAX_BATCH = 32  # decode steps in one packed pass
 GATHER_S = 0.03  # longest wait for the last pass's visitors to come back before the next pass
 PREFILL_TOKENS = 256  # prompt tokens read per round (the oldest prompt always goes, however long)
+SLOW_RETURN_S = 0.5  # visitors who take longer than this to step again (reading, thinking) are not waited for
+RETURNS_KEPT = 32  # return times kept for their median
 STATS_WINDOW_S = 10.0  # tokens/s and visitors are counted over this many seconds
 RECENT_PASSES = 40  # batch sizes kept for the stats
 # An eager pass (a model whose packed passes run on the twin, or no batching) gives up the GIL
@@ -69,14 +71,17 @@ def batching_from_env(environ: Mapping[str, str] = os.environ) -> str:
     return value
 
 
-def worth_running_now(waiting: int, expected: int) -> bool:
+def worth_running_now(waiting: int, expected: int, typical_return_s: float) -> bool:
     """Whether the next pass starts at once with the `waiting` decode steps, rather than waiting
     up to GATHER_S for more of the `expected` visitors: when fewer than two are expected, or
-    half of them are there already. With 30 visitors about half are in the queue when a pass
-    ends (the others are sampling and drawing theirs), and none of those could be back within
-    GATHER_S: waiting for them cost 5-15 % of the server's tokens/s (alternating load_bench runs
-    at 10 and at 30 visitors)."""
-    return expected < 2 or 2 * waiting >= expected
+    half of them are there already, or visitors come back too slowly for the wait to gather any
+    (`typical_return_s`: the median time from a visitor's pass to its next step). With 30
+    visitors about half are in the queue when a pass ends (the others are sampling and drawing
+    theirs), and none of those could be back within GATHER_S: waiting for them cost 5-15 % of
+    the server's tokens/s (alternating load_bench runs at 10 and at 30 visitors). A class that
+    thinks 0.5-1.5 s between clicks comes back one by one: every pass waited its whole GATHER_S
+    for less than one more visitor."""
+    return expected < 2 or 2 * waiting >= expected or typical_return_s > SLOW_RETURN_S
 
 
 class SchedulerClosed(RuntimeError):
@@ -165,6 +170,7 @@ class ForwardScheduler:
         self._closed = False
         self._passes: deque[_Pass] = deque(maxlen=RECENT_PASSES)
         self._seen: dict[int, float] = {}  # id(cache) -> last served; ids only, never the caches
+        self._returns: deque[float] = deque(maxlen=RETURNS_KEPT)  # seconds from a visitor's pass to its next step
         self._totals = [0, 0]  # passes, tokens
         self._worker = threading.Thread(target=self._work, name="forward-scheduler", daemon=True)
         self._worker.start()
@@ -193,6 +199,8 @@ class ForwardScheduler:
         with self._ready:
             if self._closed:
                 raise SchedulerClosed("The forward-pass scheduler has been closed.")
+            if request.is_decode and (served := self._seen.get(id(cache))) is not None:
+                self._returns.append(time.perf_counter() - served)
             self._queue.append(request)
             self._ready.notify()
         return request
@@ -252,7 +260,10 @@ class ForwardScheduler:
         now (`worth_running_now`). Called holding the lock."""
         now = time.perf_counter()
         expected = min(self.max_batch, sum(1 for last in self._seen.values() if now - last <= 1.0))
-        if self.batching == "off" or worth_running_now(sum(r.is_decode for r in self._queue), expected):
+        returns = sorted(self._returns)
+        typical_return_s = returns[len(returns) // 2] if returns else 0.0
+        if self.batching == "off" or worth_running_now(sum(r.is_decode for r in self._queue), expected,
+                                                       typical_return_s):
             return
         deadline = now + GATHER_S
         while not self._closed and sum(r.is_decode for r in self._queue) < expected:

@@ -539,10 +539,25 @@ def test_a_closed_scheduler_refuses_passes_with_a_clear_error(tiny) -> None:
 
 
 def test_a_pass_waits_for_more_visitors_only_while_fewer_than_half_of_those_expected_are_there() -> None:
-    assert not worth_running_now(waiting=1, expected=10)  # a class coming back: gather them
-    assert worth_running_now(waiting=15, expected=30)  # the rest are still drawing their last token
-    assert worth_running_now(waiting=5, expected=10)
-    assert worth_running_now(waiting=0, expected=1)  # a visitor alone never waits
+    quick = 0.2  # seconds from a visitor's pass to its next step: a class clicking as fast as it can
+    assert not worth_running_now(waiting=1, expected=10, typical_return_s=quick)  # a class coming back
+    assert worth_running_now(waiting=15, expected=30, typical_return_s=quick)  # the rest still draw theirs
+    assert worth_running_now(waiting=5, expected=10, typical_return_s=quick)
+    assert worth_running_now(waiting=0, expected=1, typical_return_s=quick)  # a visitor alone never waits
+    assert worth_running_now(waiting=1, expected=30, typical_return_s=1.1)  # a class that thinks: no one is due
+
+
+def test_a_decode_step_records_how_long_its_visitor_took_to_come_back_and_a_prompt_does_not(tiny) -> None:
+    scheduler = ForwardScheduler(tiny)
+    try:
+        cache = new_cache(tiny)
+        scheduler.forward([1, 2, 3], cache)  # a prompt: the visitor's first pass
+        assert list(scheduler._returns) == []
+        scheduler._seen[id(cache)] = time.perf_counter() - 0.7  # as if served 0.7 s ago
+        scheduler.forward([4], cache)
+        assert len(scheduler._returns) == 1 and 0.7 <= scheduler._returns[0] < 60
+    finally:
+        scheduler.close()
 
 
 def test_batching_setting_is_read_from_tbt_batching_and_checked() -> None:

@@ -13,7 +13,7 @@ So several prompts need not be read one product each, most of them a few-row pro
 it reads each weight from the cache for every few rows). Stacked end to end, all their big rows
 go through ONE product, their small rows three to a product in one batched call, each single
 row alone, and every row keeps the digits of its own prompt's lone pass. Thirty short prompts
-are read about three times faster than one product each.
+are read about four times faster than one product each (0.58 s against 2.3-2.8 s).
 
 Which row is which kind is not assumed: `measure_row_kinds` measures it on this machine's
 kernels for the model's weight shapes and the thread count, and where any row fits none of the

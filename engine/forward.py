@@ -235,8 +235,8 @@ def one_row_products(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     """`F.linear(x, weight, bias)` for `x` `[1, rows, in]`, each row multiplied on its own."""
     rows = x.shape[-2]
     if bias is None and rows > 1 and _batched_rows_agree(weight, rows):
-        lhs = x.reshape(rows, 1, x.shape[-1])  # rows 1-row products, in one call
-        return torch.bmm(lhs, weight.t().expand(rows, -1, -1)).reshape(*x.shape[:-1], weight.shape[0])
+        products = packed_llama.one_row_products(x.reshape(rows, x.shape[-1]), weight)  # in one call
+        return products.reshape(*x.shape[:-1], weight.shape[0])
     return torch.cat([F.linear(x[..., i:i + 1, :], weight, bias) for i in range(rows)], dim=-2)
 
 
@@ -254,7 +254,7 @@ def _batched_rows_agree(weight: torch.Tensor, rows: int) -> bool:
             probe = torch.randn((1, rows, weight.shape[1]), generator=torch.Generator().manual_seed(rows))
             probe = probe.to(device=weight.device, dtype=weight.dtype)
             loop = torch.cat([F.linear(probe[..., i:i + 1, :], weight) for i in range(rows)], dim=-2)
-            batched = torch.bmm(probe.reshape(rows, 1, -1), weight.t().expand(rows, -1, -1))
+            batched = packed_llama.one_row_products(probe[0], weight)  # the very call the passes make
             _agreement[key] = torch.equal(batched.reshape(loop.shape), loop)
         return _agreement[key]
 
@@ -451,11 +451,11 @@ def _probed_prefill(lm: LoadedModel) -> ScriptedPrefill | None:
     if weights is None or run is None or not _sdpa_matches(lm, weights):
         return None
     prefill = ScriptedPrefill(lm, run, weights)
-    if prefill.row_kinds() is None:
+    if (kinds := prefill.row_kinds()) is None:
         return None
     lone_logits, lone_caches = zip(*(_probe_cache(lm, ids) for ids in PROBE_PROMPTS), strict=True)
     caches = [new_cache(lm) for _ in PROBE_PROMPTS]
-    logits = _prefill_scripted(prefill, PROBE_PROMPTS, caches)
+    logits = _prefill_scripted(prefill, kinds, PROBE_PROMPTS, caches)
     same = all(torch.equal(a, b) for a, b in zip(lone_logits, logits, strict=True))
     return prefill if same and _same_caches(lone_caches, caches) else None
 
@@ -489,20 +489,20 @@ def forward_prefills(lm: LoadedModel, prompts: Sequence[Sequence[int]], caches: 
     GIL (engine/packed_llama.py prefill_logits); otherwise each is its own pass. If any fails,
     every cache is put back as it was and the error is raised."""
     prefill = scripted_prefill(lm)
+    kinds = prefill.row_kinds() if prefill is not None else None
     lengths = [cache_length(cache) for cache in caches]
     try:
-        if (prefill is None or prefill.row_kinds() is None or any(lengths)
-                or any(type(c) is not DynamicCache for c in caches)):
+        if kinds is None or any(lengths) or any(type(c) is not DynamicCache for c in caches):
             return [forward(lm, torch.tensor([list(ids)]), c)[0] for ids, c in zip(prompts, caches, strict=True)]
-        return _prefill_scripted(prefill, prompts, caches)
+        return _prefill_scripted(prefill, kinds, prompts, caches)
     except BaseException:
         for cache, length in zip(caches, lengths, strict=True):
             crop_cache(cache, length)
         raise
 
 
-def _prefill_scripted(prefill: ScriptedPrefill, prompts: Sequence[Sequence[int]], caches: Sequence[DynamicCache]
-                      ) -> list[torch.Tensor]:
+def _prefill_scripted(prefill: ScriptedPrefill, kinds: RowKinds, prompts: Sequence[Sequence[int]],
+                      caches: Sequence[DynamicCache]) -> list[torch.Tensor]:
     weights, device = prefill.weights, prefill.lm.device
     lengths = [len(ids) for ids in prompts]
     starts = [sum(lengths[:p]) for p in range(len(lengths))]
@@ -510,7 +510,7 @@ def _prefill_scripted(prefill: ScriptedPrefill, prompts: Sequence[Sequence[int]]
     hidden = weights.embed(stacked)  # [1, rows, hidden]
     positions = torch.tensor([[place for n in lengths for place in range(n)]], device=device)  # each from 0
     cos, sin = weights.rotary(hidden, positions)
-    rows = prompt_rows(prefill.row_kinds(), lengths, device)
+    rows = prompt_rows(kinds, lengths, device)
     last_rows = torch.tensor([start + n - 1 for start, n in zip(starts, lengths, strict=True)], device=device)
     head_hows, head_chunk = prefill.head_plan(len(prompts))
     with torch.jit.optimized_execution(False):

@@ -81,10 +81,16 @@ def rows_linear(x: Tensor, weight: Tensor, how: int, prompt_rows: PromptRows) ->
     return torch.cat(parts, dim=1)
 
 
+def group_products(x: Tensor, weight: Tensor, group: int) -> Tensor:
+    """`[rows, in] -> [rows, out]` (rows a multiple of `group`), each `group` rows their own
+    product, all in one batched call: the weight broadcast, never copied."""
+    groups = x.reshape(-1, group, x.shape[1])
+    return torch.bmm(groups, weight.t().expand(groups.shape[0], -1, -1)).reshape(-1, weight.shape[0])
+
+
 def one_row_products(x: Tensor, weight: Tensor) -> Tensor:
     """`[rows, in] -> [rows, out]`, each row its own 1-row product, all in one batched call."""
-    rows = x.shape[0]
-    return torch.bmm(x.reshape(rows, 1, x.shape[1]), weight.t().expand(rows, -1, -1)).reshape(rows, weight.shape[0])
+    return group_products(x, weight, 1)
 
 
 def prompts_linear(x: Tensor, weight: Tensor, prompt_rows: PromptRows) -> Tensor:
@@ -95,8 +101,7 @@ def prompts_linear(x: Tensor, weight: Tensor, prompt_rows: PromptRows) -> Tensor
     if big.numel() > 0:
         out.index_copy_(0, big, F.linear(x.index_select(0, big), weight))
     if prompt_rows.small_count > 0:
-        groups = x.index_select(0, small).reshape(-1, 3, x.shape[1])
-        products = torch.bmm(groups, weight.t().expand(groups.shape[0], -1, -1)).reshape(-1, weight.shape[0])
+        products = group_products(x.index_select(0, small), weight, 3)  # SMALL_GROUP (engine/prompt_rows.py)
         out.index_copy_(0, small[:prompt_rows.small_count], products[:prompt_rows.small_count])
     for i in range(single.numel()):
         row = int(single[i])

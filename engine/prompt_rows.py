@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.packed_llama import PromptRows
+from engine.packed_llama import PromptRows, group_products
 
 BIG, SMALL, SINGLE = "big", "small", "single"
 SMALL_GROUP = 3  # small rows go three to a product
@@ -109,8 +109,7 @@ def _small_products(x: torch.Tensor, weight: torch.Tensor, rows: int) -> torch.T
     unless a row's digits are the same whichever place of its group it has."""
     placings = []
     for shift in range(SMALL_GROUP):  # a row first, second and third in its group
-        stacked = x[shift:shift + rows - rows % SMALL_GROUP].reshape(-1, SMALL_GROUP, x.shape[1])
-        products = torch.bmm(stacked, weight.t().expand(stacked.shape[0], -1, -1)).reshape(-1, weight.shape[0])
+        products = group_products(x[shift:shift + rows - rows % SMALL_GROUP], weight, SMALL_GROUP)
         placings.append(products[SMALL_GROUP - shift:rows - SMALL_GROUP - shift])  # rows 3 to rows - 3 of x
     if not all(torch.equal(placings[0], other) for other in placings[1:]):
         return None

@@ -44,7 +44,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward, use_gqa_in_sdpa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from engine import packed_llama
+from engine import lone_rows, packed_llama
 from engine.loading import LoadedModel
 from engine.prompt_rows import RowKinds, measure_row_kinds, prompt_rows
 
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from engine.scheduler import ForwardScheduler
 
 PACKED_ATTENTION = "token_by_token_packed"  # the twin model's attention implementation
+LONE_ROWS_FROM = 4  # rows from which one pass over a weight beats batched 1-row products (measured: even at 3-4)
 ROWWISE_CHUNK = 2048  # output features per slice of a large weight (2048 x 576 float32 = 4.5 MiB: stays in L3)
 
 
@@ -372,8 +373,12 @@ def head_slices(head: torch.Tensor, chunk: int) -> list[torch.Tensor]:
 
 
 def one_row_products_how(weight: torch.Tensor, rows: int) -> int:
-    """How `rows` rows each get their own 1-row product by `weight`: in one batched call where
-    the probe says it gives the row-by-row loop's digits, else one call a row."""
+    """How `rows` rows each get their own 1-row product's digits by `weight`: from four rows, in
+    one pass over the weight where the kernel gives those digits for this shape
+    (engine/lone_rows.py); else in one batched call where the probe says it gives the row-by-row
+    loop's digits; else one call a row."""
+    if rows >= LONE_ROWS_FROM and lone_rows.kernel_agrees(weight):
+        return packed_llama.LONE_ROWS
     if rows > 1 and _batched_rows_agree(weight, rows):
         return packed_llama.ONE_ROW_PRODUCTS
     return packed_llama.ROW_LOOP

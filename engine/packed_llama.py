@@ -30,12 +30,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from engine import lone_rows
+
 # how one linear layer multiplies a packed pass's rows (TorchScript cannot read module globals:
 # the scripted functions below compare with these literals)
 ONE_PRODUCT = 0  # one matrix product for all rows (fast batching)
 ONE_ROW_PRODUCTS = 1  # each row its own 1-row product, all in one batched call (exact)
 ROW_LOOP = 2  # each row its own 1-row product, one call a row (exact, where the batched call differs)
 PROMPT_ROWS = 3  # prompts stacked end to end: each row through the product its lone prompt's pass uses
+LONE_ROWS = 4  # every row in one pass over the weight, each summed as its 1-row product (engine/lone_rows.py)
 
 LAYER_WEIGHTS = 9  # per decoder layer: input norm, q, k, v, o, post-attention norm, gate, up, down
 
@@ -75,6 +78,8 @@ def rows_linear(x: Tensor, weight: Tensor, how: int, prompt_rows: PromptRows) ->
         return one_row_products(x[0], weight).unsqueeze(0)
     if how == 3:  # PROMPT_ROWS
         return prompts_linear(x[0], weight, prompt_rows).unsqueeze(0)
+    if how == 4:  # LONE_ROWS
+        return torch.ops.token_by_token.lone_rows_linear(x[0], weight).unsqueeze(0)
     parts: list[Tensor] = []
     for i in range(rows):
         parts.append(F.linear(x[:, i:i + 1], weight))
@@ -240,6 +245,7 @@ def compiled_prefill() -> Callable | None:
 def _compiled_functions() -> dict[str, Callable]:
     global _compile_failed
     if not _compiled and not _compile_failed:
+        lone_rows.kernel_available()  # registers the op the passes name (compiled, or a stand-in)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # still supported; see the module docstring

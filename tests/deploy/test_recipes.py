@@ -35,3 +35,12 @@ def test_torch_is_pinned_so_no_install_pulls_another_build() -> None:
     assert pins["torch"] == "2.13.0"
     assert all("==" in line for line in (ROOT / "requirements.txt").read_text().splitlines()
                if line and not line.startswith("#"))
+
+
+def test_the_image_and_ci_have_the_compiler_the_exact_rows_kernel_is_built_with() -> None:
+    """Without them the server still runs, but its packed passes take the slower products."""
+    apt = [line for line in DOCKERFILE.splitlines() if "apt-get install" in line]
+    assert apt and "g++" in apt[0] and "ninja-build" in apt[0]
+    assert DOCKERFILE.index("apt-get install") < DOCKERFILE.index("USER app")  # installed as root
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "g++ ninja-build" in ci and ci.index("ninja-build") < ci.index("make test")

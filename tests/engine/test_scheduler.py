@@ -617,10 +617,11 @@ def test_exact_packed_passes_give_lone_logits_bit_for_bit_and_fast_ones_stay_wit
         tokens = lone.argmax(-1).tolist()
 
 
-@pytest.mark.parametrize("rows", [2, 3, 9, 32])
+@pytest.mark.parametrize("rows", [2, 3, 4, 9, 17, 32])
 def test_exact_packed_passes_of_every_size_give_each_row_its_lone_logits(lm, rows: int) -> None:
-    """Each size takes its own kernels (and its own probe of the batched 1-row products), so
-    sizes up to the scheduler's largest batch are checked, with caches of many lengths."""
+    """Each size takes its own kernels (batched 1-row products below four rows, the exact rows
+    kernel from four, in passes of 16 rows), so sizes up to the scheduler's largest batch are
+    checked, with caches of many lengths."""
     text = lm.tokenizer("A teacher reads the next word of a long story aloud, and the class guesses which word "
                         "comes after it, one word at a time, until the story ends.")["input_ids"]
     caches = [new_cache(lm) for _ in range(rows)]
@@ -628,7 +629,10 @@ def test_exact_packed_passes_of_every_size_give_each_row_its_lone_logits(lm, row
         forward_one(lm, text[:1 + (5 * i) % (len(text) - 1)], cache)
     tokens = [text[(3 * i) % len(text)] for i in range(rows)]
     lone = torch.stack([lone_logits(lm, t, c) for t, c in zip(tokens, caches, strict=True)])
-    assert scripted_plan(lm) is not None  # the pass the server runs: one scripted call
+    plan = scripted_plan(lm)
+    assert plan is not None  # the pass the server runs: one scripted call
+    kernel = packed_llama.LONE_ROWS if rows >= forward_module.LONE_ROWS_FROM else packed_llama.ONE_ROW_PRODUCTS
+    assert set(plan.hows_for(rows)[1]) == {kernel}
     assert torch.equal(forward_packed(lm, tokens, caches), lone)
 
 

@@ -1,0 +1,139 @@
+// Several rows through a linear layer at once, each row with the digits of its own 1-row product.
+//
+// Why: on this CPU, torch's 1-row product (MKL's sgemv) sums a row's products in a fixed
+// order (engine/lone_rows.py probes it): four lanes, lane j taking products 4c + j in turn
+// (lane 0 starts with the first four products summed one by one), each product rounded before
+// it is added (no fused multiply-add), then (lane 0 + lane 2) + (lane 1 + lane 3). That order
+// does not depend on the other rows, so one pass over the weight can serve every row: a weight
+// row is read once for all rows instead of once a row, as the batched 1-row products do.
+//
+// Compiled with -ffp-contract=off so that no multiply and add are ever fused.
+
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+#include <torch/types.h>
+
+#include <cstring>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+namespace {
+
+typedef float v4 __attribute__((vector_size(16)));
+typedef float v16 __attribute__((vector_size(64)));
+
+constexpr int kRowsPerVector = 4;  // a v16 holds the four lanes of four rows
+constexpr int kOutputsPerBlock = 4;
+
+inline v16 repeat_lanes(const float* w) {
+#ifdef __AVX512F__
+  return (v16)_mm512_broadcast_f32x4(_mm_loadu_ps(w));
+#else
+  v4 four;
+  std::memcpy(&four, w, sizeof(four));
+  return __builtin_shufflevector(four, four, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+#endif
+}
+
+inline v16 load16(const float* p) {
+  v16 x;
+  std::memcpy(&x, p, sizeof(x));
+  return x;
+}
+
+// Lane 0 of each row: ((p0 + p1) + p2) + p3; lanes 1 to 3: zero.
+inline v16 first_chunk(v16 p) {
+  v16 sum = p + __builtin_shufflevector(p, p, 1, 0, 0, 0, 5, 0, 0, 0, 9, 0, 0, 0, 13, 0, 0, 0);
+  sum = sum + __builtin_shufflevector(p, p, 2, 0, 0, 0, 6, 0, 0, 0, 10, 0, 0, 0, 14, 0, 0, 0);
+  sum = sum + __builtin_shufflevector(p, p, 3, 0, 0, 0, 7, 0, 0, 0, 11, 0, 0, 0, 15, 0, 0, 0);
+  const v16 lane0 = {1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0};
+  return sum * lane0;  // multiplying by 1 or 0 is exact
+}
+
+// Lane 0 of each row: (l0 + l2) + (l1 + l3).
+inline v16 lanes_summed(v16 acc) {
+  v16 pairs = acc + __builtin_shufflevector(acc, acc, 2, 3, 0, 0, 6, 7, 0, 0, 10, 11, 0, 0, 14, 15, 0, 0);
+  return pairs + __builtin_shufflevector(pairs, pairs, 1, 0, 0, 0, 5, 0, 0, 0, 9, 0, 0, 0, 13, 0, 0, 0);
+}
+
+// `vectors` * 4 rows of packed x against the four outputs o[0..3] of w (repeats where fewer
+// remain: each is computed whole, only the first `count` are written).
+template <int vectors>
+void output_block(const float* packed, int64_t padded_rows, const float* w, int64_t in, const int64_t* o, int count,
+                  float* out, int64_t rows, int64_t row0, int64_t out_features) {
+  const float* w_rows[kOutputsPerBlock];
+  for (int q = 0; q < kOutputsPerBlock; ++q) w_rows[q] = w + o[q] * in;
+  const float* x0 = packed + row0 * 4;
+  v16 acc[kOutputsPerBlock][vectors];
+  for (int q = 0; q < kOutputsPerBlock; ++q) {
+    const v16 weights = repeat_lanes(w_rows[q]);
+    for (int b = 0; b < vectors; ++b) acc[q][b] = first_chunk(weights * load16(x0 + b * 16));
+  }
+  const int64_t chunks = in / 4;
+  for (int64_t c = 1; c < chunks; ++c) {
+    const float* x_chunk = x0 + c * padded_rows * 4;
+    v16 x[vectors];
+    for (int b = 0; b < vectors; ++b) x[b] = load16(x_chunk + b * 16);
+    for (int q = 0; q < kOutputsPerBlock; ++q) {
+      const v16 weights = repeat_lanes(w_rows[q] + c * 4);
+      for (int b = 0; b < vectors; ++b) acc[q][b] = acc[q][b] + weights * x[b];
+    }
+  }
+  for (int q = 0; q < count; ++q) {
+    for (int b = 0; b < vectors; ++b) {
+      const v16 total = lanes_summed(acc[q][b]);
+      for (int r = 0; r < kRowsPerVector; ++r) {
+        const int64_t row = row0 + b * kRowsPerVector + r;
+        if (row < rows) out[row * out_features + o[q]] = total[r * 4];
+      }
+    }
+  }
+}
+
+// x [rows, in] -> [in / 4][padded_rows][4]: a chunk of four inputs of four rows in one vector.
+torch::Tensor packed_rows(const torch::Tensor& x, int64_t padded_rows) {
+  const int64_t rows = x.size(0), in = x.size(1);
+  auto padded = torch::zeros({padded_rows, in}, x.options());
+  padded.narrow(0, 0, rows).copy_(x);
+  return padded.view({padded_rows, in / 4, 4}).transpose(0, 1).contiguous();
+}
+
+torch::Tensor lone_rows_linear(const torch::Tensor& x, const torch::Tensor& weight) {
+  TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), "x [rows, in], weight [out, in]");
+  TORCH_CHECK(x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat, "float32 only");
+  TORCH_CHECK(x.size(1) % 4 == 0 && x.size(1) >= 8, "in must be a multiple of 4");
+  const int64_t rows = x.size(0), in = x.size(1), out_features = weight.size(0);
+  auto out = torch::empty({rows, out_features}, x.options());
+  if (rows == 0 || out_features == 0) return out;
+  constexpr int64_t kRowsPerPass = 4 * kRowsPerVector;
+  const int64_t padded_rows = (rows + kRowsPerVector - 1) / kRowsPerVector * kRowsPerVector;
+  const auto packed = packed_rows(x, padded_rows);
+  const auto w = weight.contiguous();
+  const float* packed_data = packed.data_ptr<float>();
+  const float* w_data = w.data_ptr<float>();
+  float* out_data = out.data_ptr<float>();
+  const int64_t blocks = (out_features + kOutputsPerBlock - 1) / kOutputsPerBlock;
+  at::parallel_for(0, blocks, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t block = begin; block < end; ++block) {
+      const int64_t first = block * kOutputsPerBlock;
+      const int count = static_cast<int>(std::min<int64_t>(kOutputsPerBlock, out_features - first));
+      int64_t o[kOutputsPerBlock];
+      for (int q = 0; q < kOutputsPerBlock; ++q) o[q] = first + std::min(q, count - 1);
+      for (int64_t row0 = 0; row0 < padded_rows; row0 += kRowsPerPass) {
+        const int64_t vectors = std::min<int64_t>(4, (padded_rows - row0) / kRowsPerVector);
+        switch (vectors) {
+          case 4: output_block<4>(packed_data, padded_rows, w_data, in, o, count, out_data, rows, row0, out_features); break;
+          case 3: output_block<3>(packed_data, padded_rows, w_data, in, o, count, out_data, rows, row0, out_features); break;
+          case 2: output_block<2>(packed_data, padded_rows, w_data, in, o, count, out_data, rows, row0, out_features); break;
+          default: output_block<1>(packed_data, padded_rows, w_data, in, o, count, out_data, rows, row0, out_features);
+        }
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(token_by_token, m) { m.def("lone_rows_linear(Tensor x, Tensor weight) -> Tensor", &lone_rows_linear); }

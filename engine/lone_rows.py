@@ -1,0 +1,130 @@
+"""Several rows through a linear layer in one pass over the weight, each row with the digits
+of its own 1-row product (engine/lone_rows.cpp).
+
+Why: an exact packed pass gives each visitor's row its own 1-row product, because that is the
+product a lone visitor's pass makes and this CPU's matrix kernels sum a row of a larger
+product in another order. As batched 1-row products (`torch.bmm`) every row reads the whole
+weight again: two thirds of a 15-visitor pass went there. But a 1-row product's order does not
+depend on the values, so it can be measured, and a kernel that sums in that order can read each
+weight row once for all rows: a 15-visitor pass of SmolLM2 takes 105 ms instead of 175.
+
+Measured here (tests/engine/test_lone_rows.py `meeting_sizes`: one huge value, its negative and
+ones elsewhere; the sum tells how many ones were added after the two met): torch's 1-row product on
+this machine (MKL's sgemv, float32) sums `in` products in four lanes, lane j taking products
+4c + j in turn, lane 0 starting with products 0 to 3 summed one by one; each product is rounded
+before it is added; then (lane 0 + lane 2) + (lane 1 + lane 3). The same for every input
+length that is a multiple of four and every output count that is a multiple of four.
+
+Nothing is assumed: the kernel is built with the machine's compiler on first use (about ten
+seconds, then kept in the cache folder, engine/loading.py's `cache_root`), and `kernel_agrees`
+checks it bit for bit against the row-by-row loop for each weight shape and thread count before
+a pass uses it. Where it cannot be built (no compiler) or a shape disagrees, the passes keep the
+batched 1-row products.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from engine.loading import cache_root
+
+SOURCE = Path(__file__).with_name("lone_rows.cpp")
+NAMESPACE = "token_by_token"
+BUILD_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]  # never fuse a multiply and an add
+PROBE_ROWS = 5  # rows of the agreement probe: a whole group of four and one more
+
+_log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_built: bool | None = None  # None: not tried yet
+_agreement: dict[tuple, bool] = {}
+
+
+def kernel_available() -> bool:
+    """Whether the compiled kernel is registered as `torch.ops.token_by_token.lone_rows_linear`
+    (built on first call). Either way the op exists afterwards, so scripted passes that name it
+    compile: without the compiled kernel it is batched 1-row products, and never chosen."""
+    global _built
+    with _lock:
+        if _built is None:
+            _built = _build()
+            if not _built:
+                _register_fallback()
+        return _built
+
+
+def kernel_agrees(weight: torch.Tensor) -> bool:
+    """Whether the kernel gives the row-by-row loop's digits for a weight of this shape at this
+    thread count (float32 on the CPU only). One probe on random numbers answers for the shape:
+    the order a kernel sums in depends on shapes and threads, not on values."""
+    if weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2:
+        return False
+    if weight.shape[1] % 4 or weight.shape[1] < 8 or not kernel_available():
+        return False
+    key = (tuple(weight.shape), weight.stride(), torch.get_num_threads())
+    with _lock:
+        if key not in _agreement:
+            probe = torch.randn((PROBE_ROWS, weight.shape[1]), generator=torch.Generator().manual_seed(7))
+            loop = torch.cat([F.linear(probe[i:i + 1], weight) for i in range(PROBE_ROWS)])
+            _agreement[key] = torch.equal(lone_rows_linear(probe, weight), loop)
+        return _agreement[key]
+
+
+def lone_rows_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`[rows, in] -> [rows, out]`, each row as its own 1-row product by `weight` gives it."""
+    return torch.ops.token_by_token.lone_rows_linear(x, weight)
+
+
+def _build() -> bool:
+    from torch.utils import cpp_extension  # imports setuptools: only when building
+
+    name = _build_name()
+    try:
+        folder = cache_root() / "kernels" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=BUILD_FLAGS, extra_ldflags=["-fopenmp"],
+                           build_directory=str(folder), is_python_module=False, verbose=False)
+        return True
+    except Exception as error:  # no compiler, no ninja, a failed build: the batched products serve
+        _log.warning("the exact rows kernel could not be built (%s); packed passes use batched products",
+                     str(error).splitlines()[0] if str(error) else type(error).__name__)
+        return False
+
+
+def _build_name() -> str:
+    """The build's name, changed by the source, the flags, torch's version and this CPU (built with
+    -march=native, a build must never load on a CPU that lacks its instructions)."""
+    key = " ".join([*BUILD_FLAGS, torch.__version__, _cpu_flags()])
+    digest = hashlib.sha256(SOURCE.read_bytes() + key.encode())
+    return f"token_by_token_lone_rows_{digest.hexdigest()[:12]}"
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return os.uname().machine
+
+
+_fallback_library: torch.library.Library | None = None
+
+
+def _register_fallback() -> None:
+    """The op as batched 1-row products: registered only so that scripted passes naming it compile."""
+    global _fallback_library
+    if _fallback_library is not None:
+        return
+    from engine.packed_llama import one_row_products
+
+    _fallback_library = torch.library.Library(NAMESPACE, "DEF")
+    _fallback_library.define("lone_rows_linear(Tensor x, Tensor weight) -> Tensor")
+    _fallback_library.impl("lone_rows_linear", one_row_products, "CompositeExplicitAutograd")

@@ -1,0 +1,123 @@
+"""Several rows through a weight in one pass, each with its 1-row product's digits (engine/lone_rows.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import engine.forward as forward_module
+import engine.lone_rows as lone_rows_module
+from engine import packed_llama
+from engine.forward import forward_packed, one_row_products_how, scripted_plan
+from engine.lone_rows import kernel_agrees, kernel_available, lone_rows_linear
+from tests.engine.test_scheduler import filled_cache, lone_logits, tiny_llama
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (2048, 576), (64, 64), (128, 32)]  # (out, in)
+
+
+def row_by_row(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return torch.cat([F.linear(x[i:i + 1], weight) for i in range(x.shape[0])])
+
+
+def meeting_sizes(multiply, inputs: int) -> list[list[int]]:
+    """For every pair of inputs i, j: how many products were summed when i's and j's met. One huge
+    value at i, its negative at j, ones elsewhere: a one added before the two meet is lost in the
+    huge value, one added after survives, so the sum counts the ones added after they met."""
+    huge = 2.0 ** 40
+    sizes = []
+    for i in range(inputs):
+        weight = torch.ones(inputs, inputs)
+        weight[:, i] = huge
+        weight[torch.arange(inputs), torch.arange(inputs)] = -huge
+        weight[i, i] = huge  # row i: no pair (its own count is meaningless)
+        sums = multiply(torch.ones(1, inputs), weight)[0]
+        sizes.append([inputs - round(v) if j != i else 1 for j, v in enumerate(sums.tolist())])
+    return sizes
+
+
+def test_the_kernel_is_built_on_this_machine() -> None:
+    assert kernel_available()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_every_row_gets_the_digits_of_its_own_one_row_product(shape) -> None:
+    weight = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape)))
+    assert kernel_agrees(weight)
+    for rows in (1, 2, 3, 4, 5, 15, 16, 17, 33):
+        x = torch.randn((rows, shape[1]), generator=torch.Generator().manual_seed(rows))
+        assert torch.equal(lone_rows_linear(x, weight), row_by_row(x, weight)), rows
+
+
+def test_the_kernel_sums_in_the_order_the_one_row_product_uses() -> None:
+    """The order itself, measured: four lanes, lane 0 starting with the first four products."""
+    ours = meeting_sizes(lone_rows_linear, 32)
+    assert ours == meeting_sizes(F.linear, 32)
+    assert ours[0][:5] == [1, 2, 3, 4, 5]  # inputs 0-3 summed one by one, then input 4 in lane 0
+    assert ours[0][8] == 6 and ours[5][9] == 2 and ours[6][10] == 2  # lanes take every fourth input
+    assert ours[0][6] == 18 and ours[5][7] == 14 and ours[0][5] == 32  # (lane 0 + lane 2) + (lane 1 + lane 3)
+
+
+def test_a_weight_where_the_kernel_would_change_digits_keeps_the_batched_products(monkeypatch) -> None:
+    monkeypatch.setattr(lone_rows_module, "_agreement", {})
+    real = lone_rows_module.lone_rows_linear
+    monkeypatch.setattr(lone_rows_module, "lone_rows_linear", lambda x, w: real(x, w) * (1 + 1e-6))
+    weight = torch.randn(576, 576)
+    assert not kernel_agrees(weight)
+    assert one_row_products_how(weight, 9) == packed_llama.ONE_ROW_PRODUCTS
+
+
+def test_other_dtypes_and_input_widths_are_never_given_to_the_kernel() -> None:
+    assert not kernel_agrees(torch.randn(64, 64, dtype=torch.float64))
+    assert not kernel_agrees(torch.randn(64, 30))  # not a whole number of lanes
+    assert not kernel_agrees(torch.randn(64, 4))
+
+
+def test_a_scripted_pass_takes_the_kernel_from_four_rows_with_lone_logits(monkeypatch) -> None:
+    monkeypatch.setattr(forward_module, "_plans", weakref.WeakKeyDictionary())
+    tiny = tiny_llama()
+    plan = scripted_plan(tiny)
+    for rows in (3, 4, 6):
+        layers, head = plan.hows_for(rows)
+        matrices = {how for how, weight in zip(layers, plan.weights.layers, strict=True) if weight.dim() == 2}
+        kernel = packed_llama.LONE_ROWS if rows >= forward_module.LONE_ROWS_FROM else packed_llama.ONE_ROW_PRODUCTS
+        assert matrices == set(head) == {kernel}, rows
+    lengths, tokens = (2, 9, 5, 1, 30, 7), [4, 8, 15, 16, 23, 42]
+    caches = [filled_cache(tiny, n, offset=n) for n in lengths]
+    expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip(tokens, caches, strict=True)])
+    assert torch.equal(forward_packed(tiny, tokens, caches), expected)
+
+
+WITHOUT_COMPILER = """
+import torch
+from engine.forward import forward_packed, scripted_plan
+from engine.lone_rows import kernel_available
+from engine import packed_llama
+from tests.engine.test_scheduler import filled_cache, lone_logits, tiny_llama
+assert not kernel_available()
+lm = tiny_llama()
+plan = scripted_plan(lm)
+assert plan is not None  # the scripted pass still compiles: it names the op, registered as a stand-in
+assert packed_llama.LONE_ROWS not in plan.hows_for(6)[0]
+caches = [filled_cache(lm, n, offset=n) for n in (2, 9, 5, 1, 30, 7)]
+tokens = [4, 8, 15, 16, 23, 42]
+expected = torch.stack([lone_logits(lm, t, c) for t, c in zip(tokens, caches)])
+assert torch.equal(forward_packed(lm, tokens, caches), expected)
+print("batched products")
+"""
+
+
+def test_without_a_compiler_the_passes_keep_the_batched_products_and_their_digits(tmp_path) -> None:
+    env = {**os.environ, "CXX": "/bin/false", "TOKEN_BY_TOKEN_CACHE": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", WITHOUT_COMPILER], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "batched products" in done.stdout
+    assert "could not be built" in done.stderr  # said once in the server's log, not silently slower

@@ -13,7 +13,9 @@
 #include <torch/library.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -91,32 +93,54 @@ void output_block(const float* packed, int64_t padded_rows, const float* w, int6
   }
 }
 
-// x [rows, in] -> [in / 4][padded_rows][4]: a chunk of four inputs of four rows in one vector.
+// x [rows, in] -> [in / 4][padded_rows][4]: a chunk of four inputs of four rows in one vector
+// (rows past `rows` zero).
 torch::Tensor packed_rows(const torch::Tensor& x, int64_t padded_rows) {
   const int64_t rows = x.size(0), in = x.size(1);
-  auto padded = torch::zeros({padded_rows, in}, x.options());
-  padded.narrow(0, 0, rows).copy_(x);
-  return padded.view({padded_rows, in / 4, 4}).transpose(0, 1).contiguous();
+  auto packed = torch::empty({in / 4, padded_rows, 4}, x.options());
+  const float* from = x.data_ptr<float>();
+  float* to = packed.data_ptr<float>();
+  for (int64_t c = 0; c < in / 4; ++c) {
+    float* chunk = to + c * padded_rows * 4;
+    for (int64_t r = 0; r < padded_rows; ++r) {
+      for (int j = 0; j < 4; ++j) chunk[r * 4 + j] = r < rows ? from[r * in + c * 4 + j] : 0.0f;
+    }
+  }
+  return packed;
 }
 
-torch::Tensor lone_rows_linear(const torch::Tensor& x, const torch::Tensor& weight) {
-  TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), "x [rows, in], weight [out, in]");
-  TORCH_CHECK(x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat, "float32 only");
-  TORCH_CHECK(x.size(1) % 4 == 0 && x.size(1) >= 8, "in must be a multiple of 4");
-  const int64_t rows = x.size(0), in = x.size(1), out_features = weight.size(0);
-  auto out = torch::empty({rows, out_features}, x.options());
-  if (rows == 0 || out_features == 0) return out;
+// Every row of x through every weight (all of one input width): one parallel region for all, so
+// a layer's query, key and value (or gate and up) wake the CPU's threads once.
+std::vector<torch::Tensor> lone_rows_linears(const torch::Tensor& x_in, at::TensorList weights_in) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == torch::kFloat, "x: float32 [rows, in]");
+  const int64_t rows = x_in.size(0), in = x_in.size(1);
+  TORCH_CHECK(in % 4 == 0 && in >= 8, "in must be a multiple of 4, at least 8");
+  const auto x = x_in.contiguous();
+  std::vector<torch::Tensor> weights, outs;
+  std::vector<int64_t> first_block{0};  // weight i's output blocks start here
+  for (const auto& weight : weights_in) {
+    TORCH_CHECK(weight.dim() == 2 && weight.size(1) == in && weight.scalar_type() == torch::kFloat,
+                "weights: float32 [out, in]");
+    weights.push_back(weight.contiguous());
+    outs.push_back(torch::empty({rows, weight.size(0)}, x.options()));
+    first_block.push_back(first_block.back() + (weight.size(0) + kOutputsPerBlock - 1) / kOutputsPerBlock);
+  }
+  if (rows == 0) return outs;
   constexpr int64_t kRowsPerPass = 4 * kRowsPerVector;
   const int64_t padded_rows = (rows + kRowsPerVector - 1) / kRowsPerVector * kRowsPerVector;
   const auto packed = packed_rows(x, padded_rows);
-  const auto w = weight.contiguous();
   const float* packed_data = packed.data_ptr<float>();
-  const float* w_data = w.data_ptr<float>();
-  float* out_data = out.data_ptr<float>();
-  const int64_t blocks = (out_features + kOutputsPerBlock - 1) / kOutputsPerBlock;
-  at::parallel_for(0, blocks, 16, [&](int64_t begin, int64_t end) {
+  // waking a second thread costs tens of microseconds: give each thread at least this many products
+  constexpr int64_t kProductsPerTask = 1 << 22;
+  const int64_t grain = std::max<int64_t>(1, kProductsPerTask / (kOutputsPerBlock * in * padded_rows));
+  at::parallel_for(0, first_block.back(), grain, [&](int64_t begin, int64_t end) {
+    size_t i = 0;
     for (int64_t block = begin; block < end; ++block) {
-      const int64_t first = block * kOutputsPerBlock;
+      while (block >= first_block[i + 1]) ++i;
+      const int64_t out_features = weights[i].size(0);
+      const float* w_data = weights[i].data_ptr<float>();
+      float* out_data = outs[i].data_ptr<float>();
+      const int64_t first = (block - first_block[i]) * kOutputsPerBlock;
       const int count = static_cast<int>(std::min<int64_t>(kOutputsPerBlock, out_features - first));
       int64_t o[kOutputsPerBlock];
       for (int q = 0; q < kOutputsPerBlock; ++q) o[q] = first + std::min(q, count - 1);
@@ -131,9 +155,16 @@ torch::Tensor lone_rows_linear(const torch::Tensor& x, const torch::Tensor& weig
       }
     }
   });
-  return out;
+  return outs;
+}
+
+torch::Tensor lone_rows_linear(const torch::Tensor& x, const torch::Tensor& weight) {
+  return lone_rows_linears(x, {weight})[0];
 }
 
 }  // namespace
 
-TORCH_LIBRARY(token_by_token, m) { m.def("lone_rows_linear(Tensor x, Tensor weight) -> Tensor", &lone_rows_linear); }
+TORCH_LIBRARY(token_by_token, m) {
+  m.def("lone_rows_linear(Tensor x, Tensor weight) -> Tensor", &lone_rows_linear);
+  m.def("lone_rows_linears(Tensor x, Tensor[] weights) -> Tensor[]", &lone_rows_linears);
+}

@@ -136,9 +136,16 @@ def rotated_projections(hidden: Tensor, w: list[Tensor], how: list[int], eps: fl
     `w` and `how`: the layer's LAYER_WEIGHTS weights and how each multiplies."""
     n = hidden.shape[1]
     normed = rms_norm(hidden, w[0], eps)
-    query = rows_linear(normed, w[1], how[1], prompt_rows).view(1, n, -1, head_dim).transpose(1, 2)
-    key = rows_linear(normed, w[2], how[2], prompt_rows).view(1, n, -1, head_dim).transpose(1, 2)
-    value = rows_linear(normed, w[3], how[3], prompt_rows).view(1, n, -1, head_dim).transpose(1, 2)
+    if how[1] == 4 and how[2] == 4 and how[3] == 4:  # LONE_ROWS: the three products in one call
+        q, k, v = torch.ops.token_by_token.lone_rows_linears(normed[0], [w[1], w[2], w[3]])
+        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+    else:
+        q = rows_linear(normed, w[1], how[1], prompt_rows)
+        k = rows_linear(normed, w[2], how[2], prompt_rows)
+        v = rows_linear(normed, w[3], how[3], prompt_rows)
+    query = q.view(1, n, -1, head_dim).transpose(1, 2)
+    key = k.view(1, n, -1, head_dim).transpose(1, 2)
+    value = v.view(1, n, -1, head_dim).transpose(1, 2)
     return (query * cos) + (rotate_half(query) * sin), (key * cos) + (rotate_half(key) * sin), value
 
 
@@ -150,7 +157,11 @@ def after_attention(residual: Tensor, attended: Tensor, w: list[Tensor], how: li
     attended = attended.transpose(1, 2).contiguous().reshape(1, n, -1).contiguous()
     hidden = residual + rows_linear(attended, w[4], how[4], prompt_rows)
     normed = rms_norm(hidden, w[5], eps)
-    gated = F.silu(rows_linear(normed, w[6], how[6], prompt_rows)) * rows_linear(normed, w[7], how[7], prompt_rows)
+    if how[6] == 4 and how[7] == 4:  # LONE_ROWS: gate and up in one call
+        gate, up = torch.ops.token_by_token.lone_rows_linears(normed[0], [w[6], w[7]])
+        gated = F.silu(gate.unsqueeze(0)) * up.unsqueeze(0)
+    else:
+        gated = F.silu(rows_linear(normed, w[6], how[6], prompt_rows)) * rows_linear(normed, w[7], how[7], prompt_rows)
     return hidden + rows_linear(gated, w[8], how[8], prompt_rows)
 
 

@@ -16,7 +16,7 @@ import engine.forward as forward_module
 import engine.lone_rows as lone_rows_module
 from engine import packed_llama
 from engine.forward import forward_packed, one_row_products_how, scripted_plan
-from engine.lone_rows import kernel_agrees, kernel_available, lone_rows_linear
+from engine.lone_rows import kernel_agrees, kernel_available, lone_rows_linear, lone_rows_linears
 from tests.engine.test_scheduler import filled_cache, lone_logits, tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +54,20 @@ def test_every_row_gets_the_digits_of_its_own_one_row_product(shape) -> None:
     for rows in (1, 2, 3, 4, 5, 15, 16, 17, 33):
         x = torch.randn((rows, shape[1]), generator=torch.Generator().manual_seed(rows))
         assert torch.equal(lone_rows_linear(x, weight), row_by_row(x, weight)), rows
+
+
+@pytest.mark.parametrize("rows", [3, 15, 40])
+def test_several_weights_in_one_call_give_what_each_gives_alone(rows: int) -> None:
+    """A layer's query, key and value (or gate and up) in one call: small ones on one thread,
+    large ones split between threads, each output computed whole by one thread."""
+    generator = torch.Generator().manual_seed(rows)
+    x = torch.randn((rows, 576), generator=generator)
+    for outputs in [(576, 192, 192), (1536, 1536), (8,)]:
+        weights = [torch.randn((n, 576), generator=generator) for n in outputs]
+        together = lone_rows_linears(x, weights)
+        assert len(together) == len(weights)
+        for weight, product in zip(weights, together, strict=True):
+            assert torch.equal(product, row_by_row(x, weight))
 
 
 def test_the_kernel_sums_in_the_order_the_one_row_product_uses() -> None:

@@ -21,10 +21,12 @@ A packed pass comes in two kinds, because this CPU's matrix kernels are not batc
 a B-row matrix product sums each row in another order than a 1-row product, so a row's
 logits from a batch differ from its lone pass's in the last bits (up to ~1e-4 measured on
 SmolLM2-135M, bench/batch_parity.py).
-- exact (the default): every linear layer gives each row its own 1-row product
-  (`RowwiseLinear`), the very kernel a lone pass uses, all rows in one batched call. Each
+- exact (the default): every linear layer gives each row its own 1-row product's digits. The
+  scripted pass, from four rows, through a kernel that sums each row in the order the 1-row
+  product does and reads each weight once for all rows (engine/lone_rows.py); otherwise, and
+  in the eager twin (`RowwiseLinear`), as 1-row products, all rows in one batched call. Each
   visitor gets its lone pass's logits bit for bit.
-- fast: one B-row matrix product per layer; each weight is read once for all rows.
+- fast: one B-row matrix product per layer from the library.
 """
 
 from __future__ import annotations
@@ -365,6 +367,13 @@ class ScriptedPlan:
         if not self.exact or weight.dim() != 2:  # norms' weights are not multiplied
             return packed_llama.ONE_PRODUCT
         return one_row_products_how(weight, rows)
+
+
+def exact_rows_kernel_in_use(lm: LoadedModel) -> bool:
+    """Whether exact packed passes of `lm` go through the exact rows kernel (engine/lone_rows.py):
+    a scripted pass whose linear layers take it at a full batch."""
+    plan = scripted_plan(lm, exact=True)
+    return plan is not None and packed_llama.LONE_ROWS in plan.hows_for(16)[0]
 
 
 def head_slices(head: torch.Tensor, chunk: int) -> list[torch.Tensor]:

@@ -9,10 +9,11 @@ as ONE packed pass (continuous batching): each weight is read once for all of th
 Numbers: a pass alone in its round is the plain batch-1 pass, so a visitor alone gets
 transformers' own numbers. How a packed pass multiplies (engine/forward.py) is the `batching`
 setting, the server's TBT_BATCHING:
-  - "exact" (default): each row its own 1-row product through the lone pass's kernel, all rows
-    in one batched call: every visitor gets bit for bit the numbers it would get alone;
-  - "fast": one matrix product for all rows; logits within ~1e-4 of the lone numbers
-    (bench/batch_parity.py), for a pass about twice as fast at 30 visitors;
+  - "exact" (default): each row summed in the order its lone 1-row product sums it, every
+    weight read once for all rows (engine/lone_rows.py): every visitor gets bit for bit the
+    numbers it would get alone;
+  - "fast": one library matrix product for all rows; logits within ~1e-4 of the lone numbers
+    (bench/batch_parity.py); on a CPU where the exact kernel is built, no faster;
   - "off": no batching, every pass alone, one at a time.
 """
 

@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine import LoadedModel
+from engine.forward import exact_rows_kernel_in_use
 from engine.scheduler import BATCHING_ENV, SchedulerStats
 from engine.speed import PackedDifference
 from ui.charts import CHART_CONFIG
@@ -49,13 +50,22 @@ def live_scheduler() -> None:
 
 
 MODES = {
-    "exact": "**batches** the decode steps that are waiting, multiplying each visitor's row on its own through "
-             "the very kernel a lone pass uses (all rows in one call), so every visitor's numbers are bit for bit "
-             "what they would be alone",
+    "exact": "**batches** the decode steps that are waiting, adding up each visitor's row in exactly the order "
+             "a lone pass adds it up (while reading each weight once for all of them), so every visitor's numbers "
+             "are bit for bit what they would be alone",
     "fast": "**batches** the decode steps that are waiting in one matrix product per layer, the fastest way, so a "
             "visitor's numbers can differ from their lone values in the last digits (measured below)",
     "off": "runs every pass **alone**, one after another (no batching)",
 }
+
+
+def how_exact_adds_up(lm: LoadedModel) -> str:
+    """How this server's exact batching keeps each row's lone order, in a sentence."""
+    if exact_rows_kernel_in_use(lm):
+        return ("The order is no mystery: on this CPU a single row's product adds its products in four interleaved "
+                "running sums, then combines them, and the exact batching adds up every row of the batch in that "
+                "same order (checked bit for bit when the server started).")
+    return "The exact batching multiplies each row on its own, through the very kernel a lone pass uses."
 
 
 def server_batching(lm: LoadedModel, differences: tuple[PackedDifference, PackedDifference]) -> None:
@@ -72,11 +82,12 @@ def server_batching(lm: LoadedModel, differences: tuple[PackedDifference, Packed
     exact, fast = differences
     st.markdown(
         f"**Does batching change your numbers?** Measured just now: {fast.batch} sequences decoded {fast.steps} "
-        "tokens together, each row's logits compared with the same sequence's lone pass. Row by row (this "
-        f"server's *exact* batching) the largest difference in any logit was **{exact.max_logit_diff:.1g}**. In "
+        "tokens together, each row's logits compared with the same sequence's lone pass. Each row added up in "
+        "its lone order (this server's *exact* batching) the largest difference in any logit was "
+        f"**{exact.max_logit_diff:.1g}**. In "
         f"one matrix product for all rows (*fast*) it was **{fast.max_logit_diff:.1e}** in a logit and "
         f"**{fast.max_prob_diff:.1e}** in a probability, and the most probable token changed in "
         f"{fast.argmax_flips} of {fast.rows} rows: a matrix product adds up a batch in another order than a "
         "single row, so the last bits of a float can differ, and a probability sitting on a rounding edge could "
-        "show its 4th decimal one apart. The server's operator chooses with "
-        f"`{BATCHING_ENV}=exact` (the default), `fast` (a pass about twice as fast) or `off`.")
+        f"show its 4th decimal one apart. {how_exact_adds_up(lm)} The server's operator chooses with "
+        f"`{BATCHING_ENV}=exact` (the default), `fast` (the library's own batch product) or `off`.")

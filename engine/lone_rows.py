@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -39,6 +40,7 @@ SOURCE = Path(__file__).with_name("lone_rows.cpp")
 NAMESPACE = "token_by_token"
 BUILD_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]  # never fuse a multiply and an add
 PROBE_ROWS = 5  # rows of the agreement probe: a whole group of four and one more
+STALE_LOCK_S = 300  # a build's lock file older than this was left by a build that died
 
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -93,6 +95,7 @@ def _build() -> bool:
     try:
         folder = cache_root() / "kernels" / name
         folder.mkdir(parents=True, exist_ok=True)
+        _clear_stale_lock(folder)
         cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=BUILD_FLAGS, extra_ldflags=["-fopenmp"],
                            build_directory=str(folder), is_python_module=False, verbose=False)
         return True
@@ -100,6 +103,17 @@ def _build() -> bool:
         _log.warning("the exact rows kernel could not be built (%s); packed passes use batched products",
                      str(error).splitlines()[0] if str(error) else type(error).__name__)
         return False
+
+
+def _clear_stale_lock(folder: Path) -> None:
+    """torch waits for as long as a build's lock file exists; a build killed part-way leaves one
+    behind, and every later start would wait for ever. A build takes seconds: an old lock is stale."""
+    lock = folder / "lock"
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            lock.unlink()
+    except OSError:  # no lock (the usual case), or another process removed it first
+        pass
 
 
 def _build_name() -> str:

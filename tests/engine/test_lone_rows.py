@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import weakref
 from pathlib import Path
 
@@ -135,3 +136,17 @@ def test_without_a_compiler_the_passes_keep_the_batched_products_and_their_digit
     assert done.returncode == 0, done.stderr[-3000:]
     assert "batched products" in done.stdout
     assert "could not be built" in done.stderr  # said once in the server's log, not silently slower
+
+
+def test_a_lock_left_by_a_build_that_died_is_cleared_and_a_fresh_one_is_kept(tmp_path) -> None:
+    """torch waits for as long as a build's lock file exists: a stale one would stop the server."""
+    stale, fresh = tmp_path / "stale", tmp_path / "fresh"
+    for folder in (stale, fresh):
+        folder.mkdir()
+        (folder / "lock").touch()
+    old = time.time() - lone_rows_module.STALE_LOCK_S - 60
+    os.utime(stale / "lock", (old, old))
+    lone_rows_module._clear_stale_lock(stale)
+    lone_rows_module._clear_stale_lock(fresh)
+    lone_rows_module._clear_stale_lock(tmp_path / "missing")  # no folder, no lock: nothing to do
+    assert not (stale / "lock").exists() and (fresh / "lock").exists()

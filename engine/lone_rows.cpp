@@ -49,8 +49,8 @@ inline v16 first_chunk(v16 p) {
   v16 sum = p + __builtin_shufflevector(p, p, 1, 0, 0, 0, 5, 0, 0, 0, 9, 0, 0, 0, 13, 0, 0, 0);
   sum = sum + __builtin_shufflevector(p, p, 2, 0, 0, 0, 6, 0, 0, 0, 10, 0, 0, 0, 14, 0, 0, 0);
   sum = sum + __builtin_shufflevector(p, p, 3, 0, 0, 0, 7, 0, 0, 0, 11, 0, 0, 0, 15, 0, 0, 0);
-  const v16 lane0 = {1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0};
-  return sum * lane0;  // multiplying by 1 or 0 is exact
+  const v16 zero = {};  // lanes 1 to 3 taken from here (multiplying by 0 would turn an infinity into NaN)
+  return __builtin_shufflevector(sum, zero, 0, 16, 16, 16, 4, 16, 16, 16, 8, 16, 16, 16, 12, 16, 16, 16);
 }
 
 // Lane 0 of each row: (l0 + l2) + (l1 + l3).

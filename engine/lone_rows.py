@@ -43,7 +43,7 @@ PROBE_ROWS = 5  # rows of the agreement probe: a whole group of four and one mor
 STALE_LOCK_S = 300  # a build's lock file older than this was left by a build that died
 
 _log = logging.getLogger(__name__)
-_lock = threading.Lock()
+_lock = threading.RLock()  # kernel_agrees holds it while the op it probes makes sure it is registered
 _built: bool | None = None  # None: not tried yet
 _agreement: dict[tuple, bool] = {}
 
@@ -80,11 +80,13 @@ def kernel_agrees(weight: torch.Tensor) -> bool:
 
 def lone_rows_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """`[rows, in] -> [rows, out]`, each row as its own 1-row product by `weight` gives it."""
+    kernel_available()  # registers the op on first use
     return torch.ops.token_by_token.lone_rows_linear(x, weight)
 
 
 def lone_rows_linears(x: torch.Tensor, weights: list[torch.Tensor]) -> list[torch.Tensor]:
     """`lone_rows_linear` of `x` by each weight, in one call (the CPU's threads woken once)."""
+    kernel_available()
     return torch.ops.token_by_token.lone_rows_linears(x, weights)
 
 

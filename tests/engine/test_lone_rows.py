@@ -71,6 +71,15 @@ def test_several_weights_in_one_call_give_what_each_gives_alone(rows: int) -> No
             assert torch.equal(product, row_by_row(x, weight))
 
 
+def test_infinities_and_nans_come_out_as_the_one_row_product_gives_them() -> None:
+    weight = torch.randn((64, 576), generator=torch.Generator().manual_seed(3))
+    x = torch.randn((6, 576), generator=torch.Generator().manual_seed(4))
+    x[0, 1], x[1, 2] = float("inf"), float("-inf")  # in the first four products, summed apart
+    x[2, 5], x[3, 0] = float("nan"), 3e38  # a lane's first product; a product that overflows
+    x[4, 1], x[4, 7] = float("inf"), float("-inf")  # two lanes that meet as inf - inf
+    torch.testing.assert_close(lone_rows_linear(x, weight), row_by_row(x, weight), rtol=0, atol=0, equal_nan=True)
+
+
 def test_the_kernel_sums_in_the_order_the_one_row_product_uses() -> None:
     """The order itself, measured: four lanes, lane 0 starting with the first four products."""
     ours = meeting_sizes(lone_rows_linear, 32)

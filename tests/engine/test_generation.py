@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from engine import Generation, GenerationFinished, SamplerSettings, StopSettings
+from engine.generation import TOP_N, describe_distribution
+from engine.sampling import ChainOutput
 
 GREEDY = SamplerSettings(temperature=0)
 SAMPLED = SamplerSettings(temperature=0.9, top_k=40, top_p=0.95, min_p=0.02, repetition_penalty=1.1)
@@ -63,6 +65,32 @@ def test_probabilities_are_the_softmax_of_the_real_logits(lm) -> None:
         assert candidate.prob == float(probs[candidate.token_id])
     assert step.prob == float(probs[step.token_id])
     assert step.rank == int((logits > logits[step.token_id]).sum()) + 1
+
+
+def test_candidates_and_a_pick_outside_the_leaders_are_ranked_over_the_whole_vocabulary(lm) -> None:
+    """A forced pick far down the list, and final-distribution leaders that are not raw leaders
+    (a chain that moved mass onto them, with ties): every rank is the count of strictly higher
+    raw logits plus one, every logit and probability the real one."""
+    generation = Generation(lm, "Roses are red,", sampler=SAMPLED, seed=3)
+    generation.step()
+    logits = generation.raw_logits()
+    far = int(torch.argsort(logits, descending=True)[500])
+    step = generation.step(force_token_id=far)
+    logits = generation.raw_logits()
+    assert step.rank == int((logits > logits[far]).sum()) + 1 > 50
+    low = torch.argsort(logits)[:8].tolist()  # the least likely tokens
+    final = torch.zeros_like(logits)
+    final[low] = torch.tensor([0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05])
+    chain = ChainOutput(final_logits=logits, final_probs=final, final_entropy_bits=0.0, stages=())
+    probs = logits.softmax(-1)
+    top = describe_distribution(lm, logits, probs, chain).top
+    by_id = {c.token_id: c for c in top}
+    assert set(low) <= set(by_id) and len(top) == TOP_N + len(low)
+    for candidate in top:
+        assert candidate.rank == int((logits > logits[candidate.token_id]).sum()) + 1
+        assert candidate.logit == float(logits[candidate.token_id])
+        assert candidate.prob == float(probs[candidate.token_id])
+        assert candidate.final_prob == float(final[candidate.token_id])
 
 
 def test_same_seed_same_tokens_and_other_seed_differs(lm) -> None:

@@ -371,9 +371,9 @@ class ScriptedPlan:
 
 def exact_rows_kernel_in_use(lm: LoadedModel) -> bool:
     """Whether exact packed passes of `lm` go through the exact rows kernel (engine/lone_rows.py):
-    a scripted pass whose linear layers take it at a full batch."""
+    a scripted pass whose linear layers take it once there are rows enough."""
     plan = scripted_plan(lm, exact=True)
-    return plan is not None and packed_llama.LONE_ROWS in plan.hows_for(16)[0]
+    return plan is not None and packed_llama.LONE_ROWS in plan.hows_for(LONE_ROWS_FROM)[0]
 
 
 def head_slices(head: torch.Tensor, chunk: int) -> list[torch.Tensor]:

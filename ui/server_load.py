@@ -53,8 +53,8 @@ MODES = {
     "exact": "**batches** the decode steps that are waiting, adding up each visitor's row in exactly the order "
              "a lone pass adds it up (while reading each weight once for all of them), so every visitor's numbers "
              "are bit for bit what they would be alone",
-    "fast": "**batches** the decode steps that are waiting in one matrix product per layer, the fastest way, so a "
-            "visitor's numbers can differ from their lone values in the last digits (measured below)",
+    "fast": "**batches** the decode steps that are waiting in one matrix product per layer, so a visitor's "
+            "numbers can differ from their lone values in the last digits (measured below)",
     "off": "runs every pass **alone**, one after another (no batching)",
 }
 

@@ -4,7 +4,7 @@
 
 For each batch size B: B visitors with different prompts (so different cache lengths) step
 together. At every step each visitor's next-token logits come from ONE "fast" packed pass
-(engine.forward.forward_packed, one matrix product for all rows) and, for comparison, from its
+(engine.serving.packed.forward_packed, one matrix product for all rows) and, for comparison, from its
 own lone batch-1 pass over the same cache (a prefix view, so the comparison pass leaves the
 cache untouched). The "exact" packed pass (row by row) is run on the same caches too and must
 differ by 0. Reported:
@@ -28,8 +28,9 @@ from pathlib import Path
 import torch
 
 from engine import SamplerSettings, load_model
-from engine.forward import cache_prefix, forward_one, forward_packed, new_cache
+from engine.forward import cache_prefix, forward_one, new_cache
 from engine.sampling import InverseCdf, decide
+from engine.serving.packed import forward_packed
 from ui.format import pct, prob
 
 RESULTS = Path(__file__).parent / "results"

@@ -3,15 +3,15 @@
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m bench.gil_bench [--rows 15] [--scripts 1,3]
                                                                  [--intervals 5,0.5,0.2,0.1]
 
-A packed decode pass (engine/forward.py, exact batching) runs again and again on the real model
+A packed decode pass (engine/serving/packed.py, exact batching) runs again and again on the real model
 for `rows` visitors, alone and then beside N threads that imitate a visitor's page script
 (10 ms of pure Python, then 10 ms of waiting), in its two forms:
   - eager (the twin model, as any model but a plain Llama gets it): the pass gives up the GIL
     and takes it back around every torch op, thousands of times; each take waits until the
     script thread lets go, which Python forces after its switch interval (5 ms by default);
-  - scripted (engine/packed_llama.py, what the bundled model gets): one call, one take.
+  - scripted (engine/serving/scripted_llama.py, what the bundled model gets): one call, one take.
 Prints the median pass time per form, interval and script count. The scheduler sets the
-interval it picks from these figures for eager passes (engine/scheduler.py SWITCH_INTERVAL_S).
+interval it picks from these figures for eager passes (engine/serving/scheduler.py SWITCH_INTERVAL_S).
 Run it with the server's OMP_WAIT_POLICY (PASSIVE), which `make run` and the Dockerfile set.
 """
 
@@ -24,7 +24,8 @@ import threading
 import time
 
 from engine import load_model
-from engine.forward import cache_length, cache_prefix, forward_one, forward_packed, new_cache
+from engine.forward import cache_length, cache_prefix, forward_one, new_cache
+from engine.serving.packed import forward_packed
 
 SCRIPT_BUSY_S = 0.010
 SCRIPT_WAIT_S = 0.010

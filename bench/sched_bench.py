@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import Generation, SamplerSettings, StopSettings, load_model
-from engine.scheduler import ForwardScheduler
+from engine.serving.scheduler import ForwardScheduler
 
 RESULTS = Path(__file__).parent / "results"
 PROMPTS = [

@@ -7,24 +7,52 @@ visualizer needs. No Streamlit here; usable from notebooks and the command line.
     gen = Generation(lm, "The capital of France is", sampler=SamplerSettings(temperature=0))
     step = gen.step()
     print(step.token.text, step.prob)  # ' Paris' 0.77...
+
+This package is the loop and its stages; two sub-packages hold the rest, each with its own
+public names: `engine.speculative` (several tokens per forward pass, the same output) and
+`engine.serving` (one model shared by many visitors: the scheduler and its packed passes,
+loaded only by a server). `engine.speed` measures what a step costs. See ARCHITECTURE.md.
 """
 
-from engine.drafting import DraftModel, PromptLookup, self_draft
-from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError, TraceError
+from engine.cpu_threads import on_sampler_thread
+from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError, TraceError, shown
 from engine.generation import Candidate, Distribution, Generation, Resampled, StepRecord, Timing
 from engine.kvcache import KVGeometry, KVSnapshot
-from engine.loading import LoadedModel, ModelSource, load_model, resolve_source
-from engine.sampling import Decision, Draw, StageRecord
+from engine.limits import Limits
+from engine.loading import BUNDLED, LoadedModel, ModelSource, load_model, resolve_source
+from engine.sampling import (
+    ChainOutput,
+    Decision,
+    Draw,
+    InverseCdf,
+    StageRecord,
+    decide,
+    draw_uniform,
+    pick_by_cdf,
+    run_chain,
+)
 from engine.settings import CHAINS, SamplerSettings, StopSettings
-from engine.speculative import RoundRecord, SpeculativeGeneration
-from engine.stopping import FINISH_REASONS, StopSequenceState, Termination
-from engine.trace import Replay, load_trace, parse_trace, replay, save_trace, to_trace
+from engine.shell import GenerationShell, PassQueue
+from engine.speculative import DraftModel, PromptLookup, RoundRecord, SpeculativeGeneration, self_draft
+from engine.stopping import (
+    FINISH_REASONS,
+    StopSequenceState,
+    Termination,
+    escape,
+    first_match,
+    stop_sequence_states,
+    unescape,
+)
+from engine.tokens import TokenPiece, TokenTexts
+from engine.trace import TRACE_FORMAT, TRACE_VERSION, Replay, load_trace, parse_trace, replay, save_trace, to_trace
 
 __all__ = [
-    "CHAINS", "FINISH_REASONS", "Candidate", "Decision", "Distribution", "DraftModel", "Draw", "Generation",
-    "GenerationFinished", "KVGeometry", "KVSnapshot", "LoadedModel", "ModelLoadError", "ModelSource",
-    "PromptError", "PromptLookup", "Replay", "Resampled", "RoundRecord", "SamplerSettings", "SettingsError",
-    "SpeculativeGeneration", "StageRecord", "StepRecord", "StopSequenceState", "StopSettings", "Termination",
-    "Timing", "TraceError", "load_model", "load_trace", "parse_trace", "replay", "resolve_source", "save_trace",
-    "self_draft", "to_trace",
+    "BUNDLED", "CHAINS", "FINISH_REASONS", "TRACE_FORMAT", "TRACE_VERSION", "Candidate", "ChainOutput", "Decision",
+    "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished", "GenerationShell", "InverseCdf",
+    "KVGeometry", "KVSnapshot", "Limits", "LoadedModel", "ModelLoadError", "ModelSource", "PassQueue", "PromptError",
+    "PromptLookup", "Replay", "Resampled", "RoundRecord", "SamplerSettings", "SettingsError", "SpeculativeGeneration",
+    "StageRecord", "StepRecord", "StopSequenceState", "StopSettings", "Termination", "Timing", "TokenPiece",
+    "TokenTexts", "TraceError", "decide", "draw_uniform", "escape", "first_match", "load_model", "load_trace",
+    "on_sampler_thread", "parse_trace", "pick_by_cdf", "replay", "resolve_source", "run_chain", "save_trace",
+    "self_draft", "shown", "stop_sequence_states", "to_trace", "unescape",
 ]

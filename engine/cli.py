@@ -11,14 +11,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.drafting import DRAFT_METHODS, DraftMethod, DraftModel, draft_for
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError
 from engine.generation import Generation, StepRecord
 from engine.loading import LoadedModel, load_model
 from engine.settings import CHAINS, SamplerSettings, StopSettings
-from engine.speculative import RoundRecord, SpeculativeGeneration
+from engine.speculative.drafting import DRAFT_METHODS, DraftMethod, DraftModel, draft_for
+from engine.speculative.generation import RoundRecord, SpeculativeGeneration
+from engine.speculative.trace import save_speculative_trace
 from engine.stopping import unescape
-from engine.trace import save_speculative_trace, save_trace
+from engine.trace import save_trace
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

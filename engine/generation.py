@@ -17,18 +17,16 @@ KV cache's prefix, which repeats the step's own pass. Every record stays.
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from engine.cpu_threads import on_sampler_thread
-from engine.errors import GenerationFinished, PromptError, SettingsError
+from engine.errors import GenerationFinished, SettingsError
 from engine.forward import cache_prefix, crop_cache, forward_one, new_cache
-from engine.kvcache import KVSnapshot, read_kv
+from engine.kvcache import KVSnapshot
 from engine.limits import Limits
 from engine.loading import LoadedModel
 from engine.sampling import (
@@ -42,8 +40,9 @@ from engine.sampling import (
     draw_uniform,
     entropy_bits,
 )
-from engine.settings import SamplerSettings, StopSettings, check_seed, is_whole
-from engine.stopping import Termination, returned_text, stop_sequence_states, termination_after
+from engine.settings import SamplerSettings, StopSettings, is_whole
+from engine.shell import GenerationShell, PassQueue
+from engine.stopping import Termination
 from engine.tokens import TokenPiece
 
 if TYPE_CHECKING:
@@ -51,10 +50,7 @@ if TYPE_CHECKING:
 
     from transformers import DynamicCache
 
-    from engine.scheduler import ForwardScheduler
-
 TOP_N = 50  # candidates recorded per step, by raw probability
-MAX_CHARS_PER_TOKEN = 64  # no tokenizer packs more characters into one token on ordinary text
 FINAL_TOP_N = 10  # the final distribution's leaders are always among them
 KEEP_LOGITS = 8  # latest steps whose raw logits are kept; older ones are computed again when asked for
 RNG_BLOCK = 64  # bytes per block of a kept generator state
@@ -223,178 +219,37 @@ def describe_distribution(lm: LoadedModel, raw_logits: torch.Tensor, raw_probs: 
     )
 
 
-def build_prompt(lm: LoadedModel, prompt: str, chat: bool, system_prompt: str | None = None, *,
-                 allow_special: bool = False, max_prompt_tokens: int | None = None) -> PromptText:
-    """The text the model reads and its token ids; with `chat`, through the chat template
-    (whose own special tokens stay in the text, visible).
-
-    In chat mode, text the visitor typed that spells a special token (`<|im_end|>`, say) stays
-    plain text, as chat servers treat it: tokenized as characters, it cannot close the user's
-    turn or forge a system turn. `allow_special` lets it become the real special token (for a
-    lesson on prompt injection). `max_prompt_tokens` caps the prompt below the context window.
-    """
-    _check_prompt_text("prompt", prompt, allow_empty=False)
-    if system_prompt is not None:
-        _check_prompt_text("system_prompt", system_prompt, allow_empty=True)
-    limit = lm.context_window - 1 if max_prompt_tokens is None else min(max_prompt_tokens, lm.context_window - 1)
-    # tokenizing costs time in proportion to the text: refuse what cannot fit before doing it
-    if len(prompt) + len(system_prompt or "") > limit * MAX_CHARS_PER_TOKEN:
-        raise PromptError(f"The prompt is {len(prompt):,} characters, far more than the {limit:,} tokens allowed: "
-                          "shorten it.")
-    if chat:
-        text, ids, found = _chat_prompt(lm, prompt, system_prompt, allow_special)
-    else:
-        text, ids, found = prompt, lm.tokenizer(prompt)["input_ids"], ()
-    if len(ids) > limit:
-        raise PromptError(f"The prompt is {len(ids):,} tokens but at most {limit:,} are allowed here "
-                          f"(the context window is {lm.context_window:,} tokens, with room needed for at least "
-                          f"one new token): shorten the prompt.")
-    return PromptText(text, list(ids), found)
-
-
-@dataclass(frozen=True)
-class PromptText:
-    """What the model reads, as text and as token ids."""
-
-    text: str
-    ids: list[int]
-    special_text: tuple[str, ...]  # special-token spellings the visitor typed (kept as plain text unless allowed)
-
-
-def _check_prompt_text(parameter: str, text: object, allow_empty: bool) -> None:
-    if not isinstance(text, str):
-        raise PromptError(f"The {parameter} must be text, not {type(text).__name__}.")
-    if not allow_empty and not text.strip():
-        raise PromptError("The prompt is empty: type some text for the model to continue.")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:  # a lone surrogate: no tokenizer can read it
-        raise PromptError(f"The {parameter} has a character that is not valid Unicode text at position "
-                          f"{exc.start}: remove it.") from exc
-
-
-def special_spellings(lm: LoadedModel, text: str) -> tuple[str, ...]:
-    """The special tokens whose spelling occurs in `text`, in vocabulary order."""
-    return tuple(token for token in _special_tokens(lm) if token in text)
-
-
-def _special_tokens(lm: LoadedModel) -> list[str]:
-    """Every special token's spelling, longest first (so a longer one wins where two overlap)."""
-    tokens = {t.content for t in lm.tokenizer.added_tokens_decoder.values() if t.special and t.content}
-    return sorted(tokens, key=lambda t: (-len(t), t))
-
-
-def _chat_prompt(lm: LoadedModel, prompt: str, system_prompt: str | None, allow_special: bool
-                 ) -> tuple[str, list[int], tuple[str, ...]]:
-    """The chat template around the visitor's messages. Unless `allow_special`, only the
-    template's own special tokens are read as special tokens; the visitor's text is read as
-    characters. The text between the template's special tokens is tokenized as one piece,
-    exactly as the tokenizer reads the whole text, so ordinary prompts give the same ids."""
-    if not lm.has_chat_template:
-        raise PromptError(f"{lm.name} has no chat template: turn the chat template off.")
-    tokenizer = lm.tokenizer
-    found = special_spellings(lm, prompt + (system_prompt or ""))
-    contents = ([system_prompt] if system_prompt else []) + [prompt]
-    roles = (["system"] if system_prompt else []) + ["user"]
-    # each message is rendered as a marker, so the template's own special tokens can be found
-    # in it; the markers are only ever searched for in the template
-    markers = [f"\ue000{i}\ue001" for i in range(len(contents))]
-    template = tokenizer.apply_chat_template([{"role": r, "content": m} for r, m in zip(roles, markers, strict=True)],
-                                             add_generation_prompt=True, tokenize=False)
-    pieces = re.split("(" + "|".join(map(re.escape, _special_tokens(lm))) + ")", template)
-    for marker, content in zip(markers, contents, strict=True):
-        pieces = [piece.replace(marker, content) for piece in pieces]
-    text = "".join(pieces)
-    if allow_special:
-        return text, tokenizer(text, add_special_tokens=False)["input_ids"], found
-    ids: list[int] = []
-    for index, piece in enumerate(pieces):  # odd places hold the template's special tokens
-        if index % 2:
-            ids.append(tokenizer.convert_tokens_to_ids(piece))
-        elif piece:
-            ids += tokenizer(piece, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-    return text, ids, found
-
-
-class Generation:
+class Generation(GenerationShell):
     """One visitor's generation: the context, the KV cache, the random generator and the
     record of every step. Not shared between threads; the model is.
 
     Args:
-        lm: the loaded model.
-        prompt: the text to continue (or the user message, with `chat`).
-        chat: wrap the prompt in the model's chat template.
-        sampler: how each token is picked; may be changed between steps.
-        stop: termination settings; may be changed between steps.
-        seed: seeds this generation's own torch.Generator.
+        lm, prompt, chat, system_prompt, sampler, stop, seed, allow_special, limits: as for
+            every generation (engine/shell.py `GenerationShell`).
         draw: "cdf" (default) draws one uniform u per step and picks the token whose band
             of the cumulative distribution holds it; "multinomial" draws as
             torch.multinomial does, so a seed reproduces `torch.manual_seed(seed)` followed
             by `generate(do_sample=True)` token for token.
-        allow_special: in chat mode, let typed special-token text become special tokens
-            (see `build_prompt`); off by default, as chat servers do.
-        limits: the server's caps on prompt tokens and new tokens (none beyond the model's
-            own by default).
-        scheduler: the forward-pass scheduler shared by every generation on this model (the
-            server's); without one, each pass runs at once on the calling thread.
+        scheduler: the forward-pass queue shared by every generation on this model (the
+            server's, engine/serving/scheduler.py); without one, each pass runs at once on
+            the calling thread.
     """
 
     def __init__(self, lm: LoadedModel, prompt: str, *, chat: bool = False,
                  system_prompt: str | None = None, sampler: SamplerSettings | None = None,
                  stop: StopSettings | None = None, seed: int = 0, draw: str = "cdf",
                  allow_special: bool = False, limits: Limits | None = None,
-                 scheduler: ForwardScheduler | None = None) -> None:
-        check_seed(seed)
+                 scheduler: PassQueue | None = None) -> None:
         if not isinstance(draw, str) or draw not in DRAW_METHODS:
             raise SettingsError("draw", draw, f"one of {', '.join(DRAW_METHODS)}")
-        for name, flag in (("chat", chat), ("allow_special", allow_special)):
-            if not isinstance(flag, bool):
-                raise SettingsError(name, flag, "True or False")
+        super().__init__(lm, prompt, chat=chat, system_prompt=system_prompt, sampler=sampler, stop=stop, seed=seed,
+                         allow_special=allow_special, limits=limits)
         self.draw = draw
-        self.lm = lm
-        self.limits = limits or Limits()
         self.scheduler = scheduler
-        self.prompt = prompt
-        self.chat = chat
-        self.system_prompt = system_prompt
-        self.allow_special = allow_special
-        self.seed = seed
-        self.sampler = sampler or SamplerSettings()
-        self.stop = stop or StopSettings()
-        built = build_prompt(lm, prompt, chat, system_prompt, allow_special=allow_special,
-                             max_prompt_tokens=self.limits.max_prompt_tokens)
-        self.prompt_text, self.prompt_ids, self.special_text = built.text, built.ids, built.special_text
-        self._generator = torch.Generator(device="cpu").manual_seed(seed)
-        self._cache = new_cache(lm)
         self._steps: list[StepRecord] = []
         self._kept: list[_StepTensors] = []
         self._pending: _PendingLogits | None = None  # kept logits the next step uses instead of a pass
         self._ahead: _PromptAhead | None = None  # the prompt's pass queued before step 1 (read_prompt_ahead)
-        self._text_cache: tuple[int, str] = (-1, "")
-        self._closed = False
-
-    # ---- settings that may change between steps -------------------------------------------
-
-    @property
-    def sampler(self) -> SamplerSettings:
-        return self._sampler
-
-    @sampler.setter
-    def sampler(self, sampler: SamplerSettings) -> None:
-        if not isinstance(sampler, SamplerSettings):
-            raise SettingsError("sampler", sampler, "a SamplerSettings")
-        self._sampler = sampler
-
-    @property
-    def stop(self) -> StopSettings:
-        return self._stop
-
-    @stop.setter
-    def stop(self, stop: StopSettings) -> None:
-        if not isinstance(stop, StopSettings):
-            raise SettingsError("stop", stop, "a StopSettings")
-        self.limits.check_new_tokens(stop.max_new_tokens)
-        self._stop = stop
 
     # ---- what the pages read -------------------------------------------------------------
 
@@ -406,50 +261,9 @@ class Generation:
     def generated_ids(self) -> list[int]:
         return [s.token_id for s in self._steps]
 
-    @property
-    def context_ids(self) -> list[int]:
-        return self.prompt_ids + self.generated_ids
+    def _latest_eos_prob(self) -> float:
+        return self._steps[-1].termination.eos_prob
 
-    @property
-    def prompt_pieces(self) -> list[TokenPiece]:
-        return [self.lm.texts.piece(i) for i in self.prompt_ids]
-
-    @property
-    def output_text(self) -> str:
-        """All generated tokens decoded, special tokens left out (as servers return them)."""
-        count, text = self._text_cache
-        if count != len(self._steps):
-            text = self.lm.tokenizer.decode(self.generated_ids, skip_special_tokens=True)
-            self._text_cache = (len(self._steps), text)
-        return text
-
-    @property
-    def text(self) -> str:
-        """The completion as returned: cut just before the first stop sequence."""
-        return returned_text(self.output_text, stop_sequence_states(self.output_text, self.stop.stop_sequences))
-
-    @property
-    def termination(self) -> Termination | None:
-        """The latest step's conditions re-checked under the current stop settings (which
-        may have changed since the step); None before the first step."""
-        if not self._steps:
-            return None
-        return self._termination(self.generated_ids, self.output_text, self._steps[-1].termination.eos_prob)
-
-    @property
-    def finish_reason(self) -> str | None:
-        """What ends generation under the current stop settings, or None to go on."""
-        termination = self.termination
-        return termination.finish_reason if termination else None
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-    @property
-    def kv(self) -> KVSnapshot:
-        """The cache as it stands now."""
-        return read_kv(self._cache, self.lm.geometry, self.lm.dtype)
 
     def raw_logits(self, index: int | None = None) -> torch.Tensor:
         """A step's raw logits `[vocab]` (a copy); the latest step by default."""
@@ -477,13 +291,6 @@ class Generation:
         except BaseException:
             self._restore(before)
             raise
-
-    def run(self, max_steps: int | None = None) -> Iterator[StepRecord]:
-        """Step until a termination condition fires (or `max_steps`), yielding each record."""
-        taken = 0
-        while not self.finished and (max_steps is None or taken < max_steps):
-            yield self.step()
-            taken += 1
 
     def resample(self, sampler: SamplerSettings, index: int | None = None) -> Resampled:
         """Re-run only the sampler chain on a step's kept logits, with other settings.
@@ -562,23 +369,14 @@ class Generation:
         if self.scheduler is not None:
             self.scheduler.cancel(self._cache)
         self.stop_reading_ahead()
-        self._closed = True
-        self._cache = new_cache(self.lm)
+        super().close()
         self._pending = None
         self._kept = [_StepTensors(None, kept.rng_state) for kept in self._kept]
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     # ---- inside a step ---------------------------------------------------------------------
 
     def _check_can_step(self, force_token_id: int | None) -> None:
-        if self._closed:
-            raise GenerationFinished.closed()
-        if self.finished:
-            raise GenerationFinished(f"Generation has finished ({self.finish_reason}); "
-                                     "go Back, change the stop settings, or Reset.")
+        self._check_open("go Back, change the stop settings, or Reset")
         if force_token_id is not None:
             self._check_token_id("force_token_id", force_token_id)
 
@@ -620,8 +418,16 @@ class Generation:
                 return logits, len(self.prompt_ids), (finished - ahead.started) * 1e3
         unseen = self.context_ids[self._cache.get_seq_length():]
         started = time.perf_counter()
-        logits = forward_one(self.lm, unseen, self._cache, self.scheduler)
+        logits = self._pass(unseen, self._cache)
         return logits, len(unseen), (time.perf_counter() - started) * 1e3
+
+    def _pass(self, token_ids: list[int], cache: DynamicCache) -> torch.Tensor:
+        """The next-token logits `[vocab]` after `token_ids` are read into `cache`: in the
+        server's queue where there is one (the pass may be packed with other visitors'), else
+        at once on this thread."""
+        if self.scheduler is not None:
+            return self.scheduler.forward(token_ids, cache)
+        return forward_one(self.lm, token_ids, cache)
 
     def _logits_at(self, position: int) -> torch.Tensor:
         """Step `position + 1`'s raw logits `[vocab]`: kept, or computed again by repeating the
@@ -633,10 +439,10 @@ class Generation:
         if self._closed:
             raise GenerationFinished.closed()
         if position == 0:
-            logits = forward_one(self.lm, self.prompt_ids, new_cache(self.lm), self.scheduler)
+            logits = self._pass(self.prompt_ids, new_cache(self.lm))
         else:
             fed = len(self.prompt_ids) + position - 1  # step position + 1 read the token at this place
-            logits = forward_one(self.lm, [self.context_ids[fed]], cache_prefix(self._cache, fed), self.scheduler)
+            logits = self._pass([self.context_ids[fed]], cache_prefix(self._cache, fed))
         self._kept[position] = _StepTensors(logits, kept.rng_state)
         return logits
 
@@ -737,8 +543,4 @@ class Generation:
             raise SettingsError("step", index, f"a step from 1 to {len(self._steps)}")
         return index - 1
 
-    def _termination(self, generated: list[int], text: str, eos_prob: float) -> Termination:
-        """Every condition's state once `generated` (whose decoded text is `text`) is out."""
-        return termination_after(generated, text, eos_ids=self.lm.eos_ids, eos_prob=eos_prob, stop=self.stop,
-                                 prompt_tokens=len(self.prompt_ids), context_window=self.lm.context_window)
 

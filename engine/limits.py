@@ -1,7 +1,7 @@
 """What one visitor's requests may cost a shared server: the caps checked before any work.
 
 The defaults keep a local, single-user app as it always was (only the model's own context
-window and the settings' own ranges); a public deployment (engine/deployment.py) sets lower
+window and the settings' own ranges); a public deployment (engine/serving/deployment.py) sets lower
 caps. Every check raises the engine's own errors, naming the value and the cap.
 """
 

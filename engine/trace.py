@@ -4,10 +4,11 @@ The trace holds every step's record (the pick, the top candidates, the sampler s
 KV cache, termination, timing) plus what is needed to replay it: model, prompt, seed,
 per-step sampler settings and which tokens were forced.
 
-A speculative generation's trace has the same top level and one short step per token (so the
-step-through page can replay it as plain decoding), plus two optional keys: "speculative"
-(the draft method and k) and "rounds" (every round's record). Traces without them load as
-before, so the version stays 1.
+A speculative generation's trace (engine/speculative/trace.py) has the same top level, read
+back by the same functions here, and one short step per token (so the step-through page can
+replay it as plain decoding), plus two optional keys: "speculative" (the draft method and k)
+and "rounds" (every round's record). Traces without them load as before, so the version
+stays 1.
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.drafting import DraftMethod
-from engine.errors import GenerationFinished, PromptError, SettingsError, TraceError, shown
+from engine.errors import GenerationFinished, SettingsError, TraceError, shown
 from engine.generation import Generation, StepRecord
 from engine.limits import Limits
 from engine.loading import LoadedModel
-from engine.scheduler import ForwardScheduler
 from engine.settings import SamplerSettings, StopSettings
-from engine.speculative import RoundRecord, SpeculativeGeneration
+from engine.shell import GenerationShell, PassQueue
 
 TRACE_FORMAT = "token-by-token/trace"
 TRACE_VERSION = 1
@@ -70,7 +69,7 @@ def _step_to_dict(step: StepRecord, output_text: str) -> dict[str, Any]:
     }
 
 
-def _trace_head(generation: Generation | SpeculativeGeneration, draw: str) -> dict[str, Any]:
+def trace_head(generation: GenerationShell, draw: str) -> dict[str, Any]:
     """What every trace starts with: the format, the model, and what a replay starts from."""
     lm = generation.lm
     return {
@@ -96,7 +95,7 @@ def to_trace(generation: Generation) -> dict[str, Any]:
     steps = generation.steps
     lm = generation.lm
     return {
-        **_trace_head(generation, generation.draw),
+        **trace_head(generation, generation.draw),
         "steps": [_step_to_dict(step, text) for step, text in zip(steps, _texts_so_far(generation), strict=True)],
         "finish_reason": generation.finish_reason,
         "text": generation.text,
@@ -119,8 +118,13 @@ def _texts_so_far(generation: Generation) -> list[str]:
 
 def save_trace(generation: Generation, path: str | Path) -> Path:
     """Write the trace as JSON and return its path."""
+    return write_json(to_trace(generation), path)
+
+
+def write_json(trace: dict[str, Any], path: str | Path) -> Path:
+    """Write a trace as the JSON this app reads back, and return its path."""
     path = Path(path)
-    path.write_text(json.dumps(to_trace(generation), indent=1, ensure_ascii=False))
+    path.write_text(json.dumps(trace, indent=1, ensure_ascii=False))
     return path
 
 
@@ -225,7 +229,7 @@ class ReplayCancelled(TraceError):
 
 
 def replay(lm: LoadedModel, trace: dict[str, Any], limits: Limits | None = None,
-           progress: Callable[[int, int], bool] | None = None, scheduler: ForwardScheduler | None = None) -> Replay:
+           progress: Callable[[int, int], bool] | None = None, scheduler: PassQueue | None = None) -> Replay:
     """Rebuild a live generation from a trace: same prompt, seed and per-step settings.
 
     Sampled steps are sampled again (same seed, same draws); a step whose token differs on
@@ -247,10 +251,8 @@ def replay(lm: LoadedModel, trace: dict[str, Any], limits: Limits | None = None,
                 mismatched.append(done)
             if progress is not None and progress(done, total) is False:
                 raise ReplayCancelled(f"The replay was cancelled after {done} of {total} steps.")
-            if limits.replay_seconds is not None and time.monotonic() - started > limits.replay_seconds:
-                raise ReplayCancelled(f"The replay took longer than this server allows "
-                                      f"({limits.replay_seconds:g} s) and stopped after {done} of {total} steps.")
-        generation.sampler = SamplerSettings(**(trace.get("sampler") or {}))
+            check_replay_time(limits, started, f"{done} of {total} steps")
+        generation.sampler = trace_sampler(trace.get("sampler"))
         generation.stop = stop
     except (TypeError, KeyError, SettingsError, GenerationFinished) as exc:
         raise TraceError(f"The trace's settings cannot be used: {exc}") from exc
@@ -265,24 +267,21 @@ def _check_token_ids(steps: list[dict[str, Any]], vocab_size: int) -> None:
                              f"(0 to {vocab_size - 1}).")
 
 
-def _replay_start(lm: LoadedModel, trace: dict[str, Any], limits: Limits, scheduler: ForwardScheduler | None
+def _replay_start(lm: LoadedModel, trace: dict[str, Any], limits: Limits, scheduler: PassQueue | None
                   ) -> tuple[Generation, StopSettings]:
     """The generation a replay steps, and the stop settings it ends with. While replaying,
     EOS is ignored and the cap covers every recorded step."""
-    stop = StopSettings(**(trace["stop"] | {"stop_sequences": _as_list(trace["stop"].get("stop_sequences", []))}))
-    generation = Generation(lm, trace["prompt"], chat=trace["chat"], system_prompt=trace.get("system_prompt"),
-                            sampler=SamplerSettings(**(trace.get("sampler") or {})),
+    stop = trace_stop(trace)
+    generation = Generation(lm, **trace_prompt(trace, limits), sampler=trace_sampler(trace.get("sampler")),
                             stop=StopSettings(max_new_tokens=max(stop.max_new_tokens, len(trace["steps"]) or 1),
                                               ignore_eos=True),
-                            seed=trace["seed"], draw=trace.get("draw", "cdf"),
-                            allow_special=trace.get("allow_special", False), limits=limits,
-                            scheduler=scheduler)
+                            draw=trace.get("draw", "cdf"), scheduler=scheduler)
     return generation, stop
 
 
 def _replay_step(generation: Generation, step: dict[str, Any]) -> bool:
     """Take one recorded step again; True when it sampled differently here and was forced."""
-    generation.sampler = SamplerSettings(**step["sampler"])
+    generation.sampler = trace_sampler(step["sampler"])
     recorded = step["token_id"]
     record = generation.step(force_token_id=recorded if step["forced"] else None)
     if record.token_id == recorded:
@@ -291,125 +290,31 @@ def _replay_step(generation: Generation, step: dict[str, Any]) -> bool:
     return True
 
 
-def _as_list(value: object) -> object:
-    """A JSON list of stop sequences as the tuple StopSettings takes; anything else as it is,
-    for StopSettings to refuse by name."""
-    return tuple(value) if isinstance(value, list) else value
+# ---- what every replay reads from a trace (plain and speculative alike) ---------------------
 
 
-# ---- speculative generations ---------------------------------------------------------------
+def trace_prompt(trace: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """The keyword arguments every generation starts from: the prompt and how it is read, the
+    seed, and the server's caps."""
+    return {"prompt": trace["prompt"], "chat": trace["chat"], "system_prompt": trace.get("system_prompt"),
+            "allow_special": trace.get("allow_special", False), "seed": trace["seed"], "limits": limits}
 
 
-def _round_to_dict(record: RoundRecord) -> dict[str, Any]:
-    rejection = record.rejection
-    return {
-        "index": record.index,
-        "method": record.method,
-        "k": record.k,
-        "sampler": asdict(record.sampler),
-        "drafted_ids": [p.token_id for p in record.drafted],
-        "drafted_texts": [p.text for p in record.drafted],
-        "deterministic_draft": record.deterministic_draft,
-        "checks": [asdict(check) for check in record.checks],
-        "accepted": record.accepted,
-        "rejection": None if rejection is None else {
-            "index": rejection.index, "position": rejection.position, "u": rejection.u,
-            "accept_prob": rejection.accept_prob, "residual_mass": rejection.residual_mass,
-            "token_id": rejection.token.token_id, "text": rejection.token.text,
-            "draw": asdict(rejection.draw) if rejection.draw else None},
-        "bonus_id": record.bonus.token_id if record.bonus else None,
-        "emitted_ids": list(record.emitted_ids),
-        "emitted_texts": [p.text for p in record.emitted],
-        "emitted_kinds": list(record.emitted_kinds),
-        "cut_by_stop": record.cut_by_stop,
-        "first_position": record.first_position,
-        "fed_tokens": record.fed_tokens,
-        "positions": [{"position": v.position, "drafted_id": v.drafted_id, "reached": v.reached,
-                       "others_p": v.others_p, "entropy_bits": v.entropy_bits,
-                       "top": [asdict(row) for row in v.top]} for v in record.positions],
-        "kv_cache": {"before": record.kv.before, "written": record.kv.written, "cropped": record.kv.cropped,
-                     "after": record.kv.after, "bytes": record.kv.snapshot.bytes},
-        "finish_reason": record.termination.finish_reason,
-        "timing": asdict(record.timing),
-    }
+def trace_sampler(settings: dict[str, Any] | None) -> SamplerSettings:
+    """A recorded sampler (None or an empty object: the defaults), validated by SamplerSettings."""
+    return SamplerSettings(**(settings or {}))
 
 
-def speculative_to_trace(generation: SpeculativeGeneration) -> dict[str, Any]:
-    """A speculative generation as a JSON-ready trace: the plain trace's top level, one short
-    step per token, and every round's record under "rounds"."""
-    lm, rounds = generation.lm, generation.rounds
-    steps = []
-    for record in rounds:
-        for offset, (piece, kind) in enumerate(zip(record.emitted, record.emitted_kinds, strict=True)):
-            steps.append({"index": len(steps) + 1, "position": record.first_position + offset,
-                          "token_id": piece.token_id, "text": piece.text, "special": piece.special,
-                          "sampler": asdict(record.sampler), "forced": False, "round": record.index, "kind": kind})
-    return {
-        **_trace_head(generation, "cdf"),
-        "speculative": {"method": generation.draft.name, "k": generation.k},
-        "steps": steps,
-        "rounds": [_round_to_dict(record) for record in rounds],
-        "finish_reason": generation.finish_reason,
-        "text": generation.text,
-        "timing": {"load_s": lm.load_seconds, "rounds_s": sum(r.timing.round_ms for r in rounds) / 1e3},
-    }
+def trace_stop(trace: dict[str, Any]) -> StopSettings:
+    """The recorded stop settings; a JSON list of stop sequences becomes the tuple StopSettings
+    takes, anything else is left for StopSettings to refuse by name."""
+    sequences = trace["stop"].get("stop_sequences", [])
+    return StopSettings(**(trace["stop"] | {"stop_sequences": tuple(sequences) if isinstance(sequences, list)
+                                                              else sequences}))
 
 
-def save_speculative_trace(generation: SpeculativeGeneration, path: str | Path) -> Path:
-    """Write a speculative generation's trace as JSON and return its path."""
-    path = Path(path)
-    path.write_text(json.dumps(speculative_to_trace(generation), indent=1, ensure_ascii=False))
-    return path
-
-
-@dataclass(frozen=True)
-class SpeculativeReplay:
-    """A speculative trace replayed into a live generation."""
-
-    generation: SpeculativeGeneration
-    mismatched_rounds: tuple[int, ...]  # rounds whose tokens came out differently on this machine
-
-
-def replay_speculative(lm: LoadedModel, trace: dict[str, Any], make_draft: Callable[[str], DraftMethod],
-                       limits: Limits | None = None) -> SpeculativeReplay:
-    """Rebuild a speculative generation from its trace: same prompt, seed and stop settings, and
-    each round again with its recorded sampler, k and draft method (`make_draft(method name)`).
-    Rounds are deterministic given the seed, so they repeat; a round whose tokens differ here
-    (another model, or float rounding on another machine) is reported, not forced. The server's
-    `limits` cap the trace, its prompt and new tokens, and the replay's time (ReplayCancelled)."""
-    limits = limits or Limits()
-    trace = parse_trace(trace, limits)
-    if not trace.get("rounds"):
-        raise TraceError("This trace has no speculative rounds: load it on the Step through page instead.")
-    started = time.monotonic()
-    try:
-        stop = StopSettings(**(trace["stop"] | {"stop_sequences": tuple(trace["stop"]["stop_sequences"])}))
-        first = trace["rounds"][0]
-        generation = SpeculativeGeneration(lm, trace["prompt"], chat=bool(trace["chat"]),
-                                           system_prompt=trace.get("system_prompt"),
-                                           draft=make_draft(first["method"]), k=int(first["k"]) or 1,
-                                           sampler=SamplerSettings(**first["sampler"]), stop=stop,
-                                           seed=int(trace["seed"]), limits=limits)
-        mismatched = []
-        for record in trace["rounds"]:
-            if record["method"] != generation.draft.name:
-                generation.draft = make_draft(record["method"])
-            generation.sampler = SamplerSettings(**record["sampler"])
-            if int(record["k"]) >= 1:  # k is recorded after capping; 0 only where no room was left
-                generation.set_k(int(record["k"]))
-            if generation.finished:
-                break
-            if list(generation.step().emitted_ids) != [int(i) for i in record["emitted_ids"]]:
-                mismatched.append(int(record["index"]))
-            if limits.replay_seconds is not None and time.monotonic() - started > limits.replay_seconds:
-                raise ReplayCancelled(f"The replay took longer than this server allows ({limits.replay_seconds:g} s) "
-                                      f"and stopped after {len(generation.rounds)} of {len(trace['rounds'])} rounds.")
-        speculative = trace.get("speculative") or {}
-        if speculative.get("k"):
-            generation.set_k(int(speculative["k"]))
-        generation.sampler = SamplerSettings(**(trace.get("sampler") or {}))
-    except ReplayCancelled:
-        raise
-    except (TypeError, KeyError, ValueError, SettingsError, PromptError) as exc:
-        raise TraceError(f"The trace's settings cannot be used: {exc}") from exc
-    return SpeculativeReplay(generation, tuple(mismatched))
+def check_replay_time(limits: Limits, started: float, done: str) -> None:
+    """ReplayCancelled once a replay has run past the server's time cap (`done`: how far it got)."""
+    if limits.replay_seconds is not None and time.monotonic() - started > limits.replay_seconds:
+        raise ReplayCancelled(f"The replay took longer than this server allows ({limits.replay_seconds:g} s) "
+                              f"and stopped after {done}.")

@@ -1,7 +1,7 @@
 """Breaking the chain: speculative decoding one round at a time, beside plain decoding.
 
 A view of two engine objects in session state (ui/chain_state.py changes them): the
-speculative lane (engine/speculative.py) and a plain lane stepped to the same length.
+speculative lane (engine/speculative/generation.py) and a plain lane stepped to the same length.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from engine import DraftModel, LoadedModel, PromptLookup, self_draft
-from engine.drafting import DraftMethod
-from engine.speculative import K_MAX, K_MIN, expected_tokens_per_round
+from engine.speculative import K_MAX, K_MIN, DraftMethod, expected_tokens_per_round, speculative_to_trace
 from engine.speed import measure_prefill_decode
-from engine.trace import speculative_to_trace
 from ui import chain_state as bc
 from ui.chain_views import (
     kv_html,

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import LoadedModel
+from engine.serving import measure_packed_difference
 from engine.speed import (
     KNOWN_CONFIGS,
     MORE,
@@ -22,7 +23,6 @@ from engine.speed import (
     measure_decode_intensity,
     measure_device,
     measure_kv,
-    measure_packed_difference,
     measure_prefill_decode,
 )
 from ui.charts import CHART_CONFIG

@@ -16,6 +16,7 @@ from typing import Any
 from engine import (
     Generation,
     GenerationFinished,
+    Limits,
     LoadedModel,
     ModelLoadError,
     PromptError,
@@ -24,11 +25,9 @@ from engine import (
     SpeculativeGeneration,
     StopSettings,
     TraceError,
+    parse_trace,
 )
-from engine.drafting import DraftMethod
-from engine.limits import Limits
-from engine.speculative import check_k
-from engine.trace import parse_trace, replay_speculative, speculative_to_trace
+from engine.speculative import DraftMethod, check_k, replay_speculative, speculative_to_trace
 from ui import state as step_state
 from ui.deployment import current_deployment, idle_releaser, put_away, rebuild_limits
 from ui.keys import CHAIN, STEP
@@ -365,7 +364,7 @@ def _with_plain_lane(spec: SpeculativeGeneration, limits: Limits) -> Lanes:
 
 
 def keep_open(state: MutableMapping[str, Any], make_draft: MakeDraft, clicked: bool = False) -> Lanes | None:
-    """Note that this visitor is here (engine/idle.py) and return their lanes. Lanes put away
+    """Note that this visitor is here (engine/serving/idle.py) and return their lanes. Lanes put away
     while they were idle are first rebuilt exactly: the speculative lane from its own rounds,
     the plain lane caught up again. `clicked`: a button's action follows, so an earlier
     welcome-back note goes. None when there are no lanes or they could not be rebuilt."""

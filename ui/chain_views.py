@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine import RoundRecord, SpeculativeGeneration
+from engine import RoundRecord, SpeculativeGeneration, TokenPiece, TokenTexts
 from engine.speculative import Check, PositionView
-from engine.tokens import TokenPiece, TokenTexts
 from ui.charts import FINAL_COLOUR, RAW_COLOUR
 from ui.chips import CHIP_CSS, chip_window
 from ui.format import esc, pct, quoted, visible

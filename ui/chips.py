@@ -11,8 +11,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 
-from engine import StepRecord
-from engine.tokens import TokenPiece
+from engine import StepRecord, TokenPiece
 from ui.format import esc, pct, quoted, visible
 
 # Light to dark blue: a sequential scale that reads on a projector and for colour-blind eyes.

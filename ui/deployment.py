@@ -1,14 +1,12 @@
-"""This server's deployment (engine/deployment.py), read once from the environment."""
+"""This server's deployment (engine/serving/deployment.py), read once from the environment."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from functools import cache
 
-from engine.deployment import Deployment, deployment_from_env
-from engine.errors import TraceError
-from engine.idle import IdleReleaser
-from engine.limits import Limits
+from engine import Limits, TraceError
+from engine.serving import Deployment, IdleReleaser, deployment_from_env
 from ui.format import duration
 
 

@@ -15,10 +15,21 @@ from typing import Any
 
 import torch
 
-from engine import CHAINS, Generation, LoadedModel, SamplerSettings
-from engine.cpu_threads import on_sampler_thread
-from engine.sampling import ChainOutput, Decision, InverseCdf, decide, draw_uniform, pick_by_cdf, run_chain
-from engine.scheduler import ForwardScheduler
+from engine import (
+    CHAINS,
+    ChainOutput,
+    Decision,
+    Generation,
+    InverseCdf,
+    LoadedModel,
+    SamplerSettings,
+    decide,
+    draw_uniform,
+    on_sampler_thread,
+    pick_by_cdf,
+    run_chain,
+)
+from engine.serving import ForwardScheduler
 from ui.state import step_generation
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine import Candidate, Generation, LoadedModel, SamplerSettings, StepRecord, StopSettings
-from engine.scheduler import ForwardScheduler
+from engine.serving import ForwardScheduler
 from ui.format import visible
 
 GREEDY = SamplerSettings(temperature=0.0)

@@ -6,9 +6,8 @@ import gc
 
 import streamlit as st
 
-from engine import LoadedModel, ModelLoadError, load_model
-from engine.loading import BUNDLED
-from engine.scheduler import ForwardScheduler, batching_from_env
+from engine import BUNDLED, LoadedModel, ModelLoadError, load_model
+from engine.serving import ForwardScheduler, batching_from_env
 from ui.deployment import current_deployment
 from ui.format import plain
 from ui.keys import APP

@@ -11,9 +11,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from engine import Decision, Distribution, Generation, LoadedModel, StepRecord
-from engine.stopping import stop_sequence_states
-from engine.tokens import TokenTexts
+from engine import Decision, Distribution, Generation, LoadedModel, StepRecord, TokenTexts, stop_sequence_states
 from ui.bars import distribution_bars_html
 from ui.charts import CHART_CONFIG, FINAL_NAME, MODES, RAW_NAME, distribution_figure, kv_figure
 from ui.chips import chip_window, context_html

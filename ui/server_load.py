@@ -7,9 +7,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine import LoadedModel
-from engine.forward import exact_rows_kernel_in_use
-from engine.scheduler import BATCHING_ENV, SchedulerStats
-from engine.speed import PackedDifference
+from engine.serving import BATCHING_ENV, PackedDifference, SchedulerStats, exact_rows_kernel_in_use
 from ui.charts import CHART_CONFIG
 from ui.keys import KV
 from ui.model import current_scheduler

@@ -13,9 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from engine import Generation, SamplerSettings, StopSettings
-from engine.errors import shown
-from engine.trace import TRACE_FORMAT, TRACE_VERSION
+from engine import TRACE_FORMAT, TRACE_VERSION, Generation, SamplerSettings, StopSettings, shown
 
 
 class ShareError(ValueError):

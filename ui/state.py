@@ -8,8 +8,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine import Generation, LoadedModel, SamplerSettings, StopSettings
-from engine.stopping import escape, unescape
+from engine import Generation, LoadedModel, SamplerSettings, StopSettings, escape, unescape
 from ui.deployment import current_deployment
 from ui.keys import STEP
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import (
+    BUNDLED,
     Decision,
     Distribution,
     Generation,
@@ -28,8 +29,7 @@ from engine import (
     replay,
     to_trace,
 )
-from engine.loading import BUNDLED
-from engine.scheduler import ForwardScheduler
+from engine.serving import ForwardScheduler
 from ui import state as settings
 from ui.chips import prompt_chips
 from ui.deployment import current_deployment, idle_releaser, put_away, rebuild_limits
@@ -105,7 +105,7 @@ def choose_preset(state: State) -> None:
 
 def keep_open(state: State, progress: Callable[[int, int], bool] | None = None, clicked: bool = False
               ) -> Generation | None:
-    """Note that this visitor is here (engine/idle.py) and return their generation. One put
+    """Note that this visitor is here (engine/serving/idle.py) and return their generation. One put
     away while they were idle is first rebuilt exactly from its own steps, through its
     scheduler; `progress` (done, total) is told after each step. `clicked`: a button's action
     follows, so an earlier welcome-back note goes. None when there is no generation, or it

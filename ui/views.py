@@ -10,10 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine import Decision, Distribution, KVSnapshot, StepRecord, Termination
-from engine.generation import Candidate
-from engine.stopping import first_match
-from engine.tokens import TokenTexts
+from engine import Candidate, Decision, Distribution, KVSnapshot, StepRecord, Termination, TokenTexts, first_match
 from ui.charts import FINAL_COLOUR, RAW_COLOUR
 from ui.format import esc, logp, nbytes, pct, prob, quoted
 

@@ -24,10 +24,10 @@ from engine import (
     replay,
     to_trace,
 )
-from engine.deployment import PUBLIC, deployment_from_env, documented_variables, redact_paths
 from engine.limits import Limits
 from engine.loading import resolve_source
 from engine.sampling import InverseCdf, decide
+from engine.serving.deployment import PUBLIC, deployment_from_env, documented_variables, redact_paths
 from engine.trace import ReplayCancelled, load_trace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ import threading
 import pytest
 
 from engine import Generation, LoadedModel, StopSettings
-from engine.deployment import deployment_from_env
 from engine.errors import SettingsError
-from engine.idle import IdleReleaser
+from engine.serving.deployment import deployment_from_env
+from engine.serving.idle import IdleReleaser
 
 
 class Clock:

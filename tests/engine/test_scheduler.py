@@ -15,25 +15,21 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-import engine.forward as forward_module
-import engine.scheduler as scheduler_module
-from engine import Generation, GenerationFinished, LoadedModel, SamplerSettings, StopSettings, packed_llama
+import engine.serving.packed as packed_module
+import engine.serving.packed_twin as twin_module
+import engine.serving.scheduler as scheduler_module
+from engine import Generation, GenerationFinished, LoadedModel, SamplerSettings, StopSettings
 from engine.errors import SettingsError
-from engine.forward import (
-    _sdpa_decode_options,
-    cache_length,
-    cache_prefix,
-    forward_one,
-    forward_packed,
-    forward_prefills,
-    new_cache,
-    scripted_plan,
-    scripted_prefill,
-)
+from engine.forward import cache_length, cache_prefix, forward_one, new_cache
 from engine.generation import KEEP_LOGITS
 from engine.kvcache import KVGeometry
 from engine.loading import ModelSource
-from engine.scheduler import ForwardScheduler, batching_from_env, worth_running_now
+from engine.serving import scripted_llama
+from engine.serving.exact_rows_kernel import kernel_agrees
+from engine.serving.packed import forward_packed, forward_prefills, scripted_plan, scripted_prefill
+from engine.serving.packed_twin import ROWWISE_CHUNK, sdpa_decode_options
+from engine.serving.prompt_rows import measure_row_kinds
+from engine.serving.scheduler import ForwardScheduler, batching_from_env, worth_running_now
 
 # The bound the README states for a "fast" packed pass on SmolLM2-135M (bench/batch_parity.py).
 FAST_LOGIT_BOUND = 1e-4
@@ -146,7 +142,7 @@ def test_packed_pass_gives_each_cache_of_its_own_length_its_lone_logits(tiny, ex
 @pytest.fixture
 def eager_twin(monkeypatch) -> None:
     """Packed passes on the eager twin model, as a model other than a plain Llama gets them."""
-    for module in (forward_module, scheduler_module):
+    for module in (packed_module, scheduler_module):
         monkeypatch.setattr(module, "scripted_plan", lambda lm, exact=True: None)
 
 
@@ -156,24 +152,24 @@ def test_where_the_batched_row_product_would_change_digits_the_rows_go_one_by_on
     row still gets its lone logits through the row-by-row loop."""
     real_bmm = torch.bmm
     monkeypatch.setattr(torch, "bmm", lambda a, b: real_bmm(a, b) * (1 + 1e-6))  # other last bits
-    monkeypatch.setattr(forward_module, "_agreement", {})
+    monkeypatch.setattr(twin_module, "_agreement", {})
     caches = [filled_cache(tiny, length, offset=length) for length in (2, 9, 5)]
     expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip([4, 8, 15], caches, strict=True)])
     assert torch.equal(forward_packed(tiny, [4, 8, 15], caches), expected)
-    assert forward_module._agreement and not any(forward_module._agreement.values())
+    assert twin_module._agreement and not any(twin_module._agreement.values())
 
 
 def test_the_scripted_pass_multiplies_row_by_row_where_the_probe_says_the_batched_product_differs(
         tiny, monkeypatch) -> None:
-    monkeypatch.setattr(forward_module, "_plans", weakref.WeakKeyDictionary())
-    monkeypatch.setattr(forward_module, "_batched_rows_agree", lambda weight, rows: False)
+    monkeypatch.setattr(packed_module, "_plans", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(twin_module, "batched_rows_agree", lambda weight, rows: False)
     caches = [filled_cache(tiny, length, offset=length) for length in (2, 9, 5)]
     expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip([4, 8, 15], caches, strict=True)])
     assert torch.equal(forward_packed(tiny, [4, 8, 15], caches), expected)
     plan = scripted_plan(tiny)
     layers, head = plan.hows_for(3)
     matrices = [how for how, weight in zip(layers, plan.weights.layers, strict=True) if weight.dim() == 2]
-    assert set(matrices) == set(head) == {packed_llama.ROW_LOOP}
+    assert set(matrices) == set(head) == {scripted_llama.ROW_LOOP}
 
 
 @pytest.mark.parametrize("exact", [True, False])
@@ -185,7 +181,7 @@ def test_a_plain_llama_runs_the_packed_pass_as_one_scripted_call_with_the_eager_
     lengths, tokens = (3, 11, 1, 30), [5, 17, 250, 42]
     scripted_caches = [filled_cache(tiny, n, offset=n) for n in lengths]
     scripted = forward_packed(tiny, tokens, scripted_caches, exact=exact)
-    monkeypatch.setattr(forward_module, "scripted_plan", lambda lm, exact=True: None)
+    monkeypatch.setattr(packed_module, "scripted_plan", lambda lm, exact=True: None)
     twin_caches = [filled_cache(tiny, n, offset=n) for n in lengths]
     assert torch.equal(scripted, forward_packed(tiny, tokens, twin_caches, exact=exact))
     for a, b in zip(scripted_caches, twin_caches, strict=True):
@@ -204,13 +200,13 @@ def test_a_decoder_that_is_not_a_plain_llama_keeps_the_eager_twin() -> None:
 def test_a_scripted_pass_whose_probe_differs_from_the_twin_is_never_used(monkeypatch) -> None:
     """Should TorchScript (or a newer transformers' Llama) give other digits, the first probe
     pass shows it and the eager twin serves every packed pass."""
-    real = packed_llama.compiled_pass()
+    real = scripted_llama.compiled_pass()
 
     def off_by_a_bit(*args: object) -> tuple:
         logits, keys, values = real(*args)
         return logits * (1 + 1e-6), keys, values
 
-    monkeypatch.setattr(packed_llama, "compiled_pass", lambda: off_by_a_bit)
+    monkeypatch.setattr(scripted_llama, "compiled_pass", lambda: off_by_a_bit)
     fresh = tiny_llama()
     assert scripted_plan(fresh) is None
     caches = [filled_cache(fresh, length, offset=length) for length in (4, 7)]
@@ -225,10 +221,10 @@ def test_packed_attention_makes_the_lone_sdpa_call_directly_for_grouped_heads(ti
         attention = model.model.model.layers[0].self_attn
         keys = torch.zeros(1, model.model.config.num_key_value_heads, 5, attention.head_dim)
         assert attention.num_key_value_groups > 1
-        assert _sdpa_decode_options(sdpa_attention_forward, attention, keys, keys) == {"enable_gqa": True}
-        assert _sdpa_decode_options(object(), attention, keys, keys) is None  # another attention: its own call
+        assert sdpa_decode_options(sdpa_attention_forward, attention, keys, keys) == {"enable_gqa": True}
+        assert sdpa_decode_options(object(), attention, keys, keys) is None  # another attention: its own call
     ungrouped = type("Attention", (), {"num_key_value_groups": 1})()
-    assert _sdpa_decode_options(sdpa_attention_forward, ungrouped, keys, keys) == {}
+    assert sdpa_decode_options(sdpa_attention_forward, ungrouped, keys, keys) == {}
 
 
 def test_packed_pass_leaves_the_shared_models_attention_alone(tiny) -> None:
@@ -239,7 +235,7 @@ def test_packed_pass_leaves_the_shared_models_attention_alone(tiny) -> None:
 @pytest.mark.parametrize("scripted", [True, False], ids=["scripted", "eager twin"])
 def test_a_packed_pass_that_fails_part_way_puts_every_cache_back(tiny, monkeypatch, scripted: bool) -> None:
     if not scripted:
-        monkeypatch.setattr(forward_module, "scripted_plan", lambda lm, exact=True: None)
+        monkeypatch.setattr(packed_module, "scripted_plan", lambda lm, exact=True: None)
     caches = [filled_cache(tiny, 5), filled_cache(tiny, 9)]
     broken = caches[1].layers[1]
     broken.keys = broken.keys[..., :-1]  # a head_dim the second layer's update cannot join
@@ -256,7 +252,7 @@ def lone_prefill(lm: LoadedModel, token_ids: list[int]) -> tuple[torch.Tensor, o
     return forward_one(lm, token_ids, cache), cache
 
 
-def test_prompts_read_together_give_each_its_lone_prefill_numbers_and_cache(tiny) -> None:
+def test_prompts_read_together_give_each_its_lone_prefill_numbers_and_cache(tiny, stacked_prompts) -> None:
     prompts = [[5, 6, 7], [9], list(range(40, 60)), [1, 2]]
     assert scripted_prefill(tiny) is not None  # one call, outside the GIL
     caches = [new_cache(tiny) for _ in prompts]
@@ -269,13 +265,13 @@ def test_prompts_read_together_give_each_its_lone_prefill_numbers_and_cache(tiny
 
 
 def test_a_scripted_prompts_pass_whose_probe_differs_from_lone_passes_is_never_used(monkeypatch) -> None:
-    real = packed_llama.compiled_prefill()
+    real = scripted_llama.compiled_prefill()
 
     def off_by_a_bit(*args: object) -> tuple:
         logits, keys, values = real(*args)
         return [row * (1 + 1e-6) for row in logits], keys, values
 
-    monkeypatch.setattr(packed_llama, "compiled_prefill", lambda: off_by_a_bit)
+    monkeypatch.setattr(scripted_llama, "compiled_prefill", lambda: off_by_a_bit)
     fresh = tiny_llama()
     assert scripted_prefill(fresh) is None
     caches = [new_cache(fresh), new_cache(fresh)]
@@ -286,7 +282,7 @@ def test_a_scripted_prompts_pass_whose_probe_differs_from_lone_passes_is_never_u
 
 def test_a_prompt_after_cached_positions_is_read_by_its_own_pass(tiny, monkeypatch) -> None:
     """Only empty caches are read together; a prompt that continues a cache gets the plain pass."""
-    monkeypatch.setattr(forward_module, "_prefill_scripted", lambda *args: pytest.fail("read together"))
+    monkeypatch.setattr(packed_module, "_prefill_scripted", lambda *args: pytest.fail("read together"))
     cache = filled_cache(tiny, 4)
     expected = forward_one(tiny, [8, 9], cache_prefix(cache, 4))
     assert torch.equal(forward_prefills(tiny, [[8, 9]], [cache])[0], expected)
@@ -296,7 +292,7 @@ def test_a_prompt_after_cached_positions_is_read_by_its_own_pass(tiny, monkeypat
 @pytest.mark.parametrize("scripted", [True, False], ids=["scripted", "one pass each"])
 def test_prompts_that_fail_part_way_leave_every_cache_as_it_was(tiny, monkeypatch, scripted: bool) -> None:
     if not scripted:
-        monkeypatch.setattr(forward_module, "scripted_prefill", lambda lm: None)
+        monkeypatch.setattr(packed_module, "scripted_prefill", lambda lm: None)
     caches = [new_cache(tiny), new_cache(tiny)]
     with pytest.raises(IndexError):
         forward_prefills(tiny, [[3, 4], [6, 10_000]], caches)  # 10,000 is past the vocabulary
@@ -631,7 +627,9 @@ def test_exact_packed_passes_of_every_size_give_each_row_its_lone_logits(lm, row
     lone = torch.stack([lone_logits(lm, t, c) for t, c in zip(tokens, caches, strict=True)])
     plan = scripted_plan(lm)
     assert plan is not None  # the pass the server runs: one scripted call
-    kernel = packed_llama.LONE_ROWS if rows >= forward_module.LONE_ROWS_FROM else packed_llama.ONE_ROW_PRODUCTS
+    # the exact rows kernel from four rows where it sums as this CPU's 1-row product does
+    uses_kernel = rows >= packed_module.LONE_ROWS_FROM and kernel_agrees(plan.weights.head[:ROWWISE_CHUNK])
+    kernel = scripted_llama.LONE_ROWS if uses_kernel else scripted_llama.ONE_ROW_PRODUCTS
     assert set(plan.hows_for(rows)[1]) == {kernel}
     assert torch.equal(forward_packed(lm, tokens, caches), lone)
 
@@ -643,7 +641,9 @@ def test_prompts_of_every_kind_of_length_read_together_give_each_its_lone_logits
                         "comes after it, one word at a time, until the story ends happily.")["input_ids"]
     lengths = [1, 2, 3, 4, 5, 6, 7, 9, 11, 12, 13, 1, 6, len(text)]
     prompts = [text[i % 7:i % 7 + n] for i, n in enumerate(lengths)]
-    assert scripted_prefill(lm) is not None  # the pass the server runs: one scripted call
+    # one scripted call where this CPU's products let stacked rows keep their digits, else one
+    # pass a prompt: the numbers are the lone ones either way
+    assert (scripted_prefill(lm) is None) == (measure_row_kinds(scripted_llama.llama_weights(lm.model).layers) is None)
     caches = [new_cache(lm) for _ in prompts]
     logits = forward_prefills(lm, prompts, caches)
     for ids, got, cache in zip(prompts, logits, caches, strict=True):

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from engine import Generation, GenerationFinished, SamplerSettings, SettingsError, StopSettings
-from engine.drafting import NO_DRAFT, Draft, DraftModel, PromptLookup, latest_match, self_draft
 from engine.errors import ModelLoadError
 from engine.forward import forward_all, forward_one, new_cache, plain_head
-from engine.speculative import SpeculativeGeneration
+from engine.speculative.drafting import NO_DRAFT, Draft, DraftModel, PromptLookup, latest_match, self_draft
+from engine.speculative.generation import SpeculativeGeneration
 
 GREEDY = SamplerSettings(temperature=0)
 COPY_PROMPT = ("Fix the spelling in this sentence and write it out again: The wether in Lndon was cold and rainy, "
@@ -196,7 +196,7 @@ def test_a_failed_round_leaves_the_generation_as_it_was(lm, monkeypatch) -> None
                                        sampler=GREEDY, stop=StopSettings(max_new_tokens=12))
     generation.step()
     before = (generation.generated_ids, generation.kv.positions, len(generation.rounds))
-    import engine.speculative as speculative_module
+    import engine.speculative.generation as speculative_module
 
     def broken(*args, **kwargs):
         raise RuntimeError("device lost")

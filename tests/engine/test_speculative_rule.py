@@ -10,10 +10,10 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from engine.drafting import Draft
 from engine.sampling import ChainOutput, run_chain
 from engine.settings import SamplerSettings
-from engine.speculative import (
+from engine.speculative.drafting import Draft
+from engine.speculative.rule import (
     Check,
     Verdict,
     expected_tokens_per_round,

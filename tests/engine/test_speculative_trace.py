@@ -9,10 +9,11 @@ import pytest
 
 from engine import Generation, SamplerSettings, StopSettings, TraceError, parse_trace, replay, to_trace
 from engine.cli import ROUND_HEADER, main
-from engine.drafting import PromptLookup, draft_for
 from engine.limits import Limits
-from engine.speculative import SpeculativeGeneration
-from engine.trace import ReplayCancelled, replay_speculative, speculative_to_trace
+from engine.speculative import replay_speculative, speculative_to_trace
+from engine.speculative.drafting import PromptLookup, draft_for
+from engine.speculative.generation import SpeculativeGeneration
+from engine.trace import ReplayCancelled
 
 COPY_PROMPT = ("Fix the spelling in this sentence and write it out again: The wether in Lndon was cold and rainy, "
                "so we stayed insid and read books all afternon.")

@@ -19,7 +19,7 @@ from engine import (
     SpeculativeGeneration,
     StopSettings,
 )
-from engine.trace import speculative_to_trace
+from engine.speculative import speculative_to_trace
 from tests.ui.apptest import as_read, open_page
 from ui import chain_state as bc
 from ui.deployment import current_deployment

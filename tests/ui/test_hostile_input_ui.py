@@ -14,7 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import LoadedModel, SettingsError, to_trace
-from engine.deployment import PUBLIC
+from engine.serving.deployment import PUBLIC
 from tests.ui.apptest import APP as APP_SCRIPT
 from tests.ui.apptest import as_read, open_page
 from ui import step_controller as control

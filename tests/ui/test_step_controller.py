@@ -209,7 +209,7 @@ def test_a_trace_replays_into_the_generation_and_a_bad_one_changes_nothing(state
 
 
 def test_a_linked_or_loaded_generation_steps_through_the_servers_scheduler(state, tiny_lm) -> None:
-    from engine.scheduler import ForwardScheduler
+    from engine.serving.scheduler import ForwardScheduler
 
     scheduler = ForwardScheduler(tiny_lm)
     try:

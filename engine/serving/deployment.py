@@ -39,7 +39,7 @@ class Deployment:
     model_field: bool  # visitors may type a model source
     hide_paths: bool  # error messages never name server paths
     limits: Limits
-    idle_minutes: float = 30.0  # an open tab idle this long has its generation put away (engine/idle.py)
+    idle_minutes: float = 30.0  # an open tab idle this long has its generation put away (engine/serving/idle.py)
 
     def check_model(self, source: str) -> None:
         """Refuse a model source this deployment does not allow, before anything is read."""

@@ -1,8 +1,8 @@
 """Packed passes for Llama-family models that run outside Python's GIL: several visitors'
 decode steps (`packed_logits`), and several new visitors' prompts (`prefill_logits`, which
-multiplies the prompts' rows as engine/prompt_rows.py says: each row its lone digits).
+multiplies the prompts' rows as engine/serving/prompt_rows.py says: each row its lone digits).
 
-Why: the eager packed pass (engine/forward.py's twin model) makes about 8,000 torch calls for
+Why: the eager packed pass (engine/serving/packed_twin.py) makes about 8,000 torch calls for
 30 visitors. Each call lets go of the GIL and takes it back, and in a busy server every take
 waits behind a visitor's page script: a 30-row pass took 0.42 s alone and 2.0 s beside three
 busy script threads, against 0.58 s scripted (bench/gil_bench.py, in a slow hour). Here the
@@ -12,7 +12,7 @@ entry, and taken back once.
 The same torch operations, in the same order and on tensors of the same shapes, as
 transformers' Llama decoder (RMSNorm, rotary embedding, per-row `scaled_dot_product_attention`
 against each visitor's own keys and values, SiLU MLP) and as the eager packed pass, so the
-digits are the same. engine/forward.py checks that once per model on probe passes (against the
+digits are the same. engine/serving/packed.py checks that once per model on probe passes (against the
 eager twin, and a prompt against its lone pass), and keeps the eager passes for a model where
 they differ.
 
@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine import lone_rows
+from engine.serving import exact_rows_kernel
+from engine.serving.row_products import group_products, one_row_products
 
 # how one linear layer multiplies a packed pass's rows (TorchScript cannot read module globals:
 # the scripted functions below compare with these literals)
@@ -38,14 +39,14 @@ ONE_PRODUCT = 0  # one matrix product for all rows (fast batching)
 ONE_ROW_PRODUCTS = 1  # each row its own 1-row product, all in one batched call (exact)
 ROW_LOOP = 2  # each row its own 1-row product, one call a row (exact, where the batched call differs)
 PROMPT_ROWS = 3  # prompts stacked end to end: each row through the product its lone prompt's pass uses
-LONE_ROWS = 4  # every row in one pass over the weight, each summed as its 1-row product (engine/lone_rows.py)
+LONE_ROWS = 4  # every row in one pass over the weight, each summed as its 1-row product (exact_rows_kernel.py)
 
 LAYER_WEIGHTS = 9  # per decoder layer: input norm, q, k, v, o, post-attention norm, gate, up, down
 
 
 class PromptRows(NamedTuple):
     """Which rows of several prompts stacked end to end go through which matrix product, so
-    that each row gets the digits of its own prompt's lone pass (engine/prompt_rows.py)."""
+    that each row gets the digits of its own prompt's lone pass (engine/serving/prompt_rows.py)."""
 
     big: Tensor  # row indices multiplied together in one product
     small: Tensor  # row indices multiplied three to a product, a multiple of 3 (the last group padded with repeats)
@@ -86,18 +87,6 @@ def rows_linear(x: Tensor, weight: Tensor, how: int, prompt_rows: PromptRows) ->
     return torch.cat(parts, dim=1)
 
 
-def group_products(x: Tensor, weight: Tensor, group: int) -> Tensor:
-    """`[rows, in] -> [rows, out]` (rows a multiple of `group`), each `group` rows their own
-    product, all in one batched call: the weight broadcast, never copied."""
-    groups = x.reshape(-1, group, x.shape[1])
-    return torch.bmm(groups, weight.t().expand(groups.shape[0], -1, -1)).reshape(-1, weight.shape[0])
-
-
-def one_row_products(x: Tensor, weight: Tensor) -> Tensor:
-    """`[rows, in] -> [rows, out]`, each row its own 1-row product, all in one batched call."""
-    return group_products(x, weight, 1)
-
-
 def prompts_linear(x: Tensor, weight: Tensor, prompt_rows: PromptRows) -> Tensor:
     """`[rows, in] -> [rows, out]` for prompts stacked end to end: the big rows in one product,
     the small ones three to a product (in one batched call), each single row alone."""
@@ -106,7 +95,7 @@ def prompts_linear(x: Tensor, weight: Tensor, prompt_rows: PromptRows) -> Tensor
     if big.numel() > 0:
         out.index_copy_(0, big, F.linear(x.index_select(0, big), weight))
     if prompt_rows.small_count > 0:
-        products = group_products(x.index_select(0, small), weight, 3)  # SMALL_GROUP (engine/prompt_rows.py)
+        products = group_products(x.index_select(0, small), weight, 3)  # SMALL_GROUP (engine/serving/prompt_rows.py)
         out.index_copy_(0, small[:prompt_rows.small_count], products[:prompt_rows.small_count])
     for i in range(single.numel()):
         row = int(single[i])
@@ -256,7 +245,7 @@ def compiled_prefill() -> Callable | None:
 def _compiled_functions() -> dict[str, Callable]:
     global _compile_failed
     if not _compiled and not _compile_failed:
-        lone_rows.kernel_available()  # registers the op the passes name (compiled, or a stand-in)
+        exact_rows_kernel.kernel_available()  # registers the op the passes name (compiled, or a stand-in)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # still supported; see the module docstring

@@ -5,7 +5,7 @@ Every method has one small interface, like transformers' `CandidateGenerator`:
 own distribution q at each, or none when the guess is deterministic), and `update(context)`
 tells it what the context became after the target model checked the guess (a draft model
 crops its own KV cache to the tokens that survived). A method never decides what is
-emitted: the target model's verify pass does (engine/speculative.py).
+emitted: the target model's verify pass does (engine/speculative/generation.py).
 
 - `PromptLookup`: no model at all. Find the context's last few tokens earlier in the context
   and propose what followed them there. Free to compute; good when the answer copies from the

@@ -1,7 +1,7 @@
 // Several rows through a linear layer at once, each row with the digits of its own 1-row product.
 //
 // Why: on this CPU, torch's 1-row product (MKL's sgemv) sums a row's products in a fixed
-// order (engine/lone_rows.py probes it): four lanes, lane j taking products 4c + j in turn
+// order (engine/serving/exact_rows_kernel.py probes it): four lanes, lane j taking products 4c + j in turn
 // (lane 0 starts with the first four products summed one by one), each product rounded before
 // it is added (no fused multiply-add), then (lane 0 + lane 2) + (lane 1 + lane 3). That order
 // does not depend on the other rows, so one pass over the weight can serve every row: a weight

@@ -1,4 +1,4 @@
-"""Several rows through a weight in one pass, each with its 1-row product's digits (engine/lone_rows.py)."""
+"""Several rows through a weight in one pass, each with its 1-row product's digits (the exact rows kernel)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import engine.forward as forward_module
-import engine.lone_rows as lone_rows_module
-from engine import packed_llama
-from engine.forward import forward_packed, one_row_products_how, scripted_plan
-from engine.lone_rows import kernel_agrees, kernel_available, lone_rows_linear, lone_rows_linears
+import engine.serving.exact_rows_kernel as lone_rows_module
+import engine.serving.packed as packed_module
+from engine.serving import scripted_llama
+from engine.serving.exact_rows_kernel import kernel_agrees, kernel_available, lone_rows_linear, lone_rows_linears
+from engine.serving.packed import forward_packed, one_row_products_how, scripted_plan
+from tests.engine.conftest import meeting_sizes
 from tests.engine.test_scheduler import filled_cache, lone_logits, tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,28 +29,28 @@ def row_by_row(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.cat([F.linear(x[i:i + 1], weight) for i in range(x.shape[0])])
 
 
-def meeting_sizes(multiply, inputs: int) -> list[list[int]]:
-    """For every pair of inputs i, j: how many products were summed when i's and j's met. One huge
-    value at i, its negative at j, ones elsewhere: a one added before the two meet is lost in the
-    huge value, one added after survives, so the sum counts the ones added after they met."""
-    huge = 2.0 ** 40
-    sizes = []
-    for i in range(inputs):
-        weight = torch.ones(inputs, inputs)
-        weight[:, i] = huge
-        weight[torch.arange(inputs), torch.arange(inputs)] = -huge
-        weight[i, i] = huge  # row i: no pair (its own count is meaningless)
-        sums = multiply(torch.ones(1, inputs), weight)[0]
-        sizes.append([inputs - round(v) if j != i else 1 for j, v in enumerate(sums.tolist())])
-    return sizes
-
-
 def test_the_kernel_is_built_on_this_machine() -> None:
     assert kernel_available()
 
 
+def test_the_kernel_is_used_exactly_where_it_sums_as_this_machines_one_row_product() -> None:
+    """The probe's verdict follows the measured orders, and where they differ the passes keep the
+    batched 1-row products, with every row's lone logits."""
+    same_order = meeting_sizes(F.linear, 32) == meeting_sizes(lone_rows_linear, 32)
+    for shape in ((576, 576), (1536, 576)):
+        weight = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape)))
+        assert kernel_agrees(weight) == same_order
+        expected = scripted_llama.LONE_ROWS if same_order else scripted_llama.ONE_ROW_PRODUCTS
+        assert one_row_products_how(weight, 9) == expected
+    tiny = tiny_llama()
+    lengths, tokens = (2, 9, 5, 1, 30, 7), [4, 8, 15, 16, 23, 42]
+    caches = [filled_cache(tiny, n, offset=n) for n in lengths]
+    lone = torch.stack([lone_logits(tiny, t, c) for t, c in zip(tokens, caches, strict=True)])
+    assert torch.equal(forward_packed(tiny, tokens, caches), lone)
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_every_row_gets_the_digits_of_its_own_one_row_product(shape) -> None:
+def test_every_row_gets_the_digits_of_its_own_one_row_product(shape, lone_order) -> None:
     weight = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape)))
     assert kernel_agrees(weight)
     for rows in (1, 2, 3, 4, 5, 15, 16, 17, 33):
@@ -58,7 +59,7 @@ def test_every_row_gets_the_digits_of_its_own_one_row_product(shape) -> None:
 
 
 @pytest.mark.parametrize("rows", [3, 15, 40])
-def test_several_weights_in_one_call_give_what_each_gives_alone(rows: int) -> None:
+def test_several_weights_in_one_call_give_what_each_gives_alone(rows: int, lone_order) -> None:
     """A layer's query, key and value (or gate and up) in one call: small ones on one thread,
     large ones split between threads, each output computed whole by one thread."""
     generator = torch.Generator().manual_seed(rows)
@@ -71,7 +72,7 @@ def test_several_weights_in_one_call_give_what_each_gives_alone(rows: int) -> No
             assert torch.equal(product, row_by_row(x, weight))
 
 
-def test_infinities_and_nans_come_out_as_the_one_row_product_gives_them() -> None:
+def test_infinities_and_nans_come_out_as_the_one_row_product_gives_them(lone_order) -> None:
     weight = torch.randn((64, 576), generator=torch.Generator().manual_seed(3))
     x = torch.randn((6, 576), generator=torch.Generator().manual_seed(4))
     x[0, 1], x[1, 2] = float("inf"), float("-inf")  # in the first four products, summed apart
@@ -80,13 +81,16 @@ def test_infinities_and_nans_come_out_as_the_one_row_product_gives_them() -> Non
     torch.testing.assert_close(lone_rows_linear(x, weight), row_by_row(x, weight), rtol=0, atol=0, equal_nan=True)
 
 
-def test_the_kernel_sums_in_the_order_the_one_row_product_uses() -> None:
+def test_the_kernel_sums_in_the_documented_order() -> None:
     """The order itself, measured: four lanes, lane 0 starting with the first four products."""
     ours = meeting_sizes(lone_rows_linear, 32)
-    assert ours == meeting_sizes(F.linear, 32)
     assert ours[0][:5] == [1, 2, 3, 4, 5]  # inputs 0-3 summed one by one, then input 4 in lane 0
     assert ours[0][8] == 6 and ours[5][9] == 2 and ours[6][10] == 2  # lanes take every fourth input
     assert ours[0][6] == 18 and ours[5][7] == 14 and ours[0][5] == 32  # (lane 0 + lane 2) + (lane 1 + lane 3)
+
+
+def test_the_kernel_sums_in_the_order_the_one_row_product_uses(lone_order) -> None:
+    assert meeting_sizes(lone_rows_linear, 32) == meeting_sizes(F.linear, 32)
 
 
 def test_a_weight_where_the_kernel_would_change_digits_keeps_the_batched_products(monkeypatch) -> None:
@@ -95,7 +99,7 @@ def test_a_weight_where_the_kernel_would_change_digits_keeps_the_batched_product
     monkeypatch.setattr(lone_rows_module, "lone_rows_linear", lambda x, w: real(x, w) * (1 + 1e-6))
     weight = torch.randn(576, 576)
     assert not kernel_agrees(weight)
-    assert one_row_products_how(weight, 9) == packed_llama.ONE_ROW_PRODUCTS
+    assert one_row_products_how(weight, 9) == scripted_llama.ONE_ROW_PRODUCTS
 
 
 def test_other_dtypes_and_input_widths_are_never_given_to_the_kernel() -> None:
@@ -104,14 +108,14 @@ def test_other_dtypes_and_input_widths_are_never_given_to_the_kernel() -> None:
     assert not kernel_agrees(torch.randn(64, 4))
 
 
-def test_a_scripted_pass_takes_the_kernel_from_four_rows_with_lone_logits(monkeypatch) -> None:
-    monkeypatch.setattr(forward_module, "_plans", weakref.WeakKeyDictionary())
+def test_a_scripted_pass_takes_the_kernel_from_four_rows_with_lone_logits(monkeypatch, lone_order) -> None:
+    monkeypatch.setattr(packed_module, "_plans", weakref.WeakKeyDictionary())
     tiny = tiny_llama()
     plan = scripted_plan(tiny)
     for rows in (3, 4, 6):
         layers, head = plan.hows_for(rows)
         matrices = {how for how, weight in zip(layers, plan.weights.layers, strict=True) if weight.dim() == 2}
-        kernel = packed_llama.LONE_ROWS if rows >= forward_module.LONE_ROWS_FROM else packed_llama.ONE_ROW_PRODUCTS
+        kernel = scripted_llama.LONE_ROWS if rows >= packed_module.LONE_ROWS_FROM else scripted_llama.ONE_ROW_PRODUCTS
         assert matrices == set(head) == {kernel}, rows
     lengths, tokens = (2, 9, 5, 1, 30, 7), [4, 8, 15, 16, 23, 42]
     caches = [filled_cache(tiny, n, offset=n) for n in lengths]
@@ -121,15 +125,15 @@ def test_a_scripted_pass_takes_the_kernel_from_four_rows_with_lone_logits(monkey
 
 WITHOUT_COMPILER = """
 import torch
-from engine.forward import forward_packed, scripted_plan
-from engine.lone_rows import kernel_available
-from engine import packed_llama
+from engine.serving.packed import forward_packed, scripted_plan
+from engine.serving.exact_rows_kernel import kernel_available
+from engine.serving import scripted_llama
 from tests.engine.test_scheduler import filled_cache, lone_logits, tiny_llama
 assert not kernel_available()
 lm = tiny_llama()
 plan = scripted_plan(lm)
 assert plan is not None  # the scripted pass still compiles: it names the op, registered as a stand-in
-assert packed_llama.LONE_ROWS not in plan.hows_for(6)[0]
+assert scripted_llama.LONE_ROWS not in plan.hows_for(6)[0]
 caches = [filled_cache(lm, n, offset=n) for n in (2, 9, 5, 1, 30, 7)]
 tokens = [4, 8, 15, 16, 23, 42]
 expected = torch.stack([lone_logits(lm, t, c) for t, c in zip(tokens, caches)])

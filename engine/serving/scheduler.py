@@ -7,10 +7,10 @@ worker thread runs them, and the decode steps that are waiting together go throu
 as ONE packed pass (continuous batching): each weight is read once for all of them.
 
 Numbers: a pass alone in its round is the plain batch-1 pass, so a visitor alone gets
-transformers' own numbers. How a packed pass multiplies (engine/forward.py) is the `batching`
+transformers' own numbers. How a packed pass multiplies (engine/serving/packed.py) is the `batching`
 setting, the server's TBT_BATCHING:
   - "exact" (default): each row summed in the order its lone 1-row product sums it, every
-    weight read once for all rows (engine/lone_rows.py): every visitor gets bit for bit the
+    weight read once for all rows (engine/serving/exact_rows_kernel.py): every visitor gets bit for bit the
     numbers it would get alone;
   - "fast": one library matrix product for all rows; logits within ~1e-4 of the lone numbers
     (bench/batch_parity.py); on a CPU where the exact kernel is built, no faster;
@@ -32,16 +32,10 @@ import torch
 from transformers import DynamicCache
 
 from engine.errors import SettingsError
-from engine.forward import (
-    cache_length,
-    forward_one,
-    forward_packed,
-    forward_prefills,
-    packed_twin,
-    scripted_plan,
-    scripted_prefill,
-)
+from engine.forward import cache_length, forward_one
 from engine.loading import LoadedModel
+from engine.serving.packed import forward_packed, forward_prefills, scripted_plan, scripted_prefill
+from engine.serving.packed_twin import packed_twin
 from engine.settings import is_whole
 
 BATCHING_ENV = "TBT_BATCHING"  # the server's batching setting: exact, fast or off
@@ -57,7 +51,7 @@ RECENT_PASSES = 40  # batch sizes kept for the stats
 # and takes it back around every torch op, thousands of times a pass. At Python's default
 # switch interval (5 ms) each take can wait 5 ms behind a visitor's page script: a 15-visitor
 # pass took 187 ms alone and 1.5 s beside three busy script threads; at 0.2 ms, 0.73 s
-# (bench/gil_bench.py). A scripted packed pass (engine/packed_llama.py) takes the GIL once, and
+# (bench/gil_bench.py). A scripted packed pass (engine/serving/scripted_llama.py) takes the GIL once, and
 # there the short interval only costs the page scripts: 30 visitors on the server, alternating
 # runs, made 40.2 and 34.9 tok/s at 5 ms against 32.9 and 36.0 at 0.2 ms (bench/load_bench.py),
 # so it is left as it is.
@@ -132,7 +126,7 @@ class ForwardScheduler:
          batch-1 pass;
       2. then the waiting prefills (several tokens: a prompt), oldest first, until the round
          has read PREFILL_TOKENS prompt tokens; the oldest always goes. New visitors' prompts
-         (empty caches) are read in one call (engine/forward.py forward_prefills: each its lone
+         (empty caches) are read in one call (engine/serving/packed.py forward_prefills: each its lone
          prefill's numbers); a prompt read after a cache's positions runs alone.
     A request that arrives while a pass runs joins the next round. So a class that starts
     together has its short prompts read in one round, a long prompt delays the others'

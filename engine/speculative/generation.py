@@ -1,11 +1,11 @@
 """Speculative decoding: several tokens per forward pass of the model, the same output.
 
 One round (`SpeculativeGeneration.step` reads as this):
-  1. draft: a cheap method guesses the next k tokens (engine/drafting.py);
+  1. draft: a cheap method guesses the next k tokens (engine/speculative/drafting.py);
   2. verify: ONE forward pass of the target model reads the tokens its cache has not seen
      plus the k guesses, and returns its distribution p at each of the k + 1 positions
      (every guessed position, and the one after the last guess);
-  3. accept / reject, left to right: greedy keeps a guess when it is the target's argmax;
+  3. accept / reject, left to right (engine/speculative/rule.py): greedy keeps a guess when it is the target's argmax;
      sampling keeps it when a uniform u < min(1, p(x) / q(x)), q being the draft's
      probability of its own guess. The first rejected position instead draws from the
      residual max(0, p - q), renormalised. If all k survive, the k + 1-th distribution gives
@@ -25,140 +25,25 @@ target only checks k of them in one pass instead of making them in k passes.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
 
 from engine.cpu_threads import on_sampler_thread
-from engine.drafting import NO_DRAFT, Draft, DraftMethod
-from engine.errors import GenerationFinished, SettingsError
-from engine.forward import crop_cache, forward_all, new_cache
-from engine.generation import build_prompt
-from engine.kvcache import KVSnapshot, read_kv
+from engine.forward import crop_cache, forward_all
+from engine.kvcache import KVSnapshot
 from engine.limits import Limits
 from engine.loading import LoadedModel
-from engine.sampling import ChainOutput, Draw, draw_uniform, pick_by_cdf, run_chain
-from engine.settings import SamplerSettings, StopSettings, check_seed, is_whole
-from engine.stopping import Termination, returned_text, stop_sequence_states, termination_after
+from engine.sampling import ChainOutput, Draw
+from engine.settings import SamplerSettings, StopSettings
+from engine.shell import GenerationShell
+from engine.speculative.drafting import NO_DRAFT, Draft, DraftMethod
+from engine.speculative.rule import Check, Verdict, check_k, judge, target_chains
+from engine.stopping import Termination
 from engine.tokens import TokenPiece, TokenTexts
 
-K_MIN, K_MAX = 1, 8
 VIEW_TOP_N = 8  # leaders of p and of q kept per position for the page
-
-
-def check_k(k: object) -> int:
-    """The number of tokens drafted per round, validated."""
-    if not is_whole(k) or not K_MIN <= k <= K_MAX:
-        raise SettingsError("k", k, f"a whole number from {K_MIN} to {K_MAX} (tokens drafted per round)")
-    return k
-
-
-def expected_tokens_per_round(alpha: float, k: int) -> float:
-    """Tokens a round adds when each guess survives with probability alpha, independently:
-    1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha)."""
-    return float(k + 1) if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-
-
-# ---- the accept / reject rule, on frozen logits (no model) -----------------------------------
-
-
-@dataclass(frozen=True)
-class Check:
-    """One drafted token checked against the target."""
-
-    index: int  # 0-based among the round's drafted tokens
-    token_id: int
-    p: float  # the target's final probability of the drafted token here
-    q: float  # the draft's probability of it (1 for a deterministic guess)
-    accepted: bool
-    target_argmax: int  # the target's most probable token here (what greedy keeps)
-    u: float | None  # sampling: the uniform drawn; None for greedy
-    accept_prob: float  # greedy: 1 or 0; sampling: min(1, p / q)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What the rule decided for one round, before any stop condition is applied."""
-
-    checks: tuple[Check, ...]  # up to and including the first rejection
-    accepted: int  # drafted tokens kept
-    token_id: int  # the target's own token: the residual draw on a rejection, else the bonus
-    residual: torch.Tensor | None  # [vocab] on a rejection: max(0, p - q) renormalised
-    residual_mass: float  # the sum of max(0, p - q) before renormalising
-    draw: Draw | None  # the residual's or the bonus's draw; None for greedy
-    chains: tuple[ChainOutput, ...]  # the target's chain output at each of the k + 1 positions
-
-    @property
-    def rejected(self) -> bool:
-        return self.accepted < len(self.checks)
-
-    @property
-    def emitted(self) -> tuple[int, ...]:
-        return (*(c.token_id for c in self.checks[:self.accepted]), self.token_id)
-
-
-def target_chains(logits: torch.Tensor, context_ids: Sequence[int], drafted: Sequence[int],
-                  sampler: SamplerSettings) -> tuple[ChainOutput, ...]:
-    """The sampler chain at each verified position: row i of `logits` `[n + 1, vocab]` follows
-    the context plus the first i drafted tokens, and its repetition penalty sees exactly those."""
-    context = list(context_ids)
-    return tuple(run_chain(logits[i], torch.tensor(context + list(drafted[:i])), sampler)
-                 for i in range(logits.shape[0]))
-
-
-def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """max(0, p - q) renormalised, and its mass before renormalising. When p and q agree
-    everywhere (mass 0, only reachable by float rounding) the target's p itself is returned."""
-    residual = (p.double() - q.double()).clamp(min=0)  # [vocab]
-    mass = float(residual.sum())
-    if mass <= 0:
-        return p.clone(), 0.0
-    return (residual / mass).to(p.dtype), mass
-
-
-def judge(chains: Sequence[ChainOutput], draft: Draft, sampler: SamplerSettings,
-          generator: torch.Generator) -> Verdict:
-    """Check the drafted tokens left to right against the target's final distributions
-    `chains` (one per drafted token, plus one), then draw the target's own token.
-
-    Greedy: a guess survives when it equals the target's argmax; the first that does not is
-    replaced by the argmax; with none rejected the last distribution's argmax is the bonus.
-    Sampling: a guess x survives when u < min(1, p(x) / q(x)); the first rejected position
-    draws from max(0, p - q) renormalised; with none rejected the bonus is drawn from the last
-    p. Every random number comes from `generator`, in that order.
-    """
-    checks: list[Check] = []
-    for index, token in enumerate(draft.token_ids):
-        p = chains[index].final_probs  # [vocab]
-        p_token, q_token, argmax = float(p[token]), draft.q_of(index), int(torch.argmax(p))
-        if sampler.greedy:
-            u, accept_prob = None, 1.0 if token == argmax else 0.0
-            accepted = token == argmax
-        else:
-            u, accept_prob = draw_uniform(generator), min(1.0, p_token / q_token)
-            accepted = u < accept_prob
-        checks.append(Check(index, token, p_token, q_token, accepted, argmax, u, accept_prob))
-        if not accepted:
-            return _rejected(chains, draft, checks, sampler, generator)
-    last = chains[len(draft.token_ids)].final_probs
-    token, draw = _draw(last, sampler, generator)
-    return Verdict(tuple(checks), len(checks), token, None, 0.0, draw, tuple(chains))
-
-
-def _rejected(chains: Sequence[ChainOutput], draft: Draft, checks: list[Check], sampler: SamplerSettings,
-              generator: torch.Generator) -> Verdict:
-    index = len(checks) - 1
-    p = chains[index].final_probs
-    residual, mass = residual_distribution(p, draft.q_row(index, p.numel()))
-    token, draw = _draw(residual, sampler, generator)
-    return Verdict(tuple(checks), index, token, residual, mass, draw, tuple(chains))
-
-
-def _draw(probs: torch.Tensor, sampler: SamplerSettings, generator: torch.Generator) -> tuple[int, Draw | None]:
-    if sampler.greedy:
-        return int(torch.argmax(probs)), None
-    return pick_by_cdf(probs, draw_uniform(generator))
 
 
 # ---- the round's record ----------------------------------------------------------------------
@@ -306,47 +191,32 @@ class _Verified:
     verify_ms: float
 
 
-class SpeculativeGeneration:
+class SpeculativeGeneration(GenerationShell):
     """One visitor's speculative generation: the context, the target's KV cache, the random
     generator, the draft method and the record of every round. Not shared between threads.
 
     Args:
         lm: the target model.
-        prompt, chat, system_prompt: as for `engine.Generation`.
-        draft: the draft method (engine/drafting.py); may be changed between rounds.
+        prompt, chat, system_prompt, sampler, stop, allow_special, limits: as for every
+            generation (engine/shell.py `GenerationShell`); sampler and stop may be changed
+            between rounds.
+        draft: the draft method (engine/speculative/drafting.py); may be changed between rounds.
         k: tokens drafted per round, 1 to 8; may be changed between rounds.
-        sampler, stop: as for `engine.Generation`; may be changed between rounds.
         seed: seeds this generation's own torch.Generator (the draft's draws, the u of each
             check, the residual and bonus draws all come from it).
-        allow_special, limits: as for `engine.Generation`.
     """
 
     def __init__(self, lm: LoadedModel, prompt: str, *, draft: DraftMethod, k: int = 4, chat: bool = False,
                  system_prompt: str | None = None, sampler: SamplerSettings | None = None,
                  stop: StopSettings | None = None, seed: int = 0, allow_special: bool = False,
                  limits: Limits | None = None) -> None:
-        check_seed(seed)
-        self.lm = lm
-        self.prompt = prompt
-        self.chat = chat
-        self.system_prompt = system_prompt
-        self.seed = seed
+        super().__init__(lm, prompt, chat=chat, system_prompt=system_prompt, sampler=sampler, stop=stop, seed=seed,
+                         allow_special=allow_special, limits=limits)
         self.k = check_k(k)
         self.draft = draft
-        self.sampler = sampler or SamplerSettings()
-        self.stop = stop or StopSettings()
-        self.limits = limits or Limits()
-        self.limits.check_new_tokens(self.stop.max_new_tokens)
-        self.allow_special = allow_special
-        built = build_prompt(lm, prompt, chat, system_prompt, allow_special=allow_special,
-                             max_prompt_tokens=self.limits.max_prompt_tokens)
-        self.prompt_text, self.prompt_ids, self.special_text = built.text, built.ids, built.special_text
-        self._generator = torch.Generator(device="cpu").manual_seed(seed)
-        self._cache = new_cache(lm)
         self._generated: list[int] = []
         self._rounds: list[RoundRecord] = []
         self._last_eos_prob = 0.0
-        self._closed = False
 
     # ---- what the pages read -------------------------------------------------------------------
 
@@ -358,33 +228,8 @@ class SpeculativeGeneration:
     def generated_ids(self) -> list[int]:
         return list(self._generated)
 
-    @property
-    def context_ids(self) -> list[int]:
-        return self.prompt_ids + self._generated
-
-    @property
-    def output_text(self) -> str:
-        return self.lm.tokenizer.decode(self._generated, skip_special_tokens=True)
-
-    @property
-    def text(self) -> str:
-        """The completion as returned: cut just before the first stop sequence."""
-        return returned_text(self.output_text, stop_sequence_states(self.output_text, self.stop.stop_sequences))
-
-    @property
-    def termination(self) -> Termination | None:
-        if not self._generated:
-            return None
-        return self._termination(self._generated, self.output_text, self._last_eos_prob)
-
-    @property
-    def finish_reason(self) -> str | None:
-        termination = self.termination
-        return termination.finish_reason if termination else None
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
+    def _latest_eos_prob(self) -> float:
+        return self._last_eos_prob
 
     @property
     def forward_passes(self) -> int:
@@ -402,19 +247,10 @@ class SpeculativeGeneration:
         checked = sum(len(r.checks) for r in self._rounds)
         return sum(r.accepted for r in self._rounds) / checked if checked else None
 
-    @property
-    def kv(self) -> KVSnapshot:
-        return read_kv(self._cache, self.lm.geometry, self.lm.dtype)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def close(self) -> None:
         """Release this generation's memory: its KV cache and its draft's (a draft model keeps
         one). The rounds stay readable; it cannot step again."""
-        self._closed = True
-        self._cache = new_cache(self.lm)
+        super().close()
         if callable(release := getattr(self.draft, "release", None)):
             release()
 
@@ -427,10 +263,7 @@ class SpeculativeGeneration:
     def step(self) -> RoundRecord:
         """One round: draft, verify in one pass, accept / reject, check, crop, record. Atomic:
         if anything fails, the context, the caches and the random generator are as before."""
-        if self._closed:
-            raise GenerationFinished.closed()
-        if self.finished:
-            raise GenerationFinished(f"Generation has finished ({self.finish_reason}); Reset to start again.")
+        self._check_open("Reset to start again")
         before = _Checkpoint(self._cache.get_seq_length(), self._generator.get_state(), time.perf_counter())
         try:
             context = self.context_ids
@@ -448,13 +281,6 @@ class SpeculativeGeneration:
             self.draft.update(self.context_ids)
             raise
         return record
-
-    def run(self, max_rounds: int | None = None) -> Iterator[RoundRecord]:
-        """Rounds until a stop condition fires (or `max_rounds`), yielding each record."""
-        taken = 0
-        while not self.finished and (max_rounds is None or taken < max_rounds):
-            yield self.step()
-            taken += 1
 
     # ---- inside a round ------------------------------------------------------------------------
 
@@ -477,6 +303,7 @@ class SpeculativeGeneration:
                                      self._generator, self.lm.eos_ids)  # 3
         emitted, text, termination = self._stop_within(verdict.emitted, eos_probs)  # 4
         self._generated += emitted
+        self._text_cache = (len(self._generated), text)
         self._last_eos_prob = termination.eos_prob
         crop_cache(self._cache, len(self.context_ids) - 1)  # 5. the last token is read next round
         self.draft.update(self.context_ids)
@@ -494,15 +321,11 @@ class SpeculativeGeneration:
         """The round's tokens up to the first one after which plain generation would stop."""
         for count in range(1, len(emitted) + 1):
             generated = self._generated + list(emitted[:count])
-            text = self.lm.tokenizer.decode(generated, skip_special_tokens=True)
+            text = self._decode(generated)
             termination = self._termination(generated, text, eos_probs[count - 1])
             if termination.finish_reason is not None or count == len(emitted):
                 return list(emitted[:count]), text, termination
         raise AssertionError("a round always emits at least one token")
-
-    def _termination(self, generated: list[int], text: str, eos_prob: float) -> Termination:
-        return termination_after(generated, text, eos_ids=self.lm.eos_ids, eos_prob=eos_prob, stop=self.stop,
-                                 prompt_tokens=len(self.prompt_ids), context_window=self.lm.context_window)
 
     def _record(self, verified: _Verified, verdict: Verdict, emitted: list[int], termination: Termination,
                 text: str, kv: KVChange) -> RoundRecord:

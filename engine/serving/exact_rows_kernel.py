@@ -1,5 +1,5 @@
 """Several rows through a linear layer in one pass over the weight, each row with the digits
-of its own 1-row product (engine/lone_rows.cpp).
+of its own 1-row product (engine/serving/exact_rows_kernel.cpp).
 
 Why: an exact packed pass gives each visitor's row its own 1-row product, because that is the
 product a lone visitor's pass makes and this CPU's matrix kernels sum a row of a larger
@@ -8,7 +8,7 @@ weight again: two thirds of a 15-visitor pass went there. But a 1-row product's 
 depend on the values, so it can be measured, and a kernel that sums in that order can read each
 weight row once for all rows: a 15-visitor pass of SmolLM2 takes 105 ms instead of 175.
 
-Measured here (tests/engine/test_lone_rows.py `meeting_sizes`: one huge value, its negative and
+Measured here (tests/engine/test_exact_rows_kernel.py `meeting_sizes`: one huge value, its negative and
 ones elsewhere; the sum tells how many ones were added after the two met): torch's 1-row product on
 this machine (MKL's sgemv, float32) sums `in` products in four lanes, lane j taking products
 4c + j in turn, lane 0 starting with products 0 to 3 summed one by one; each product is rounded
@@ -35,8 +35,9 @@ import torch
 import torch.nn.functional as F
 
 from engine.loading import cache_root
+from engine.serving.row_products import one_row_products
 
-SOURCE = Path(__file__).with_name("lone_rows.cpp")
+SOURCE = Path(__file__).with_name("exact_rows_kernel.cpp")
 NAMESPACE = "token_by_token"
 BUILD_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]  # never fuse a multiply and an add
 PROBE_ROWS = 5  # rows of the agreement probe: a whole group of four and one more
@@ -144,8 +145,6 @@ def _register_fallback() -> None:
     global _fallback_library
     if _fallback_library is not None:
         return
-    from engine.packed_llama import one_row_products
-
     _fallback_library = torch.library.Library(NAMESPACE, "DEF")
     _fallback_library.define("lone_rows_linear(Tensor x, Tensor weight) -> Tensor")
     _fallback_library.define("lone_rows_linears(Tensor x, Tensor[] weights) -> Tensor[]")

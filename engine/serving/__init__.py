@@ -1,0 +1,25 @@
+"""One model shared by many visitors: what a server needs and a notebook never loads.
+
+The scheduler (`scheduler.py`) queues every visitor's forward passes and runs the decode steps
+waiting together as ONE packed pass (continuous batching), each visitor keeping the numbers it
+would get alone: the packed passes (`packed.py`, its eager twin `packed_twin.py`, the scripted
+Llama passes `scripted_llama.py`, prompt rows `prompt_rows.py`), the exact rows kernel
+(`exact_rows_kernel.py` and `.cpp`) and the probes that check each path bit for bit before use.
+Around it: idle release of tabs left open (`idle.py`), the deployment's presets and caps
+(`deployment.py`) and the packed passes' measured distance from lone ones (`packed_parity.py`).
+
+Importing this package registers nothing; the first scheduler made registers the packed
+attention with transformers and builds (or finds) the kernel.
+"""
+
+from engine.serving.deployment import Deployment, deployment_from_env, documented_variables, redact_paths
+from engine.serving.idle import IdleReleaser
+from engine.serving.packed import exact_rows_kernel_in_use, forward_packed, forward_prefills
+from engine.serving.packed_parity import PackedDifference, measure_packed_difference
+from engine.serving.scheduler import BATCHING, BATCHING_ENV, ForwardScheduler, SchedulerStats, batching_from_env
+
+__all__ = [
+    "BATCHING", "BATCHING_ENV", "Deployment", "ForwardScheduler", "IdleReleaser", "PackedDifference",
+    "SchedulerStats", "batching_from_env", "deployment_from_env", "documented_variables", "exact_rows_kernel_in_use",
+    "forward_packed", "forward_prefills", "measure_packed_difference", "redact_paths",
+]

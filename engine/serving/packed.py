@@ -1,0 +1,280 @@
+"""Several visitors' passes in one: the decode steps waiting together (`forward_packed`) and
+the prompts of new visitors (`forward_prefills`), each row with its lone pass's numbers.
+
+This CPU's matrix kernels are not batch-invariant: a B-row matrix product sums each row in
+another order than a 1-row product, so a row's logits from a batch differ from its lone
+pass's in the last bits (bench/batch_parity.py measures by how much). So a packed pass comes in
+two kinds:
+- exact (the default): every linear layer gives each row its own 1-row product's digits. The
+  scripted pass, from four rows, through a kernel that sums each row in the order the 1-row
+  product does and reads each weight once for all rows (engine/serving/exact_rows_kernel.py);
+  otherwise, and in the eager twin (engine/serving/packed_twin.py), as 1-row products, all
+  rows in one batched call. Each visitor gets its lone pass's logits bit for bit.
+- fast: one B-row matrix product per layer from the library.
+
+A Llama-family model runs each pass as one TorchScript call outside the GIL
+(engine/serving/scripted_llama.py), used only once a probe pass has shown it gives the eager
+twin's digits (logits and cache entries, torch.equal) on this machine; any other model, or
+one whose probe differs, runs on the twin.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from engine.forward import cache_length, crop_cache, forward, new_cache, on_cpu
+from engine.loading import LoadedModel
+from engine.serving import exact_rows_kernel, packed_twin, scripted_llama
+from engine.serving.packed_twin import ROWWISE_CHUNK
+from engine.serving.prompt_rows import RowKinds, measure_row_kinds, prompt_rows
+
+LONE_ROWS_FROM = 4  # rows from which one pass over a weight beats batched 1-row products (bench: README)
+
+
+@torch.inference_mode()
+def forward_packed(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[DynamicCache],
+                   exact: bool = True, eager: bool = False) -> torch.Tensor:
+    """Next-token logits `[rows, vocab]` for one new token per visitor: `token_ids[i]` read
+    after `caches[i]`'s positions, each cache growing by one. Caches may differ in length.
+    With `exact`, each row's logits are its lone pass's bit for bit; otherwise within ~1e-4.
+    A Llama-family model runs the pass as one call outside the GIL (engine/scripted_llama.py);
+    any other model, or any with `eager` (a benchmark's comparison), on its twin. If the pass
+    fails, every cache is left as it was and the error is raised."""
+    plan = None if eager else scripted_plan(lm, exact)
+    if plan is not None and _plain_layers(caches, len(plan.weights.layers) // scripted_llama.LAYER_WEIGHTS):
+        return _forward_scripted(plan, token_ids, caches)
+    return packed_twin.forward_twin(lm, token_ids, caches, exact)
+
+
+@dataclass
+class ScriptedPlan:
+    """What a scripted packed pass needs for one model and batching kind: the compiled pass,
+    the model's weights laid out for it, and, per row count, how each linear layer multiplies."""
+
+    lm: LoadedModel
+    run: Callable
+    weights: scripted_llama.LlamaWeights
+    exact: bool
+    hows: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)  # rows -> (layers, head slices)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def hows_for(self, rows: int) -> tuple[list[int], list[int]]:
+        """Per weight of the layers, and per slice of the head: how to multiply `rows` rows."""
+        with self.lock:
+            if rows not in self.hows:
+                self.hows[rows] = ([self._how(w, rows) for w in self.weights.layers],
+                                   [self._how(w, rows) for w in self._head_slices()])
+            return self.hows[rows]
+
+    def head_chunk(self) -> int:
+        return ROWWISE_CHUNK if self.exact else self.weights.head.shape[0]
+
+    def _head_slices(self) -> list[torch.Tensor]:
+        return head_slices(self.weights.head, self.head_chunk())
+
+    def _how(self, weight: torch.Tensor, rows: int) -> int:
+        if not self.exact or weight.dim() != 2:  # norms' weights are not multiplied
+            return scripted_llama.ONE_PRODUCT
+        return one_row_products_how(weight, rows)
+
+
+def exact_rows_kernel_in_use(lm: LoadedModel) -> bool:
+    """Whether exact packed passes of `lm` go through the exact rows kernel (engine/exact_rows_kernel.py):
+    a scripted pass whose linear layers take it once there are rows enough."""
+    plan = scripted_plan(lm, exact=True)
+    return plan is not None and scripted_llama.LONE_ROWS in plan.hows_for(LONE_ROWS_FROM)[0]
+
+
+def head_slices(head: torch.Tensor, chunk: int) -> list[torch.Tensor]:
+    """The language-model head in slices of `chunk` output features."""
+    return [head[start:start + chunk] for start in range(0, head.shape[0], chunk)]
+
+
+def one_row_products_how(weight: torch.Tensor, rows: int) -> int:
+    """How `rows` rows each get their own 1-row product's digits by `weight`: from four rows, in
+    one pass over the weight where the kernel gives those digits for this shape
+    (engine/exact_rows_kernel.py); else in one batched call where the probe says it gives the row-by-row
+    loop's digits; else one call a row."""
+    if rows >= LONE_ROWS_FROM and exact_rows_kernel.kernel_agrees(weight):
+        return scripted_llama.LONE_ROWS
+    if rows > 1 and packed_twin.batched_rows_agree(weight, rows):
+        return scripted_llama.ONE_ROW_PRODUCTS
+    return scripted_llama.ROW_LOOP
+
+
+_plans: weakref.WeakKeyDictionary[PreTrainedModel, dict[bool, ScriptedPlan | None]] = weakref.WeakKeyDictionary()
+_plans_lock = threading.Lock()
+PROBE_TOKENS = ((1, 2, 3), (4, 5, 6, 7, 8))  # two visitors of different lengths for the parity probe
+# prompts for the prompts' pass probe: a row of each kind engine/serving/prompt_rows.py tells apart
+PROBE_PROMPTS = ((7,), (1, 2, 3), (4, 5, 6, 7, 8, 9), tuple(range(10, 23)))
+
+
+def scripted_plan(lm: LoadedModel, exact: bool = True) -> ScriptedPlan | None:
+    """The scripted pass for `lm`, or None where the model is not a plain Llama decoder, the pass
+    cannot be compiled, or its first probe pass does not give the eager twin's digits (logits
+    and cache entries, compared with torch.equal); then the twin serves every packed pass."""
+    with _plans_lock:
+        plans = _plans.setdefault(lm.model, {})
+        if exact not in plans:
+            plans[exact] = _probed_plan(lm, exact)
+        return plans[exact]
+
+
+@torch.inference_mode()
+def _probed_plan(lm: LoadedModel, exact: bool) -> ScriptedPlan | None:
+    weights = scripted_llama.llama_weights(lm.model)
+    run = scripted_llama.compiled_pass()
+    if weights is None or run is None or packed_twin.packed_twin(lm, exact) is None or not _sdpa_matches(lm, weights):
+        return None
+    plan = ScriptedPlan(lm, run, weights, exact)
+    twin_caches, plan_caches = ([_probe_cache(lm, ids)[1] for ids in PROBE_TOKENS] for _ in range(2))
+    tokens = [9, 10]
+    twin_logits = packed_twin.forward_twin(lm, tokens, twin_caches, exact)
+    plan_logits = _forward_scripted(plan, tokens, plan_caches)
+    same = torch.equal(twin_logits, plan_logits) and _same_caches(twin_caches, plan_caches)
+    return plan if same else None
+
+
+@dataclass(frozen=True)
+class ScriptedPrefill:
+    """The scripted prompts' pass for one model (it does not depend on the batching kind)."""
+
+    lm: LoadedModel
+    run: Callable
+    weights: scripted_llama.LlamaWeights
+
+    def row_kinds(self) -> RowKinds | None:
+        """Which product gives each prompt row its lone digits, at this thread's count."""
+        return measure_row_kinds(self.weights.layers)
+
+    def head_plan(self, prompts: int) -> tuple[list[int], int]:
+        """How the head multiplies the prompts' last rows, each its own 1-row product: per slice
+        of the head, and the slices' size (a prompt alone: the whole head, as its lone pass)."""
+        chunk = ROWWISE_CHUNK if prompts > 1 else self.weights.head.shape[0]
+        return [one_row_products_how(part, prompts) for part in head_slices(self.weights.head, chunk)], chunk
+
+
+_prefills: weakref.WeakKeyDictionary[PreTrainedModel, ScriptedPrefill | None] = weakref.WeakKeyDictionary()
+
+
+def scripted_prefill(lm: LoadedModel) -> ScriptedPrefill | None:
+    """The scripted pass that reads several prompts into empty caches, or None where the model
+    is not a plain Llama decoder, it cannot be compiled, or its probe does not give each
+    prompt's lone prefill's logits and cache (torch.equal)."""
+    with _plans_lock:
+        if lm.model not in _prefills:
+            _prefills[lm.model] = _probed_prefill(lm)
+        return _prefills[lm.model]
+
+
+@torch.inference_mode()
+def _probed_prefill(lm: LoadedModel) -> ScriptedPrefill | None:
+    weights = scripted_llama.llama_weights(lm.model)
+    run = scripted_llama.compiled_prefill()
+    if weights is None or run is None or not _sdpa_matches(lm, weights):
+        return None
+    prefill = ScriptedPrefill(lm, run, weights)
+    if (kinds := prefill.row_kinds()) is None:
+        return None
+    lone_logits, lone_caches = zip(*(_probe_cache(lm, ids) for ids in PROBE_PROMPTS), strict=True)
+    caches = [new_cache(lm) for _ in PROBE_PROMPTS]
+    logits = _prefill_scripted(prefill, kinds, PROBE_PROMPTS, caches)
+    same = all(torch.equal(a, b) for a, b in zip(lone_logits, logits, strict=True))
+    return prefill if same and _same_caches(lone_caches, caches) else None
+
+
+def _probe_cache(lm: LoadedModel, token_ids: Sequence[int]) -> tuple[torch.Tensor, DynamicCache]:
+    """A lone prefill of `token_ids`: its next-token logits `[vocab]` and its cache."""
+    cache = new_cache(lm)
+    return forward(lm, torch.tensor([list(token_ids)]), cache)[0], cache
+
+
+def _same_caches(caches: Sequence[DynamicCache], others: Sequence[DynamicCache]) -> bool:
+    return all(torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+               for a, b in zip(caches, others, strict=True) for ours, theirs in zip(a.layers, b.layers, strict=True))
+
+
+def _sdpa_matches(lm: LoadedModel, weights: scripted_llama.LlamaWeights) -> bool:
+    """Whether transformers' sdpa attention makes, for one decode token, the call the scripted
+    pass makes (with grouped heads: torch's own grouped-query attention)."""
+    module = lm.model.get_decoder().layers[0].self_attn
+    config = lm.model.config
+    empty = torch.empty((1, config.num_key_value_heads, 1, weights.head_dim))
+    options = packed_twin.sdpa_decode_options(sdpa_attention_forward, module, empty, empty)
+    return options == ({"enable_gqa": True} if weights.gqa else {})
+
+
+@torch.inference_mode()
+def forward_prefills(lm: LoadedModel, prompts: Sequence[Sequence[int]], caches: Sequence[DynamicCache]
+                     ) -> list[torch.Tensor]:
+    """Each prompt's next-token logits `[vocab]` after reading it into its cache: its lone pass's
+    numbers. A Llama-family model reads prompts into empty caches all in one call outside the
+    GIL (engine/scripted_llama.py prefill_logits); otherwise each is its own pass. If any fails,
+    every cache is put back as it was and the error is raised."""
+    prefill = scripted_prefill(lm)
+    kinds = prefill.row_kinds() if prefill is not None else None
+    lengths = [cache_length(cache) for cache in caches]
+    try:
+        if kinds is None or any(lengths) or any(type(c) is not DynamicCache for c in caches):
+            return [forward(lm, torch.tensor([list(ids)]), c)[0] for ids, c in zip(prompts, caches, strict=True)]
+        return _prefill_scripted(prefill, kinds, prompts, caches)
+    except BaseException:
+        for cache, length in zip(caches, lengths, strict=True):
+            crop_cache(cache, length)
+        raise
+
+
+def _prefill_scripted(prefill: ScriptedPrefill, kinds: RowKinds, prompts: Sequence[Sequence[int]],
+                      caches: Sequence[DynamicCache]) -> list[torch.Tensor]:
+    weights, device = prefill.weights, prefill.lm.device
+    lengths = [len(ids) for ids in prompts]
+    starts = [sum(lengths[:p]) for p in range(len(lengths))]
+    stacked = torch.tensor([[token for ids in prompts for token in ids]], device=device)  # end to end
+    hidden = weights.embed(stacked)  # [1, rows, hidden]
+    positions = torch.tensor([[place for n in lengths for place in range(n)]], device=device)  # each from 0
+    cos, sin = weights.rotary(hidden, positions)
+    rows = prompt_rows(kinds, lengths, device)
+    last_rows = torch.tensor([start + n - 1 for start, n in zip(starts, lengths, strict=True)], device=device)
+    head_hows, head_chunk = prefill.head_plan(len(prompts))
+    with torch.jit.optimized_execution(False):
+        logits, keys, values = prefill.run(hidden, cos, sin, starts, lengths, list(weights.layers), rows, last_rows,
+                                           weights.eps, weights.head_dim, weights.scale, weights.gqa, weights.norm,
+                                           weights.head, head_hows, head_chunk)
+    for index, (key, value) in enumerate(zip(keys, values, strict=True)):  # the caches grow only now
+        caches[index % len(caches)].update(key, value, index // len(caches))
+    return [on_cpu(prefill.lm, row).clone() for row in logits[0]]  # each its own storage
+
+
+def _plain_layers(caches: Sequence[DynamicCache], layers: int) -> bool:
+    """Whether every cache is a plain, filled DynamicCache of `layers` layers: the scripted pass
+    grows each layer as DynamicLayer.update does."""
+    return all(len(cache.layers) == layers and all(type(layer) is DynamicLayer and layer.is_initialized
+                                                   for layer in cache.layers) for cache in caches)
+
+
+def _forward_scripted(plan: ScriptedPlan, token_ids: Sequence[int], caches: Sequence[DynamicCache]) -> torch.Tensor:
+    weights, rows, device = plan.weights, len(caches), plan.lm.device
+    hidden = weights.embed(torch.tensor([list(token_ids)], device=device))  # [1, rows, hidden]
+    positions = torch.tensor([[cache_length(cache) for cache in caches]], device=device)  # each row at its own place
+    cos, sin = weights.rotary(hidden, positions)  # [1, rows, head_dim]
+    layers = len(caches[0].layers)
+    keys = [cache.layers[layer].keys for layer in range(layers) for cache in caches]
+    values = [cache.layers[layer].values for layer in range(layers) for cache in caches]
+    layer_hows, head_hows = plan.hows_for(rows)
+    with torch.jit.optimized_execution(False):  # run the ops as written: no graph rewrites
+        logits, grown_keys, grown_values = plan.run(
+            hidden, cos, sin, list(weights.layers), layer_hows, keys, values, weights.eps, weights.head_dim,
+            weights.scale, weights.gqa, weights.norm, weights.head, head_hows, plan.head_chunk())
+    # only now, with the pass complete, do the caches grow (a failed pass leaves them as they were)
+    for index, (grown_key, grown_value) in enumerate(zip(grown_keys, grown_values, strict=True)):
+        layer = caches[index % rows].layers[index // rows]
+        layer.keys, layer.values = grown_key, grown_value
+    return on_cpu(plan.lm, logits[0])  # [rows, vocab]

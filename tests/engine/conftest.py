@@ -1,0 +1,49 @@
+"""Fixtures for tests whose subject depends on this machine's matrix kernels: the exact packed
+passes copy the order in which this CPU's 1-row product adds up, and use a path only where a
+probe shows it gives the lone digits. A test of such a path runs where the path is in use; the
+test of the probe's verdict runs everywhere."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.serving.exact_rows_kernel import lone_rows_linear
+from engine.serving.packed import scripted_prefill
+
+
+def meeting_sizes(multiply, inputs: int) -> list[list[int]]:
+    """For every pair of inputs i, j: how many products were summed when i's and j's met. One huge
+    value at i, its negative at j, ones elsewhere: a one added before the two meet is lost in the
+    huge value, one added after survives, so the sum counts the ones added after they met."""
+    huge = 2.0 ** 40
+    sizes = []
+    for i in range(inputs):
+        weight = torch.ones(inputs, inputs)
+        weight[:, i] = huge
+        weight[torch.arange(inputs), torch.arange(inputs)] = -huge
+        weight[i, i] = huge  # row i: no pair (its own count is meaningless)
+        sums = multiply(torch.ones(1, inputs), weight)[0]
+        sizes.append([inputs - round(v) if j != i else 1 for j, v in enumerate(sums.tolist())])
+    return sizes
+
+
+@pytest.fixture(scope="session")
+def lone_order() -> None:
+    """Skips a test where this machine's 1-row product (MKL's sgemv) adds up in another order
+    than the kernel's four lanes: there the probe keeps the kernel out of every pass
+    (test_the_kernel_is_used_exactly_where_it_sums_as_this_machines_one_row_product)."""
+    if meeting_sizes(F.linear, 32) != meeting_sizes(lone_rows_linear, 32):
+        pytest.skip("this CPU's 1-row product sums in another order than the kernel's four lanes")
+
+
+@pytest.fixture(scope="session")
+def stacked_prompts() -> None:
+    """Skips a test where some row of a lone prompt's product has digits that no product of the
+    stacked prompts' pass reproduces on this machine: there prompts are read one pass each
+    (test_where_a_row_fits_no_kind_prompts_are_read_one_pass_each_with_lone_numbers)."""
+    from tests.engine.test_scheduler import tiny_llama
+
+    if scripted_prefill(tiny_llama()) is None:
+        pytest.skip("this CPU's products give some prompt rows digits the stacked pass cannot reproduce")

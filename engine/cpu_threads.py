@@ -3,15 +3,15 @@
 The sampler works on one vocabulary-sized vector (49,152 floats for SmolLM2). That is just
 over torch's parallel grain size, so every element-wise op splits across the intra-op
 threads, and each split waits for all its threads. When another process holds a core (the
-browser drawing the chart, on a 2-core machine) that wait is a whole scheduler slice:
-re-sampling measured 7.5 ms median and 129 ms worst with two threads against 2.7 ms and
-3.0 ms with one, with one busy process beside it.
+browser drawing the chart, on a 2-core machine) that wait is a whole scheduler slice,
+and re-sampling on two threads is many times slower in its worst case than on one (the
+README's "Why the code is shaped as it is", measured by `bench.engine_bench`).
 
 Why a thread of its own: with torch's OpenMP build, each thread keeps its own thread count,
 and the last count set anywhere becomes the one threads started later begin with. Lowering
 and restoring the count around each call on the caller's thread let concurrent visitors leave
 each other's threads (and later ones) on one thread, and a forward pass on one thread gives
-other digits (decode logits differ by up to 2.6e-5). Here the count is set once, on the
+other digits than on two (its products add up in another order). Here the count is set once, on the
 sampler's own worker; every other thread keeps the count it would have had.
 
 The sampling functions themselves (engine/sampling.py) are plain: the hop happens once, where

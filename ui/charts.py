@@ -52,8 +52,8 @@ class JsonFigure(go.Figure):
     """A Figure that stays its plain Plotly JSON until something asks for more than that JSON.
 
     `st.plotly_chart` reads a Figure only through `to_dict()`. Building the Figure's objects
-    (even unvalidated) and deep-copying them back out took 1.3 ms of every distribution chart,
-    about a tenth of a Step click's page script under load. So the objects are built on first
+    (even unvalidated) and deep-copying them back out was a tenth of a Step click's page
+    script under load (`bench.ui_bench`). So the objects are built on first
     use of anything else (`figure.data`, `update_layout`, ...), and until then `to_dict()`
     returns the JSON itself, which its callers only serialise (it holds no numpy arrays, so
     Plotly's base64 packing has nothing to do).

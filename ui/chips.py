@@ -114,8 +114,8 @@ def legend_html() -> str:
 
 
 # A step's chip (not the newest) by the record's id, while the record lives: records never
-# change, and without this every Step click drew every earlier chip again (~30 us a chip:
-# 30 ms a click at 1,000 steps).
+# change, and without this every Step click drew every earlier chip again, a cost that grows
+# with the length of the generation (`bench.ui_bench`).
 _older_chips: dict[int, tuple[weakref.ref, str]] = {}
 
 

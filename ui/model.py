@@ -17,8 +17,8 @@ from ui.keys import APP
 def _load_shared(source: str, device: str | None) -> LoadedModel:
     """Read-only and shared by every visitor; per-visitor state lives in session_state."""
     lm = load_model(None if source == BUNDLED else source, device=device)
-    # torch, transformers and the model are ~430k long-lived Python objects: a full garbage
-    # collection walking them took ~200 ms, a visible stall mid-click. Frozen, they are skipped
+    # torch, transformers and the model are hundreds of thousands of long-lived Python objects:
+    # a full garbage collection walking them is a visible stall mid-click. Frozen, they are skipped
     # (collected first, so no garbage from the load is frozen with them).
     gc.collect()
     gc.freeze()

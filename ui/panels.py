@@ -39,8 +39,8 @@ CANDIDATES_SHOWN = 8
 class _AsWritten(str):
     """HTML that st.html sends as it is: given a plain string, Streamlit first asks the file
     system whether it names a file, then dedents and strips it, a regex pass over the whole
-    text (0.4 ms a Step for the context panel's chips, measured with py-spy on the server);
-    an object with `_repr_html_` it takes as written. Our HTML has no indentation to remove."""
+    text (a cost on every Step for the context panel's chips, seen in a profile of the
+    server); an object with `_repr_html_` it takes as written. Our HTML has no indentation to remove."""
 
     def _repr_html_(self) -> str:
         return str(self)

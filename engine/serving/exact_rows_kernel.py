@@ -6,7 +6,8 @@ product a lone visitor's pass makes and this CPU's matrix kernels sum a row of a
 product in another order. As batched 1-row products (`torch.bmm`) every row reads the whole
 weight again: two thirds of a 15-visitor pass went there. But a 1-row product's order does not
 depend on the values, so it can be measured, and a kernel that sums in that order can read each
-weight row once for all rows: a 15-visitor pass of SmolLM2 takes 105 ms instead of 175.
+weight row once for all rows: a 15-visitor pass takes well under two thirds of the time
+(`bench.sched_bench`; figures in the README).
 
 Measured here (tests/engine/test_exact_rows_kernel.py `meeting_sizes`: one huge value, its negative and
 ones elsewhere; the sum tells how many ones were added after the two met): torch's 1-row product on

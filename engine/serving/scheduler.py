@@ -2,7 +2,8 @@
 
 Each visitor's generation runs on its own thread (Streamlit runs each session's script on
 one). Left alone, thirty of them would run thirty forward passes at once, their thread teams
-fighting over the cores: a 41 ms pass took 1.3 s. Here every pass waits in one queue and one
+fighting over the cores, each pass many times slower than alone (`bench.sched_bench`'s
+"direct" mode). Here every pass waits in one queue and one
 worker thread runs them, and the decode steps that are waiting together go through the model
 as ONE packed pass (continuous batching): each weight is read once for all of them.
 
@@ -49,12 +50,11 @@ STATS_WINDOW_S = 10.0  # tokens/s and visitors are counted over this many second
 RECENT_PASSES = 40  # batch sizes kept for the stats
 # An eager pass (a model whose packed passes run on the twin, or no batching) gives up the GIL
 # and takes it back around every torch op, thousands of times a pass. At Python's default
-# switch interval (5 ms) each take can wait 5 ms behind a visitor's page script: a 15-visitor
-# pass took 187 ms alone and 1.5 s beside three busy script threads; at 0.2 ms, 0.73 s
-# (bench/gil_bench.py). A scripted packed pass (engine/serving/scripted_llama.py) takes the GIL once, and
-# there the short interval only costs the page scripts: 30 visitors on the server, alternating
-# runs, made 40.2 and 34.9 tok/s at 5 ms against 32.9 and 36.0 at 0.2 ms (bench/load_bench.py),
-# so it is left as it is.
+# switch interval (5 ms) each take can wait 5 ms behind a visitor's page script, so a short
+# interval makes such a pass several times faster beside busy scripts (`bench.gil_bench`). A
+# scripted packed pass (engine/serving/scripted_llama.py) takes the GIL once, and there the
+# short interval only costs the page scripts, without a measurable gain (`bench.load_bench`),
+# so it is left as it is. Figures: the README's "Why the code is shaped as it is".
 SWITCH_INTERVAL_S = 0.0002
 
 
@@ -72,8 +72,8 @@ def worth_running_now(waiting: int, expected: int, typical_return_s: float) -> b
     half of them are there already, or visitors come back too slowly for the wait to gather any
     (`typical_return_s`: the median time from a visitor's pass to its next step). With 30
     visitors about half are in the queue when a pass ends (the others are sampling and drawing
-    theirs), and none of those could be back within GATHER_S: waiting for them cost 5-15 % of
-    the server's tokens/s (alternating load_bench runs at 10 and at 30 visitors). A class that
+    theirs), and none of those could be back within GATHER_S: waiting for them cost the server
+    tokens/s (alternating `bench.load_bench` runs at 10 and at 30 visitors). A class that
     thinks 0.5-1.5 s between clicks comes back one by one: every pass waited its whole GATHER_S
     for less than one more visitor."""
     return expected < 2 or 2 * waiting >= expected or typical_return_s > SLOW_RETURN_S

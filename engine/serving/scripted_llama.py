@@ -2,12 +2,12 @@
 decode steps (`packed_logits`), and several new visitors' prompts (`prefill_logits`, which
 multiplies the prompts' rows as engine/serving/prompt_rows.py says: each row its lone digits).
 
-Why: the eager packed pass (engine/serving/packed_twin.py) makes about 8,000 torch calls for
-30 visitors. Each call lets go of the GIL and takes it back, and in a busy server every take
-waits behind a visitor's page script: a 30-row pass took 0.42 s alone and 2.0 s beside three
-busy script threads, against 0.58 s scripted (bench/gil_bench.py, in a slow hour). Here the
-whole pass, every layer and every row, is one TorchScript call: the GIL is released once, on
-entry, and taken back once.
+Why: the eager packed pass (engine/serving/packed_twin.py) makes thousands of torch calls
+for a class of visitors. Each call lets go of the GIL and takes it back, and in a busy server
+every take waits behind a visitor's page script, which made the eager pass several times
+slower beside busy script threads than alone (`bench.gil_bench`; figures in the README). Here
+the whole pass, every layer and every row, is one TorchScript call: the GIL is released once,
+on entry, and taken back once.
 
 The same torch operations, in the same order and on tensors of the same shapes, as
 transformers' Llama decoder (RMSNorm, rotary embedding, per-row `scaled_dot_product_attention`

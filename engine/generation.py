@@ -191,16 +191,19 @@ class _StepTensors:
 
 
 def describe_distribution(lm: LoadedModel, raw_logits: torch.Tensor, raw_probs: torch.Tensor,
-                          chain: ChainOutput, top_n: int = TOP_N) -> Distribution:
-    """The leaders by raw probability (plus the final distribution's leaders) and the rest."""
+                          chain: ChainOutput, top_n: int = TOP_N, always: tuple[int, ...] = ()) -> Distribution:
+    """The leaders by raw probability (plus the final distribution's leaders, and the tokens in
+    `always`: the step's pick and the sampler's own, wherever they rank) and the rest."""
     leader_logits, leader_ids = torch.topk(raw_logits, min(top_n, raw_logits.numel()))
     ids, logits = leader_ids.tolist(), leader_logits.tolist()  # sorted, highest first
     # every token that beats a leader is a leader, so a leader's rank is its first tie's place
     ranks = [logits.index(value) + 1 for value in logits]
     leader_set = set(ids)
     final_values, final_ids = torch.topk(chain.final_probs, min(FINAL_TOP_N, raw_logits.numel()))
-    for extra, value in zip(final_ids.tolist(), final_values.tolist(), strict=True):
-        if value > 0 and extra not in leader_set:  # zero-probability "leaders" are no leaders
+    extras = [i for i, v in zip(final_ids.tolist(), final_values.tolist(), strict=True) if v > 0]  # no zero "leaders"
+    for extra in dict.fromkeys([*extras, *always]):
+        if extra not in leader_set:
+            leader_set.add(extra)
             ids.append(extra)
             logits.append(float(raw_logits[extra]))
             ranks.append(int((raw_logits > raw_logits[extra]).sum()) + 1)
@@ -463,7 +466,9 @@ class Generation(GenerationShell):
         decision, chain = decide(raw_logits, context, sampler, self._draw_strategy(generator), force_token_id)
         raw_probs = raw_logits.softmax(dim=-1)
         eos_prob = float(raw_probs[list(self.lm.eos_ids)].double().sum()) if self.lm.eos_ids else 0.0
-        distribution = describe_distribution(self.lm, raw_logits, raw_probs, chain)
+        # the pick has its own row wherever it ranks: a draw far down the tail must stay visible
+        distribution = describe_distribution(self.lm, raw_logits, raw_probs, chain,
+                                             always=(decision.token_id, decision.sampler_token_id))
         # here, not on the caller's thread: an op over the vocabulary there would start a thread team of its own
         raw_rank = int((raw_logits > raw_logits[decision.token_id]).sum()) + 1
         return _Sampled(decision, raw_probs, raw_rank, distribution, eos_prob, (time.perf_counter() - started) * 1e3)

@@ -28,11 +28,12 @@ PANEL_CSS = """
 .tbt-caption{font-size:.875rem;line-height:1.6;opacity:.7;margin:0 0 .75rem 0}
 .tbt-pick{font-size:1.15rem;margin:.2rem 0 .4rem 0}
 .tbt-pick b{background:#fff3bf;padding:0 4px;border-radius:4px;font-family:ui-monospace,monospace}
-.tbt-cdf{position:relative;display:flex;height:30px;border:1px solid #bbb;border-radius:4px;
+.tbt-cdf{position:relative;height:30px;border:1px solid #bbb;border-radius:4px;
  overflow:visible;margin:20px 0 22px 0;font-size:.75rem}
-.tbt-seg{height:100%;overflow:hidden;white-space:nowrap;text-overflow:clip;border-right:1px solid #fff;
- color:#fff;padding:6px 3px 0 3px;box-sizing:border-box}
-.tbt-seg-pick{outline:3px solid #111;outline-offset:-3px}
+.tbt-seg{position:absolute;top:0;bottom:0;overflow:hidden;white-space:nowrap;text-overflow:clip;
+ border-right:1px solid #fff;color:#fff;padding:6px 3px 0 3px;box-sizing:border-box}
+.tbt-seg-pick{outline:3px solid #111;outline-offset:-3px;z-index:1}
+.tbt-seg-tail{color:#212529;background:repeating-linear-gradient(45deg,#ced4da 0 4px,#e9ecef 4px 8px)}
 .tbt-u{position:absolute;top:-18px;bottom:-4px;border-left:2px solid #111}
 .tbt-u span{position:absolute;top:-2px;left:3px;white-space:nowrap;font-weight:600}
 .tbt-scale{position:absolute;bottom:-18px;color:#666}
@@ -61,7 +62,7 @@ FINISH_LABELS = {
     "max_tokens": "the max-new-tokens limit was reached",
     "context_window": "the context window is full",
 }
-CDF_SEGMENTS = 12  # tokens drawn as their own band on the cumulative strip
+CDF_SEGMENTS = 10  # leaders drawn as their own band on the strip: every record holds the final top 10
 
 
 def _row(cells: Sequence[str], css: str = "", numeric: Sequence[int] = ()) -> str:
@@ -107,6 +108,49 @@ def _cdf_order(top: Sequence[Candidate]) -> list[Candidate]:
     return sorted((c for c in top if c.final_prob > 0), key=lambda c: (-c.final_prob, c.token_id))
 
 
+@dataclass(frozen=True)
+class Band:
+    """One stretch of the cumulative strip: a token's band, or many tokens summed."""
+
+    start: float  # where it begins on [0, 1)
+    width: float
+    text: str  # the token, or how many tokens
+    kind: str  # "token", "pick" (the sampler's pick) or "tail" (tokens summed into one band)
+    prob: float  # its final probability
+
+
+def cdf_bands(decision: Decision, distribution: Distribution) -> list[Band]:
+    """The strip's bands end to end over [0, 1), as the draw lays the tokens out: each of the
+    final distribution's leaders its own band, the sampler's pick its own band at the draw's
+    [cdf_low, cdf_high) wherever it ranks, and every other token summed into a tail band that
+    says how many tokens it holds. The bands fill the strip: u always lands in one."""
+    draw = decision.draw
+    leaders = _cdf_order(distribution.top)[:CDF_SEGMENTS]
+    picked = decision.sampler_token_id
+    bands, edge = [], 0.0
+    for candidate in leaders:
+        kind = "pick" if candidate.token_id == picked else "token"
+        bands.append(Band(edge, candidate.final_prob, quoted(candidate.text), kind, candidate.final_prob))
+        edge += candidate.final_prob
+    rest = decision.final_kept - len(leaders)  # tokens of the final distribution not drawn as leaders
+    if draw is not None and all(c.token_id != picked for c in leaders):
+        pick = next((c for c in distribution.top if c.token_id == picked), None)
+        text = quoted(pick.text) if pick is not None else "the pick"
+        between = draw.rank - 1 - len(leaders)
+        if between > 0:
+            bands.append(Band(edge, max(0.0, draw.cdf_low - edge), _tail_text(between), "tail",
+                              max(0.0, draw.cdf_low - edge)))
+        bands.append(Band(draw.cdf_low, draw.cdf_high - draw.cdf_low, text, "pick", draw.cdf_high - draw.cdf_low))
+        edge, rest = draw.cdf_high, rest - between - 1
+    if rest > 0:
+        bands.append(Band(edge, max(0.0, 1.0 - edge), _tail_text(rest), "tail", max(0.0, 1.0 - edge)))
+    return bands
+
+
+def _tail_text(count: int) -> str:
+    return f"{count:,} other token{'s' if count != 1 else ''}"
+
+
 def cdf_strip_html(decision: Decision, distribution: Distribution) -> str:
     """The cumulative final distribution as bands on [0, 1) with the random number u marked."""
     draw = decision.draw
@@ -114,17 +158,29 @@ def cdf_strip_html(decision: Decision, distribution: Distribution) -> str:
         return ""
     marker = "" if draw.u is None else (f'<div class="tbt-u" style="left:{100 * draw.u:.3f}%">'
                                         f"<span>u = {draw.u:.4f}</span></div>")
-    bands = []
-    for candidate in _cdf_order(distribution.top)[:CDF_SEGMENTS]:
-        picked = candidate.token_id == decision.sampler_token_id
-        colour = FINAL_COLOUR if picked else RAW_COLOUR
-        label = esc(quoted(candidate.text)) if candidate.final_prob > 0.06 else ""
-        bands.append(f'<div class="tbt-seg{" tbt-seg-pick" if picked else ""}" '
-                     f'style="width:{100 * candidate.final_prob:.3f}%;background:{colour}" '
-                     f'title="{esc(quoted(candidate.text))}: final p {pct(candidate.final_prob)}">{label}</div>')
-    return (f'<div class="tbt-cdf">{"".join(bands)}{marker}'
+    segments = []
+    for band in cdf_bands(decision, distribution):
+        colour = {"pick": FINAL_COLOUR, "token": RAW_COLOUR}.get(band.kind)
+        style = f"left:{100 * band.start:.3f}%;width:{max(100 * band.width, 0.6 if band.kind == 'pick' else 0):.3f}%"
+        style += f";background:{colour}" if colour else ""
+        label = esc(band.text) if band.width > (0.2 if band.kind == "tail" else 0.06) else ""
+        title = f"{band.text}: final p {pct(band.prob)}" + (" (the pick)" if band.kind == "pick" else "")
+        segments.append(f'<div class="tbt-seg tbt-seg-{band.kind}" style="{style}" title="{esc(title)}">'
+                        f"{label}</div>")
+    return (f'<div class="tbt-cdf" role="img" aria-label="{esc(_strip_words(decision, distribution))}">'
+            f'{"".join(segments)}{marker}'
             '<span class="tbt-scale" style="left:0">0</span><span class="tbt-scale" style="right:0">1</span>'
             "</div>")
+
+
+def _strip_words(decision: Decision, distribution: Distribution) -> str:
+    """The strip in words, for a screen reader."""
+    draw = decision.draw
+    pick = next((c for c in distribution.top if c.token_id == decision.sampler_token_id), None)
+    where = f"u = {draw.u:.4f} falls in" if draw.u is not None else "the draw picked"
+    return (f"Cumulative final distribution from 0 to 1: {where} the band of "
+            f"{quoted(pick.text) if pick is not None else 'the pick'}, "
+            f"rank {draw.rank:,}, from {draw.cdf_low:.4f} to {draw.cdf_high:.4f}.")
 
 
 def decision_html(decision: Decision, distribution: Distribution, texts: TokenTexts) -> str:

@@ -93,6 +93,26 @@ def test_candidates_and_a_pick_outside_the_leaders_are_ranked_over_the_whole_voc
         assert candidate.final_prob == float(final[candidate.token_id])
 
 
+def test_the_pick_has_its_own_candidate_row_wherever_it_ranks(lm) -> None:
+    """A teacher's high-temperature demo draws from far down the tail (rank 2,643 at T = 2 on
+    this prompt and seed): the record's distribution must hold the pick, with its real rank,
+    logit and probabilities, or no chart can show it. A forced pick and the sampler's own
+    choice beside it are both there too."""
+    generation = Generation(lm, "Once upon a time, in a small village by the sea,", seed=3,
+                            sampler=SamplerSettings(temperature=2.0), stop=StopSettings(max_new_tokens=40))
+    steps = [generation.step() for _ in range(6)]
+    assert max(step.rank for step in steps) > TOP_N  # the demo's point: a pick outside the leaders
+    for step in steps:
+        pick = next(c for c in step.distribution.top if c.token_id == step.token_id)
+        assert (pick.rank, pick.prob, pick.final_prob, pick.logit) == (step.rank, step.prob, step.final_prob,
+                                                                        step.logit)
+    logits = generation.raw_logits()
+    far = int(torch.argsort(logits, descending=True)[3000])
+    forced = generation.branch(far)
+    ids = {c.token_id for c in forced.distribution.top}
+    assert {far, forced.decision.sampler_token_id} <= ids
+
+
 def test_same_seed_same_tokens_and_other_seed_differs(lm) -> None:
     def tokens(seed: int) -> list[int]:
         generation = Generation(lm, "Once upon a time", sampler=SAMPLED, seed=seed,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -21,7 +22,7 @@ from ui.format import esc, pct, quoted, visible
 from ui.presets import load_presets
 from ui.share import SharedState, SharedStep, ShareError, from_generation, from_params, replay_trace, to_params
 from ui.state import format_stop_sequences, parse_stop_sequences
-from ui.views import decision_html, factorisation_html, sequence_stats, termination_html
+from ui.views import cdf_bands, cdf_strip_html, decision_html, factorisation_html, sequence_stats, termination_html
 
 GREEDY = SamplerSettings(temperature=0.0)
 WARM = SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, chain="vllm")
@@ -184,6 +185,30 @@ def test_a_pick_far_below_the_recorded_leaders_is_named_by_its_text_not_its_id(l
     html = decision_html(decision, distribution, lm.texts)
     assert esc(quoted(lm.texts.piece(decision.token_id).text)) in html
     assert f"id {decision.token_id}" not in html
+
+
+def test_a_far_pick_has_its_marked_row_and_the_strip_fills_zero_to_one(lm: LoadedModel) -> None:
+    """The teacher's T = 2 demo: a pick far down the tail gets its own ▶ row in the chart, and
+    the random-draw strip lays every token end to end over [0, 1): the leaders, the tail summed
+    and labelled with its count, the pick's own band where u fell."""
+    gen = Generation(lm, "Once upon a time, in a small village by the sea,", seed=3,
+                     sampler=SamplerSettings(temperature=2.0), stop=StopSettings(max_new_tokens=40))
+    record = next(step for step in (gen.step() for _ in range(8)) if step.rank > 50)
+    figure = distribution_figure(record.distribution, record.token_id)
+    labels = list(figure.data[0].y)
+    assert labels[-2] == f"▶ #{record.rank} {quoted(record.token.text)}" and figure.layout.shapes
+    bands = cdf_bands(record.decision, record.distribution)
+    assert bands[0].start == 0.0 and sum(b.width for b in bands) == pytest.approx(1.0, abs=1e-5)
+    for before, after in itertools.pairwise(bands):
+        assert after.start == pytest.approx(before.start + before.width, abs=1e-5)  # no gap, no overlap
+    pick = next(b for b in bands if b.kind == "pick")
+    draw = record.decision.draw
+    assert pick.start == draw.cdf_low and pick.start <= draw.u < pick.start + pick.width
+    tails = [b for b in bands if b.kind == "tail"]
+    kept = record.decision.final_kept
+    assert sum(int(b.text.split()[0].replace(",", "")) for b in tails) == kept - 10 - 1
+    html = cdf_strip_html(record.decision, record.distribution)
+    assert "other tokens" in html and f"rank {draw.rank:,}" in html
 
 
 def test_sequence_stats_are_the_sum_of_log_probabilities(sampled: Generation) -> None:

@@ -25,7 +25,7 @@ target only checks k of them in one pass instead of making them in k passes.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -255,6 +255,10 @@ class SpeculativeGeneration(GenerationShell):
             release()
 
     # ---- the loop ------------------------------------------------------------------------------
+
+    def run(self, max_rounds: int | None = None) -> Iterator[RoundRecord]:
+        """Rounds until a stop condition fires (or `max_rounds`), yielding each record."""
+        return super().run(max_rounds)
 
     def set_k(self, k: object) -> None:
         """Tokens drafted from the next round on (1 to 8); a bad value changes nothing."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -29,9 +30,10 @@ from ui.charts import CHART_CONFIG
 from ui.format import nbytes
 from ui.frame import ensure_app_frame
 from ui.keys import KV
+from ui.measurement_board import REFRESH_AFTER_S
 from ui.memo import remember
 from ui.model import current_model
-from ui.server_load import server_batching
+from ui.server_load import measurement_board, server_batching, tokens_served
 from ui.teaching import page_style
 from ui.teaching_charts import (
     batch_figure,
@@ -50,13 +52,22 @@ T = TypeVar("T")
 
 
 def measured(lm: LoadedModel, what: str, run: Callable[[], T]) -> T:
-    """Measure once per (model, device, tier) and keep it: reruns only redraw."""
-    def measure() -> T:
-        with st.spinner(f"Measuring {what} on {lm.device}…"):
-            return run()
-
+    """Measured once per server for (model, device, tier, what) and shared by every visitor
+    (ui/measurement_board.py); this visitor keeps the result it showed, so reruns only redraw."""
     key = (lm.name, str(lm.device), st.session_state.get(KV.tier, "quick"), what)
-    return remember(st.session_state, KV.results, key, measure)
+
+    def shared() -> T:
+        board = measurement_board()
+        if board.kept(key) is None:
+            waiting = "another visitor's measurement to finish, then measuring" if board.busy else "Measuring"
+            with st.spinner(f"{waiting} {what} on {lm.device}, once for everyone on this server…"):
+                result = board.get(key, run, tokens_served)
+        else:
+            result = board.get(key, run, tokens_served)
+        st.session_state.setdefault(KV.taken, {})[key] = result
+        return result.value
+
+    return remember(st.session_state, KV.results, key, shared)
 
 
 def header(lm: LoadedModel) -> Sizes:
@@ -74,11 +85,30 @@ def header(lm: LoadedModel) -> Sizes:
     with st.container(horizontal=True, vertical_alignment="center"):
         if tier == "quick" and st.button("Measure more", key=KV.more, help=more_help):
             st.session_state[KV.tier] = tier = "more"
-        if st.button("Measure again", key=KV.again, help="Throw away these results and time everything afresh"):
+        if st.button("Measure again", key=KV.again, help="Time everything afresh, for everyone on this server "
+                     f"(results younger than {REFRESH_AFTER_S:.0f} s are kept)"):
+            measurement_board().refresh(lambda key: key[:2] == (lm.name, str(lm.device)))
             st.session_state.pop(KV.results, None)
+            st.session_state.pop(KV.taken, None)
         sizes = TIERS[tier].fitted(lm.context_window)
         st.caption(f"Now measuring contexts up to {max(sizes.cache_lengths):,} tokens.")
     return sizes
+
+
+def provenance(taken: dict) -> None:
+    """When the numbers on the page were taken, and how busy the server was meanwhile."""
+    if not taken:
+        return
+    results = list(taken.values())
+    oldest, newest = min(r.taken_at for r in results), max(r.taken_at for r in results)
+    others = sum(r.other_tokens for r in results)
+    first, last = (time.strftime("%H:%M UTC", time.gmtime(t)) for t in (oldest, newest))
+    when = first if first == last else f"{first} to {last}"
+    load = ("the server was making no tokens for visitors meanwhile, so the model had the machine to itself"
+            if others == 0 else
+            f"meanwhile the server made {others:,} tokens for visitors, so some times may be higher than the "
+            "machine gives when quiet: press Measure again when the class is not stepping")
+    st.caption(f"Measured once for everyone on this server at {when}, one measurement at a time; {load}.")
 
 
 def cache_section(lm: LoadedModel, sizes: Sizes) -> None:
@@ -98,10 +128,21 @@ def cache_section(lm: LoadedModel, sizes: Sizes) -> None:
     st.markdown(
         f"At **{last.context_tokens:,} tokens** of context: **{last.cached_ms:.1f} ms** per step with the cache, "
         f"**{last.recompute_ms:.1f} ms** without, **{last.ratio:.1f}× slower**. From {first.context_tokens:,} to "
-        f"{last.context_tokens:,} tokens the cached step went from {first.cached_ms:.1f} to {last.cached_ms:.1f} ms "
-        f"and the recomputed one from {first.recompute_ms:.1f} to {last.recompute_ms:.1f} ms. The cached step only "
-        "reads a little more cache each time; recomputing redoes the whole context for every new token, so a "
-        "whole answer costs roughly the square of its length.")
+        f"{last.context_tokens:,} tokens {cached_trend(first.cached_ms, last.cached_ms)}, and the recomputed one "
+        f"went from {first.recompute_ms:.1f} to {last.recompute_ms:.1f} ms. The cached step only reads a little "
+        "more cache each time; recomputing redoes the whole context for every new token, so a whole answer costs "
+        "roughly the square of its length.")
+
+
+def cached_trend(first_ms: float, last_ms: float) -> str:
+    """The cached step's change over the measured contexts, in words its numbers cannot contradict."""
+    if last_ms > first_ms * 1.05:
+        return f"the cached step grew from {first_ms:.1f} to {last_ms:.1f} ms"
+    if last_ms >= first_ms * 0.95:
+        return f"the cached step stayed at about {first_ms:.0f} ms ({first_ms:.1f} and {last_ms:.1f} ms)"
+    return (f"the cached step measured {first_ms:.1f} ms, then {last_ms:.1f} ms: at these lengths reading the cache "
+            "adds less to a step than the machine's own variation, so the longer context happened to be timed on "
+            "a quieter moment")
 
 
 def prefill_section(lm: LoadedModel, sizes: Sizes) -> None:
@@ -234,11 +275,14 @@ def main() -> None:
     ensure_app_frame()
     lm = current_model()
     sizes = header(lm)
+    taken_note = st.empty()  # filled once the sections below have their measurements
     cache_section(lm, sizes)
     prefill_section(lm, sizes)
     memory_section(lm)
     intensity_section(lm, sizes)
     batch_section(lm, sizes)
+    with taken_note.container():
+        provenance(st.session_state.get(KV.taken, {}))
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it

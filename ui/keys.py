@@ -132,6 +132,7 @@ class KVKeys(PageKeys):
     tier: str = "kv_tier"
     more: str = "kv_more"
     again: str = "kv_again"
+    taken: str = "kv_taken"  # the shared measurements this visitor shows, with when they were taken
     positions: str = "kv_positions"
     cache_chart: str = "kv_cache_chart"
     ratio_chart: str = "kv_ratio_chart"
@@ -158,6 +159,7 @@ class LessonKeys(PageKeys):
     run: str = "lesson_run"
     logits_chart: str = "lesson_logits_chart"
     probs_chart: str = "lesson_probs_chart"
+    walk_messages: str = "lesson_walk_messages"  # control name -> message shown beside that control
     # the prediction exercise
     predict_prompt: str = "lesson_predict_prompt"
     predict: str = "lesson_predict"  # ((prompt, model name), Generation)
@@ -167,6 +169,7 @@ class LessonKeys(PageKeys):
     reveal: str = "lesson_reveal"
     next_round: str = "lesson_next_round"
     reveal_chart: str = "lesson_reveal_chart"
+    predict_messages: str = "lesson_predict_messages"  # as walk_messages, for the exercise
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ class ChainKeys(PageKeys):
     """Breaking the chain: the setup widgets, the two lanes, the Run, the measurements."""
 
     prefix: ClassVar[str] = "bc_"
-    # setup widgets (their values make the lanes: ui/chain_state.py)
+    # setup widgets (their values make the lanes: ui/chain_controller.py)
     prompt: str = "bc_prompt"
     chat: str = "bc_chat"
     preset: str = "bc_preset"
@@ -198,7 +201,7 @@ class ChainKeys(PageKeys):
     # fragments
     workspace: str = "bc_workspace"
     # state no widget owns
-    lanes: str = "bc_lanes"  # the visitor's two generations (ui/chain_state.py Lanes)
+    lanes: str = "bc_lanes"  # the visitor's two generations (ui/chain_controller.py Lanes)
     messages: str = "bc_messages"  # control name -> message shown beside that control
     running: str = "bc_running"
     active_method: str = "bc_active_method"  # the method the speculative lane drafts with now

@@ -10,9 +10,21 @@ from engine import LoadedModel
 from engine.serving import BATCHING_ENV, PackedDifference, SchedulerStats, exact_rows_kernel_in_use
 from ui.charts import CHART_CONFIG
 from ui.keys import KV
+from ui.measurement_board import MeasurementBoard
 from ui.model import current_scheduler
 
 REFRESH_S = 2.0  # the live panel redraws itself this often
+
+
+@st.cache_resource
+def measurement_board() -> MeasurementBoard:
+    """The server's one board of speed measurements, shared by every visitor (ui/measurement_board.py)."""
+    return MeasurementBoard()
+
+
+def tokens_served() -> int:
+    """Tokens the current model's scheduler has made for visitors since the server started."""
+    return current_scheduler().stats().tokens
 
 
 def recent_batches_figure(stats: SchedulerStats) -> go.Figure:

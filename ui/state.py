@@ -1,6 +1,7 @@
 """Per-visitor state for the step-through page: the settings its widgets make, and the
-visitor's own Generation in st.session_state. The model is shared; nothing here is. The keys
-themselves are in ui/keys.py (STEP)."""
+visitor's own Generation in st.session_state; and what every page shares with it: sampler and
+stop settings read from a page's widgets (`SettingWidgets`), and the messages shown beside a
+control. The model is shared; nothing here is. The keys themselves are in ui/keys.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from engine import Generation, LoadedModel, SamplerSettings, StopSettings, escape, unescape
 from ui.deployment import current_deployment
-from ui.keys import STEP
+from ui.keys import CHAIN, STEP
 
 DEFAULT_PROMPT = "The capital of France is"
 DETAIL_VIEWS = ("Termination", "P(sequence)", "KV cache", "History", "Share")  # the Step page's detail views
@@ -83,19 +84,43 @@ def format_stop_sequences(sequences: tuple[str, ...]) -> str:
     return "\n".join(escape(s) for s in sequences)
 
 
-def sampler_from(state: MutableMapping[str, Any]) -> SamplerSettings:
-    """The sampler the widgets describe (raises SettingsError when a value is not allowed)."""
-    return SamplerSettings(temperature=round(float(state[STEP.temperature]), 4), top_k=int(state[STEP.top_k]),
-                           top_p=round(float(state[STEP.top_p]), 4), min_p=round(float(state[STEP.min_p]), 4),
-                           repetition_penalty=round(float(state[STEP.repetition_penalty]), 4),
-                           chain=state[STEP.chain])
+@dataclass(frozen=True)
+class SettingWidgets:
+    """The keys of the widgets a page sets the sampler and the stop settings with. A page
+    without a chain-order or ignore-EOS widget leaves that key None: the setting's default."""
+
+    temperature: str
+    top_k: str
+    top_p: str
+    min_p: str
+    repetition_penalty: str
+    max_new_tokens: str
+    stop_sequences: str
+    chain: str | None = None
+    ignore_eos: str | None = None
 
 
-def stop_from(state: MutableMapping[str, Any]) -> StopSettings:
-    """The stop settings the widgets describe (raises SettingsError when not allowed)."""
-    return StopSettings(max_new_tokens=int(state[STEP.max_new_tokens]),
-                        stop_sequences=parse_stop_sequences(state[STEP.stop_sequences]),
-                        ignore_eos=bool(state[STEP.ignore_eos]))
+STEP_SETTINGS = SettingWidgets(STEP.temperature, STEP.top_k, STEP.top_p, STEP.min_p, STEP.repetition_penalty,
+                               STEP.max_new_tokens, STEP.stop_sequences, chain=STEP.chain, ignore_eos=STEP.ignore_eos)
+CHAIN_SETTINGS = SettingWidgets(CHAIN.temperature, CHAIN.top_k, CHAIN.top_p, CHAIN.min_p, CHAIN.repetition_penalty,
+                                CHAIN.max_new_tokens, CHAIN.stop_sequences)
+
+
+def sampler_from(state: Mapping[str, Any], widgets: SettingWidgets = STEP_SETTINGS) -> SamplerSettings:
+    """The sampler a page's widgets describe, the Step page's by default (raises SettingsError
+    when a value is not allowed). Every page reads its sampler widgets through here."""
+    chain = {} if widgets.chain is None else {"chain": state[widgets.chain]}
+    return SamplerSettings(temperature=round(float(state[widgets.temperature]), 4), top_k=int(state[widgets.top_k]),
+                           top_p=round(float(state[widgets.top_p]), 4), min_p=round(float(state[widgets.min_p]), 4),
+                           repetition_penalty=round(float(state[widgets.repetition_penalty]), 4), **chain)
+
+
+def stop_from(state: Mapping[str, Any], widgets: SettingWidgets = STEP_SETTINGS) -> StopSettings:
+    """The stop settings a page's widgets describe, the Step page's by default (raises
+    SettingsError when not allowed). Every page reads its stop widgets through here."""
+    ignore_eos = widgets.ignore_eos is not None and bool(state[widgets.ignore_eos])
+    return StopSettings(max_new_tokens=int(state[widgets.max_new_tokens]),
+                        stop_sequences=parse_stop_sequences(state[widgets.stop_sequences]), ignore_eos=ignore_eos)
 
 
 def setup_from(state: MutableMapping[str, Any], lm: LoadedModel) -> Setup:

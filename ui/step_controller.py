@@ -27,12 +27,12 @@ from engine import (
     TraceError,
     parse_trace,
     replay,
-    to_trace,
 )
 from engine.serving import ForwardScheduler
+from ui import idle_rebuild
 from ui import state as settings
 from ui.chips import prompt_chips
-from ui.deployment import current_deployment, idle_releaser, put_away, rebuild_limits
+from ui.deployment import current_deployment
 from ui.keys import STEP
 from ui.memo import Same, remember
 from ui.presets import apply_preset, load_presets, preset_named
@@ -105,30 +105,15 @@ def choose_preset(state: State) -> None:
 
 def keep_open(state: State, progress: Callable[[int, int], bool] | None = None, clicked: bool = False
               ) -> Generation | None:
-    """Note that this visitor is here (engine/serving/idle.py) and return their generation. One put
+    """Note that this visitor is here (ui/idle_rebuild.py) and return their generation. One put
     away while they were idle is first rebuilt exactly from its own steps, through its
     scheduler; `progress` (done, total) is told after each step. `clicked`: a button's action
     follows, so an earlier welcome-back note goes. None when there is no generation, or it
     could not be rebuilt (the message beside the buttons says why)."""
-    if clicked:
-        set_message(state, "idle", None)
-    gen = step_generation(state)
-    if gen is None:
-        return None
-    idle_releaser().touch(gen)
-    if not gen.closed:
-        return gen
-    try:
-        rebuilt = replay(gen.lm, to_trace(gen), rebuild_limits(), progress, gen.scheduler).generation
-    except (TraceError, PromptError, SettingsError) as exc:
-        set_message(state, "buttons", f"{put_away('Your generation was')} and could not be rebuilt ({exc}). "
-                                      "Press Reset to start again.")
-        return None  # nothing to act on; the records stay on the page
-    state[STEP.generation] = rebuilt
-    idle_releaser().touch(rebuilt)
-    set_message(state, "idle", f"Welcome back. {put_away('Your generation was')}, and has been rebuilt exactly "
-                               f"from its {len(rebuilt.steps):,} steps.")
-    return rebuilt
+    return idle_rebuild.keep_open(state, STEP.generation, generations=lambda gen: (gen,),
+                                  rebuild=lambda gen: idle_rebuild.rebuild_generation(gen, progress),
+                                  subject="Your generation was", rebuilt_from=idle_rebuild.steps_of,
+                                  messages=STEP.messages, clicked=clicked)
 
 
 # ---- Run: one token per rerun, paced ---------------------------------------------------------

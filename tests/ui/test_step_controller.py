@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from engine import Generation, LoadedModel, SamplerSettings, to_trace
+from ui import idle_rebuild
 from ui import step_controller as control
 from ui.keys import STEP
 from ui.memo import recall
@@ -256,7 +257,7 @@ def test_a_rebuild_that_cannot_replay_says_so_and_keeps_the_records(state, tiny_
     control.step(state)
     put_away = generation(state)
     put_away.close()
-    monkeypatch.setattr(control, "replay", lambda *a, **k: (_ for _ in ()).throw(
+    monkeypatch.setattr(idle_rebuild, "replay", lambda *a, **k: (_ for _ in ()).throw(
         control.TraceError("the model changed")))
     control.step(state)
     assert generation(state) is put_away and len(put_away.steps) == 1

@@ -1,7 +1,8 @@
 """Breaking the chain: speculative decoding one round at a time, beside plain decoding.
 
-A view of two engine objects in session state (ui/chain_state.py changes them): the
-speculative lane (engine/speculative/generation.py) and a plain lane stepped to the same length.
+The page is layout only: what its controls do is ui/chain_controller.py, plain functions over
+the visitor's state, and every panel is a view of two engine objects there: the speculative
+lane (engine/speculative/generation.py) and a plain lane stepped to the same length.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import time
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from engine import DraftModel, LoadedModel, PromptLookup, self_draft
+from engine import LoadedModel, self_draft
 from engine.speculative import K_MAX, K_MIN, DraftMethod, expected_tokens_per_round, speculative_to_trace
-from engine.speed import measure_prefill_decode
-from ui import chain_state as bc
+from ui import chain_controller as bc
 from ui.chain_views import (
     kv_html,
     positions_html,
@@ -24,18 +24,16 @@ from ui.chain_views import (
     rounds_table_html,
     speculative_chips_html,
 )
-from ui.chips import chip_window, context_html, prompt_chips
-from ui.deployment import current_deployment, upload_problem
+from ui.chips import chip_window, context_html
+from ui.deployment import current_deployment
 from ui.format import plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import CHAIN
-from ui.memo import remember
 from ui.model import current_model
 from ui.teaching import FORWARD, RUN, page_style, presenter_keys, presenting
 from ui.views import PANEL_CSS
 
 S = st.session_state
-RUN_FRAME_S = 0.3  # each round stays on screen at least this long during a Run
 CHIP_LINES = 3  # presentation mode: rows of chips shown per lane (the newest), so a round fits 1280x720
 
 
@@ -47,30 +45,17 @@ def _self_copy(_lm: LoadedModel, model_key: tuple[str, str, str], kind: str) -> 
     return self_draft(_lm, kind)
 
 
-def make_draft(lm: LoadedModel, method: str) -> DraftMethod:
-    """A fresh draft method for this visitor (a draft model's KV cache is the visitor's own)."""
-    if method == bc.PROMPT_LOOKUP:
-        return PromptLookup(lm.eos_ids)
-    kind = "bfloat16" if method == bc.SELF_BF16 else "int8"
+def self_copy(lm: LoadedModel, kind: str) -> LoadedModel:
     with st.spinner(f"Making a {kind} copy of the model to draft with…"):
-        copy = _self_copy(lm, (lm.name, lm.source.location, str(lm.device)), kind)
-    return DraftModel(copy, lm, name=f"self-draft-{kind}")
+        return _self_copy(lm, (lm.name, lm.source.location, str(lm.device)), kind)
 
 
-# ---- callbacks -----------------------------------------------------------------------------------
+def make_draft(lm: LoadedModel, method: str) -> DraftMethod:
+    """A fresh draft method for this visitor (ui/chain_controller.py draft_method)."""
+    return bc.draft_method(lm, method, self_copy)
 
 
-def on_step() -> None:
-    if bc.keep_open(S, make_draft, clicked=True) is not None:  # (else the message says why)
-        bc.step(S)
-
-
-def on_run() -> None:
-    S[CHAIN.running] = True
-
-
-def on_stop() -> None:
-    S[CHAIN.running] = False
+# ---- callbacks: the controller's functions on this visitor's state -------------------------------
 
 
 def on_reset() -> None:
@@ -82,18 +67,7 @@ def on_method() -> None:
 
 
 def on_trace_upload() -> None:
-    if (upload := S.get(CHAIN.trace_upload)) is None:
-        return
-    if problem := upload_problem(upload.name, upload.size):
-        bc.set_message(S, "trace_error", problem)
-        return
-    bc.load_trace(S, current_model(), make_draft, upload.getvalue(), upload.name)
-
-
-def on_preset() -> None:
-    name = S.get(CHAIN.preset)
-    if name in bc.PRESETS_BY_NAME:
-        bc.write_preset(S, bc.PRESETS_BY_NAME[name])
+    bc.upload_trace(S, current_model(), make_draft, S.get(CHAIN.trace_upload))
 
 
 # ---- setup --------------------------------------------------------------------------------------
@@ -105,8 +79,8 @@ def setup_controls() -> None:
         st.text_area("Prompt", key=CHAIN.prompt, height=100,
                      help="The text both lanes continue. Changing it (or chat, or the seed) starts over.")
     with preset_col:
-        st.selectbox("Presets", list(bc.PRESETS_BY_NAME), index=None, key=CHAIN.preset, on_change=on_preset,
-                     placeholder="Pick an example…")
+        st.selectbox("Presets", list(bc.PRESETS_BY_NAME), index=None, key=CHAIN.preset, on_change=bc.choose_preset,
+                     args=(S,), placeholder="Pick an example…")
         st.toggle("Chat template", key=CHAIN.chat)
         with st.popover("Sampler and stop", width="stretch"):
             st.slider("Temperature", **bc.widget_range(CHAIN.temperature), key=CHAIN.temperature,
@@ -136,12 +110,13 @@ def setup_controls() -> None:
 
 
 def button_row(lanes: bc.Lanes) -> None:
-    running, finished = bool(S.get(CHAIN.running)), lanes.speculative.finished
+    running, finished = bc.is_running(S), lanes.speculative.finished
     row = st.container(horizontal=True, vertical_alignment="center")
-    row.button("Step", key=CHAIN.step, type="primary", on_click=on_step, disabled=running or finished,
+    row.button("Step", key=CHAIN.step, type="primary", on_click=bc.step, args=(S, make_draft),
+               disabled=running or finished,
                help="One round: guess k tokens, check them all in one forward pass, keep the agreed prefix.")
-    row.button("Stop" if running else "Run", key=CHAIN.run, on_click=on_stop if running else on_run,
-               disabled=finished and not running, help="Rounds until a stop condition fires.")
+    row.button("Stop" if running else "Run", key=CHAIN.run, on_click=bc.stop_run if running else bc.start_run,
+               args=(S,), disabled=finished and not running, help="Rounds until a stop condition fires.")
     row.button("Reset", key=CHAIN.reset, on_click=on_reset, disabled=running, help="Start both lanes over.")
     finish = lanes.speculative.finish_reason
     row.markdown(f"round **{len(lanes.speculative.rounds)}**"
@@ -166,7 +141,7 @@ def counts_row(lanes: bc.Lanes) -> None:
 
 
 def lanes_view(lanes: bc.Lanes) -> None:
-    prompt_html = _prompt_chips(lanes)
+    prompt_html = bc.prompt_html(S, lanes)
     spec, plain_lane = lanes.speculative, lanes.plain
     left, right = st.columns(2, gap="medium")
     with left, st.container(border=True):
@@ -188,13 +163,6 @@ def lanes_view(lanes: bc.Lanes) -> None:
         st.info("Sampling: the two lanes draw different random numbers, so their texts differ, but each token of "
                 "the speculative lane has exactly the distribution plain sampling would give it (the tests check "
                 "this over 20,000 rounds).", icon=":material/casino:")
-
-
-def _prompt_chips(lanes: bc.Lanes) -> str:
-    """The prompt's chips: they never change for a prompt, so they are built once."""
-    plain_lane = lanes.plain
-    return remember(S, CHAIN.memo, ("prompt_chips", plain_lane.lm.source, tuple(plain_lane.prompt_ids)),
-                    lambda: prompt_chips(plain_lane.prompt_pieces))
 
 
 def round_view(lanes: bc.Lanes) -> None:
@@ -251,14 +219,13 @@ def trace_controls(lanes: bc.Lanes) -> None:
 @st.fragment(key=CHAIN.workspace)
 def workspace() -> None:
     bc.keep_open(S, make_draft)
-    lanes: bc.Lanes | None = S.get(CHAIN.lanes)
+    lanes = bc.current_lanes(S)
     if lanes is None:
         st.info("Type a prompt above to start.")
         return
     started = time.monotonic()
-    if S.get(CHAIN.running):
-        bc.step(S)
-        bc.run_should_continue(S)
+    if bc.is_running(S):
+        bc.advance_run(S)
     button_row(lanes)
     counts_row(lanes)
     lanes_view(lanes)
@@ -267,8 +234,8 @@ def workspace() -> None:
     round_view(lanes)  # in presentation mode, the details below the fold
     trace_controls(lanes)
     cost_section(lanes)
-    if S.get(CHAIN.running):
-        time.sleep(max(0.0, RUN_FRAME_S - (time.monotonic() - started)))
+    if bc.is_running(S):
+        time.sleep(bc.run_frame_wait(started, time.monotonic()))
         try:
             st.rerun(scope="fragment")
         except StreamlitAPIException:
@@ -300,7 +267,7 @@ def cost_section(lanes: bc.Lanes) -> None:
     if st.button("Measure prefill against decode", key=CHAIN.measure,
                  help="The KV cache & speed page's measurement: the prompt in one pass against one token per pass"):
         with st.spinner("Measuring…"):
-            S[CHAIN.measured] = measure_prefill_decode(spec.lm, prompt_tokens=16, decode_steps=4, repeats=3)
+            bc.measure(S, spec.lm)
     if (measured := S.get(CHAIN.measured)) is not None:
         st.markdown(f"Measured now: {measured.prompt_tokens} tokens in one pass took **{measured.prefill_ms:.1f} ms** "
                     f"({measured.prefill_ms_per_token:.2f} ms per token); one token per pass took "

@@ -1,17 +1,21 @@
-"""State changes for the "Breaking the chain" page, as plain functions on session state.
+"""What the "Breaking the chain" page's controls do, as plain functions over the visitor's state.
 
 The page keeps two lanes on the same prompt and sampler: a speculative generation (one
 forward pass of the model per round, several tokens per round) and a plain one (one pass per
-token), stepped together so they always hold the same number of tokens. Every function here
-takes the state mapping (st.session_state on the page, a dict in tests); none draws anything.
-The keys are ui/keys.py's CHAIN.
+token), stepped together so they always hold the same number of tokens. `state` is
+st.session_state on the page and a dict in tests; the keys are ui/keys.py's CHAIN. Every
+function here changes the state or the lanes and draws nothing, so the page
+(pages/breaking_the_chain.py) is layout only, as the Step page's controller
+(ui/step_controller.py) is for its page; the sampler and stop widgets are read, and the lanes
+kept open, by the same functions as there (ui/state.py, ui/idle_rebuild.py). Engine errors
+never escape: they become the message shown beside the control that caused them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from engine import (
     Generation,
@@ -20,18 +24,22 @@ from engine import (
     LoadedModel,
     ModelLoadError,
     PromptError,
-    SamplerSettings,
+    PromptLookup,
     SettingsError,
     SpeculativeGeneration,
     StopSettings,
     TraceError,
     parse_trace,
 )
-from engine.speculative import DraftMethod, check_k, replay_speculative, speculative_to_trace
-from ui import state as step_state
-from ui.deployment import current_deployment, idle_releaser, put_away, rebuild_limits
+from engine.speculative import DraftMethod, DraftModel, check_k, replay_speculative, speculative_to_trace
+from engine.speed import measure_prefill_decode
+from ui import idle_rebuild
+from ui import state as settings
+from ui.chips import prompt_chips
+from ui.deployment import current_deployment, rebuild_limits, upload_problem
 from ui.keys import CHAIN, STEP
-from ui.state import format_stop_sequences, parse_stop_sequences
+from ui.memo import remember
+from ui.state import CHAIN_SETTINGS, format_stop_sequences
 
 PROMPT_LOOKUP = "prompt lookup"
 SELF_BF16 = "draft model: bfloat16 copy of this model"
@@ -53,11 +61,12 @@ SAME_RANGE_AS = {
 }
 
 MakeDraft = Callable[[LoadedModel, str], DraftMethod]
+RUN_FRAME_S = 0.3  # each round stays on screen at least this long during a Run
 
 
 def widget_range(key: str) -> dict[str, float]:
     """A widget's min, max and step (CHAIN keys of SAME_RANGE_AS)."""
-    return step_state.widget_range(SAME_RANGE_AS[key])
+    return settings.widget_range(SAME_RANGE_AS[key])
 
 
 @dataclass(frozen=True)
@@ -112,15 +121,27 @@ class Lanes:
         return spec[:shared] == plain[:shared]
 
 
+def current_lanes(state: MutableMapping[str, Any]) -> Lanes | None:
+    """The visitor's two lanes (None before the page first made them)."""
+    return state.get(CHAIN.lanes)
+
+
+def prompt_html(state: MutableMapping[str, Any], lanes: Lanes) -> str:
+    """The prompt's chips: they never change for a prompt, so they are built once."""
+    plain = lanes.plain
+    return remember(state, CHAIN.memo, ("prompt_chips", plain.lm.source, tuple(plain.prompt_ids)),
+                    lambda: prompt_chips(plain.prompt_pieces))
+
+
 # ---- messages ------------------------------------------------------------------------------
 
 
 def set_message(state: MutableMapping[str, Any], control: str, text: str | None) -> None:
-    step_state.set_message(state, control, text, CHAIN.messages)
+    settings.set_message(state, control, text, CHAIN.messages)
 
 
 def message(state: MutableMapping[str, Any], control: str) -> str | None:
-    return step_state.message(state, control, CHAIN.messages)
+    return settings.message(state, control, CHAIN.messages)
 
 
 # ---- settings from the widgets ---------------------------------------------------------------
@@ -141,20 +162,19 @@ def write_preset(state: MutableMapping[str, Any], preset: Preset) -> None:
                   CHAIN.max_new_tokens: preset.max_new_tokens, CHAIN.stop_sequences: preset.stop_sequences})
 
 
-def sampler_from(state: MutableMapping[str, Any]) -> SamplerSettings:
-    """The sampler the widgets describe (raises SettingsError)."""
-    return SamplerSettings(temperature=round(float(state[CHAIN.temperature]), 4), top_k=int(state[CHAIN.top_k]),
-                           top_p=round(float(state[CHAIN.top_p]), 4), min_p=round(float(state[CHAIN.min_p]), 4),
-                           repetition_penalty=round(float(state[CHAIN.repetition_penalty]), 4))
-
-
-def stop_from(state: MutableMapping[str, Any]) -> StopSettings:
-    """The stop settings the widgets describe, within the server's cap (raises SettingsError)."""
-    stop = StopSettings(max_new_tokens=int(state[CHAIN.max_new_tokens]),
-                        stop_sequences=parse_stop_sequences(state[CHAIN.stop_sequences]))
-    # checked here for both lanes at once: the speculative lane's stop is a plain attribute
+def lane_stop(state: MutableMapping[str, Any]) -> StopSettings:
+    """The stop settings the widgets describe (ui/state.py, as on the Step page), within the
+    server's cap (raises SettingsError). The cap is checked here for both lanes at once: the
+    speculative lane's stop is a plain attribute."""
+    stop = settings.stop_from(state, CHAIN_SETTINGS)
     current_deployment().limits.check_new_tokens(stop.max_new_tokens)
     return stop
+
+
+def choose_preset(state: MutableMapping[str, Any]) -> None:
+    """Fill the prompt, chat, sampler and stop widgets from the preset just chosen."""
+    if (name := state.get(CHAIN.preset)) in PRESETS_BY_NAME:
+        write_preset(state, PRESETS_BY_NAME[name])
 
 
 # ---- the lanes -------------------------------------------------------------------------------
@@ -162,7 +182,7 @@ def stop_from(state: MutableMapping[str, Any]) -> StopSettings:
 
 def new_lanes(state: MutableMapping[str, Any], lm: LoadedModel, draft: DraftMethod) -> Lanes:
     """Both lanes from the widgets' values (raises PromptError or SettingsError)."""
-    sampler, stop, k = sampler_from(state), stop_from(state), check_k(state[CHAIN.k])
+    sampler, stop, k = settings.sampler_from(state, CHAIN_SETTINGS), lane_stop(state), check_k(state[CHAIN.k])
     # chat mode reads typed special-token text as plain characters (the Step page has the switch)
     options = dict(chat=bool(state[CHAIN.chat]), sampler=sampler, stop=stop, seed=int(state[CHAIN.seed]),
                    allow_special=False, limits=current_deployment().limits)
@@ -203,7 +223,8 @@ def _active_draft(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: 
 
 
 def _pass_settings(state: MutableMapping[str, Any], lanes: Lanes) -> None:
-    for control, apply in (("sampler", lambda: sampler_from(state)), ("stop", lambda: stop_from(state))):
+    for control, apply in (("sampler", lambda: settings.sampler_from(state, CHAIN_SETTINGS)),
+                           ("stop", lambda: lane_stop(state))):
         try:
             value = apply()
         except SettingsError as exc:
@@ -218,6 +239,16 @@ def _pass_settings(state: MutableMapping[str, Any], lanes: Lanes) -> None:
         set_message(state, "k", f"{exc} The rounds go on with k = {lanes.speculative.k}.")
     else:
         set_message(state, "k", None)
+
+
+def draft_method(lm: LoadedModel, method: str, self_copy: Callable[[LoadedModel, str], LoadedModel]
+                 ) -> DraftMethod:
+    """A fresh draft method for this visitor (a draft model's KV cache is the visitor's own);
+    `self_copy(lm, kind)` gives the shared, read-only bfloat16 or int8 copy of `lm` to draft with."""
+    if method == PROMPT_LOOKUP:
+        return PromptLookup(lm.eos_ids)
+    kind = "bfloat16" if method == SELF_BF16 else "int8"
+    return DraftModel(self_copy(lm, kind), lm, name=f"self-draft-{kind}")
 
 
 def choose_method(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft) -> None:
@@ -241,8 +272,14 @@ def choose_method(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: 
                     if rounds else None)
 
 
-def step(state: MutableMapping[str, Any]) -> None:
-    """One speculative round, then the plain lane catches up to as many tokens, one pass each."""
+def step(state: MutableMapping[str, Any], make_draft: MakeDraft) -> None:
+    """Step: one speculative round, then the plain lane catches up to as many tokens (lanes
+    put away while the tab sat idle are rebuilt first)."""
+    if keep_open(state, make_draft, clicked=True) is not None:  # (else the message says why)
+        _round(state)
+
+
+def _round(state: MutableMapping[str, Any]) -> None:
     lanes: Lanes | None = state.get(CHAIN.lanes)
     if lanes is None:
         return
@@ -272,12 +309,44 @@ def reset(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraf
     sync(state, lm, make_draft)
 
 
+# ---- Run: one round per rerun, paced ----------------------------------------------------------
+
+
+def start_run(state: MutableMapping[str, Any]) -> None:
+    state[CHAIN.running] = True
+
+
+def stop_run(state: MutableMapping[str, Any]) -> None:
+    state[CHAIN.running] = False
+
+
+def is_running(state: MutableMapping[str, Any]) -> bool:
+    return bool(state.get(CHAIN.running))
+
+
+def advance_run(state: MutableMapping[str, Any]) -> None:
+    """One round of a Run; the Run ends when the generation finishes or a round fails."""
+    _round(state)
+    run_should_continue(state)
+
+
 def run_should_continue(state: MutableMapping[str, Any]) -> bool:
     """After a Run's round: go on unless the generation finished or a round failed."""
     lanes: Lanes | None = state.get(CHAIN.lanes)
     keep_going = lanes is not None and not lanes.speculative.finished and message(state, "buttons") is None
     state[CHAIN.running] = keep_going and bool(state.get(CHAIN.running))
     return state[CHAIN.running]
+
+
+def run_frame_wait(started: float, now: float) -> float:
+    """Seconds to wait before the Run's next round, so this one stays on screen RUN_FRAME_S
+    (`started`, `now`: time.monotonic() when the round began, and now)."""
+    return max(0.0, RUN_FRAME_S - (now - started))
+
+
+def measure(state: MutableMapping[str, Any], lm: LoadedModel) -> None:
+    """The KV cache & speed page's measurement: the prompt in one pass against one token per pass."""
+    state[CHAIN.measured] = measure_prefill_decode(lm, prompt_tokens=16, decode_steps=4, repeats=3)
 
 
 @dataclass(frozen=True)
@@ -307,6 +376,27 @@ def counts(lanes: Lanes) -> Counts:
                   checked=sum(len(r.checks) for r in rounds), accepted=sum(r.accepted for r in rounds))
 
 
+class Upload(Protocol):
+    """An uploaded file (Streamlit's UploadedFile): its name and size are known before it is read."""
+
+    name: str
+    size: int
+
+    def getvalue(self) -> bytes: ...
+
+
+def upload_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft, upload: Upload | None
+                 ) -> None:
+    """The trace uploader changed: a file the server refuses by its size is not read; any
+    other is loaded (load_trace)."""
+    if upload is None:
+        return
+    if problem := upload_problem(upload.name, upload.size):
+        set_message(state, "trace_error", problem)
+        return
+    load_trace(state, lm, make_draft, upload.getvalue(), upload.name)
+
+
 def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft, data: bytes | str,
                filename: str) -> None:
     """Replay a saved speculative trace into both lanes and make the widgets describe it; a bad
@@ -322,7 +412,7 @@ def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: Mak
     values = {CHAIN.temperature: sampler.temperature, CHAIN.top_k: sampler.top_k, CHAIN.top_p: sampler.top_p,
               CHAIN.min_p: sampler.min_p, CHAIN.repetition_penalty: sampler.repetition_penalty,
               CHAIN.max_new_tokens: spec.stop.max_new_tokens, CHAIN.seed: spec.seed}
-    if problem := step_state.outside_ranges({SAME_RANGE_AS[key]: value for key, value in values.items()}):
+    if problem := settings.outside_ranges({SAME_RANGE_AS[key]: value for key, value in values.items()}):
         set_message(state, "trace_error", f"{filename}: {problem}")  # a widget could not show it
         return
     lanes = _with_plain_lane(spec, limits)
@@ -364,30 +454,18 @@ def _with_plain_lane(spec: SpeculativeGeneration, limits: Limits) -> Lanes:
 
 
 def keep_open(state: MutableMapping[str, Any], make_draft: MakeDraft, clicked: bool = False) -> Lanes | None:
-    """Note that this visitor is here (engine/serving/idle.py) and return their lanes. Lanes put away
-    while they were idle are first rebuilt exactly: the speculative lane from its own rounds,
-    the plain lane caught up again. `clicked`: a button's action follows, so an earlier
-    welcome-back note goes. None when there are no lanes or they could not be rebuilt."""
-    if clicked:
-        set_message(state, "idle", None)
-    lanes: Lanes | None = state.get(CHAIN.lanes)
-    if lanes is None:
-        return None
-    for generation in (lanes.speculative, lanes.plain):
-        idle_releaser().touch(generation)
-    if not (lanes.speculative.closed or lanes.plain.closed):
-        return lanes
+    """Note that this visitor is here (ui/idle_rebuild.py, as on the Step page) and return their
+    lanes. Lanes put away while they were idle are first rebuilt exactly: the speculative lane
+    from its own rounds, the plain lane caught up again. `clicked`: a button's action follows,
+    so an earlier welcome-back note goes. None when there are no lanes or they could not be
+    rebuilt."""
+    return idle_rebuild.keep_open(state, CHAIN.lanes, generations=lambda lanes: (lanes.speculative, lanes.plain),
+                                  rebuild=lambda lanes: _rebuilt(lanes, make_draft), subject="Your two lanes were",
+                                  rebuilt_from=lambda lanes: f"their {len(lanes.speculative.rounds):,} rounds",
+                                  messages=CHAIN.messages, clicked=clicked)
+
+
+def _rebuilt(lanes: Lanes, make_draft: MakeDraft) -> Lanes:
     spec, limits = lanes.speculative, rebuild_limits()
-    try:
-        result = replay_speculative(spec.lm, speculative_to_trace(spec), _drafts_by_name(spec.lm, make_draft), limits)
-        rebuilt = _with_plain_lane(result.generation, limits)
-    except (TraceError, ModelLoadError, SettingsError, PromptError, GenerationFinished) as exc:
-        set_message(state, "buttons", f"{put_away('Your two lanes were')} and could not be rebuilt ({exc}). "
-                                      "Press Reset to start again.")
-        return None
-    state[CHAIN.lanes] = rebuilt
-    for generation in (rebuilt.speculative, rebuilt.plain):
-        idle_releaser().touch(generation)
-    set_message(state, "idle", f"Welcome back. {put_away('Your two lanes were')}, and have been rebuilt exactly "
-                               f"from their {len(spec.rounds):,} rounds.")
-    return rebuilt
+    result = replay_speculative(spec.lm, speculative_to_trace(spec), _drafts_by_name(spec.lm, make_draft), limits)
+    return _with_plain_lane(result.generation, limits)

@@ -1,7 +1,7 @@
 """The Breaking the chain page on the real model: Step shows one round beside the plain lane,
 Run goes to a stop condition with both texts identical, Reset starts over, the draft method
 switches mid-generation with the tokens kept, and bad input leaves a message and the lanes.
-The controller (ui/chain_state.py) is also tested on its own, without Streamlit."""
+The controller (ui/chain_controller.py) is also tested on its own, without Streamlit."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from engine import (
 )
 from engine.speculative import speculative_to_trace
 from tests.ui.apptest import as_read, open_page
-from ui import chain_state as bc
+from ui import chain_controller as bc
 from ui.deployment import current_deployment
 from ui.keys import APP, CHAIN
 
@@ -166,10 +166,10 @@ def test_controller_steps_until_finished_and_both_lanes_agree(lm) -> None:
     state = fresh_state(**{CHAIN.max_new_tokens: 10})
     bc.sync(state, lm, lookup)
     while not state[CHAIN.lanes].speculative.finished:
-        bc.step(state)
+        bc.step(state, lookup)
     pair = state[CHAIN.lanes]
     assert pair.speculative.generated_ids == pair.plain.generated_ids and len(pair.plain.steps) == 10
-    bc.step(state)
+    bc.step(state, lookup)
     assert "finished" in bc.message(state, "buttons")
 
 

@@ -44,13 +44,37 @@ def plain(text: str) -> str:
 
 
 def pct(p: float, digits: int = 1) -> str:
-    """A probability as a percentage; tiny values keep significant digits instead of 0.0 %."""
+    """A probability as a percentage a student reads at a glance: small values keep significant
+    digits instead of 0.0 % (0.04%, 0.0017%), and below a thousandth of a percent the odds are
+    written out (1 in 6.2 million), never a percentage in scientific notation."""
     value = 100 * p
     if value == 0:
         return "0%"
+    if value < 1e-3:
+        return one_in(p)
     if value < 10 ** -digits:
-        return f"{value:.{digits}g}%" if value >= 1e-4 else f"{value:.1e}%"
+        return f"{value:.{digits}g}%" if value >= 10 ** -(digits + 1) else f"{value:.2g}%"
     return f"{value:.{digits}f}%"
+
+
+ODDS_WORDS = ((1e12, "trillion"), (1e9, "billion"), (1e6, "million"))
+
+
+def one_in(p: float) -> str:
+    """A small probability as odds: 1 in 64,000, 1 in 6.2 million, 1 in 20,000 trillion (two digits)."""
+    n = 1 / p
+    if n >= 1e21:
+        return "under 1 in a billion trillion"
+    for size, word in ODDS_WORDS:
+        if n >= size:
+            return f"1 in {_two_digits(n / size)} {word}"
+    return f"1 in {_two_digits(n)}"
+
+
+def _two_digits(x: float) -> str:
+    """x to two significant digits, grouped: 6.2, 330, 20,000."""
+    rounded = float(f"{x:.2g}")
+    return f"{rounded:g}" if rounded < 10 else f"{rounded:,.0f}"
 
 
 def prob(p: float) -> str:

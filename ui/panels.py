@@ -207,11 +207,22 @@ def history_panel(gen: Generation, table_key: str) -> None:
         return
     rows = [{"step": s.index, "position": s.position, "token": quoted(s.token.text), "id": s.token_id,
              "raw p": s.prob, "final p": s.final_prob, "rank": s.rank, "forced": s.decision.forced,
-             "u": s.decision.draw.u if s.decision.draw else None,  # None: greedy or a multinomial draw
-             "entropy (bits)": round(s.distribution.raw_entropy_bits, 3), "KV positions": s.kv.positions,
-             "forward ms": round(s.timing.forward_ms, 1), "stop": s.termination.finish_reason or ""}
+             "u": draw_text(s.decision), "entropy (bits)": round(s.distribution.raw_entropy_bits, 3),
+             "KV positions": s.kv.positions, "forward ms": round(s.timing.forward_ms, 1),
+             "stop": s.termination.finish_reason or "–"}
             for s in gen.steps]
+    small = st.column_config.Column(width="small")
     st.dataframe(rows, hide_index=True, key=table_key,
-                 column_config={"raw p": st.column_config.NumberColumn(format="%.4f"),
-                                "final p": st.column_config.NumberColumn(format="%.4f"),
-                                "u": st.column_config.NumberColumn(format="%.4f")})
+                 column_config={"raw p": st.column_config.NumberColumn(format="%.4f", width="small"),
+                                "final p": st.column_config.NumberColumn(format="%.4f", width="small"),
+                                "u": st.column_config.TextColumn(width="small", help="the random number drawn; "
+                                                                 "greedy steps draw none"),
+                                **dict.fromkeys(("step", "position", "id", "rank", "forced", "KV positions",
+                                                 "forward ms", "stop"), small)})
+
+
+def draw_text(decision: Decision) -> str:
+    """The history's u cell: the number drawn, or why there is none."""
+    if decision.draw is None:
+        return "greedy"
+    return f"{decision.draw.u:.4f}" if decision.draw.u is not None else "multinomial"

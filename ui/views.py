@@ -340,13 +340,19 @@ def factorisation_html(steps: Sequence[StepRecord], stats: SequenceStats, basis:
     head_terms, head_values = [], []
     if shown[0] > 0:
         k = shown[0]
-        head_terms.append(f"P(t<sub>1</sub>…t<sub>{k}</sub>)")
+        head_terms.append(_sequence_term(k))
         head_values.append(_p_text(math.exp(stats.cumulative[k - 1])))
     terms = head_terms + [f"P({esc(quoted(steps[i].token.text))} | t<sub>&lt;{i + 1}</sub>)" for i in shown]
     values = head_values + [_p_text(steps[i].prob if basis == "raw" else steps[i].final_prob) for i in shown]
-    return (f'<div class="tbt-formula">P(t<sub>1</sub>…t<sub>{n}</sub> | prompt) = {" × ".join(terms)}<br>'
+    return (f'<div class="tbt-formula">{_sequence_term(n, given=" | prompt")} = {" × ".join(terms)}<br>'
             f"= {' × '.join(values)}<br>= {_p_text(math.exp(stats.total))}"
             f" &nbsp; (log P = {logp(stats.total)})</div>")
+
+
+def _sequence_term(count: int, given: str = "") -> str:
+    """P(t1…tk) for the first `count` tokens; one token is P(t1), never P(t1…t1)."""
+    tokens = "t<sub>1</sub>" if count == 1 else f"t<sub>1</sub>…t<sub>{count}</sub>"
+    return f"P({tokens}{given})"
 
 
 def _tokens(count: int) -> str:

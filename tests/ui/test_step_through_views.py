@@ -19,6 +19,7 @@ from engine.stopping import StopSequenceState
 from ui.charts import FINAL_NAME, MODES, bar_rows, distribution_figure, kv_figure
 from ui.chips import context_html, generated_chip, prompt_chips
 from ui.format import esc, pct, quoted, visible
+from ui.panels import draw_text
 from ui.presets import load_presets
 from ui.share import SharedState, SharedStep, ShareError, from_generation, from_params, replay_trace, to_params
 from ui.state import format_stop_sequences, parse_stop_sequences
@@ -97,7 +98,12 @@ def test_whitespace_is_drawn_and_tiny_probabilities_keep_digits() -> None:
     assert visible(" Paris\n\t") == "␣Paris↵⇥"
     assert visible("") == "∅"
     assert pct(0.5) == "50.0%" and pct(0.0312) == "3.1%"
-    assert pct(0.0004) == "0.04%" and pct(3e-9) == "3.0e-07%" and pct(0.0) == "0%"
+    assert pct(0.0004) == "0.04%" and pct(1.7e-7 * 100) == "0.0017%" and pct(0.0) == "0%"
+    # below a thousandth of a percent, odds a student can read, never "5.0e-15%"
+    assert pct(1.6e-7) == "1 in 6.2 million" and pct(3e-9) == "1 in 330 million"
+    assert pct(1e-39) == "under 1 in a billion trillion"
+    assert pct(5e-17) == "1 in 20,000 trillion" and pct(1.5e-6) == "1 in 670,000"
+    assert all("e-" not in pct(10.0 ** -k) for k in range(1, 40))
 
 
 def test_chips_mark_prompt_special_newest_and_whitespace(lm: LoadedModel) -> None:
@@ -226,6 +232,26 @@ def test_factorisation_writes_the_last_tokens_probabilities(sampled: Generation)
     assert "P(t<sub>1</sub>…t<sub>5</sub> | prompt)" in html
     assert "P(t<sub>1</sub>…t<sub>3</sub>)" in html  # the first three folded into one factor
     assert f"{sampled.steps[-1].prob:.4f}" in html or f"{sampled.steps[-1].prob:.3e}" in html
+
+
+def test_one_token_is_written_p_of_t1_never_t1_to_t1(lm: LoadedModel) -> None:
+    gen = Generation(lm, "The capital of France is", sampler=GREEDY)
+    gen.step()
+    html = factorisation_html(gen.steps, sequence_stats(gen.steps), "raw")
+    assert "P(t<sub>1</sub> | prompt)" in html and "…t<sub>1</sub>" not in html
+    for _ in range(5):
+        gen.step()
+    html = factorisation_html(gen.steps, sequence_stats(gen.steps), "raw", last=5)
+    assert html.count("P(t<sub>1</sub>)") == 1 and "P(t<sub>1</sub>…t<sub>6</sub> | prompt)" in html
+
+
+def test_the_history_names_a_missing_draw_instead_of_none(lm: LoadedModel, sampled: Generation) -> None:
+    greedy = Generation(lm, "The capital of France is", sampler=GREEDY)
+    assert draw_text(greedy.step().decision) == "greedy"
+    record = sampled.steps[-1]
+    assert draw_text(record.decision) == f"{record.decision.draw.u:.4f}"
+    multinomial = Generation(lm, "Hello", sampler=SamplerSettings(temperature=0.9), draw="multinomial")
+    assert draw_text(multinomial.step().decision) == "multinomial"
 
 
 def test_termination_view_highlights_the_condition_that_fired() -> None:

@@ -1,29 +1,27 @@
 """Lesson: a guided walk through one generation on the real model, one stage per screen,
-and a predict-then-reveal exercise."""
+and a predict-then-reveal exercise.
+
+The page is layout only: what its controls do is ui/lesson_controller.py, plain functions over
+the visitor's state, and every screen is a view of the visitor's generations there.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from engine import Generation, GenerationFinished, LoadedModel, PromptError, StepRecord
+from engine import Generation, LoadedModel, StepRecord
+from ui import lesson_controller as lesson
 from ui.bars import Bar, BarRow, bars_html
 from ui.charts import CHART_CONFIG, FINAL_COLOUR, RAW_COLOUR
 from ui.chips import chip_window, context_html, prompt_chips
 from ui.format import esc, pct, plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import LESSON
-from ui.lesson_flow import (
-    GREEDY,
-    PREDICT_PROMPTS,
-    PRESETS,
-    STAGES,
-    Guess,
-    candidates,
-    score,
-    start,
-    tally,
-)
+from ui.lesson_flow import PREDICT_PROMPTS, PRESETS, STAGES, Guess, candidates, tally
 from ui.model import current_model, current_scheduler
 from ui.presets import preset_named
 from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys, presenting
@@ -47,6 +45,14 @@ def table(frame: pd.DataFrame, hide_index: bool = False) -> None:
         st.table(frame, hide_index=hide_index)
     else:
         st.dataframe(frame, hide_index=hide_index, width="stretch")
+
+
+def idle_notes(read: Callable[[Any, str], str | None]) -> None:
+    """Why the generation could not be rebuilt, or the welcome back after it was."""
+    if problem := read(S, "buttons"):
+        st.warning(plain(problem), icon=":material/back_hand:")
+    elif note := read(S, "idle"):
+        st.info(plain(note), icon=":material/history:")
 
 
 # ---- the guided walk ----------------------------------------------------------------------
@@ -75,63 +81,18 @@ def preset_picker() -> str:
     return name
 
 
-def walk(lm: LoadedModel, name: str) -> tuple[Generation, int] | None:
-    """The visitor's walk for the preset, started afresh when the preset or model changes."""
-    preset = preset_named(PRESETS, name)
-    current = S.get(LESSON.walk)
-    if current is None or current[0] != (name, lm.name):
-        try:
-            S[LESSON.walk] = ((name, lm.name), start(lm, preset, current_scheduler()))
-        except PromptError as exc:
-            st.error(plain(str(exc)))
-            return None
-        S[LESSON.stage] = 0
-    return S[LESSON.walk][1], S.get(LESSON.stage, 0)
-
-
-def go_next() -> None:
-    """Next screen; leaving the first screen, or the last one, runs a step of the loop."""
-    generation = S[LESSON.walk][1]
-    stage = S.get(LESSON.stage, 0)
-    if (stage == 0 and not generation.steps) or stage == len(STAGES) - 1:
-        try:
-            generation.step()
-        except GenerationFinished:
-            return
-        S[LESSON.stage] = 1
-    else:
-        S[LESSON.stage] = stage + 1
-
-
-def go_previous() -> None:
-    """Previous screen (the step stays; only the view goes back)."""
-    S[LESSON.stage] = max(0, S.get(LESSON.stage, 0) - 1)
-
-
-def run_to_end() -> None:
-    """Step until a termination condition fires, then show the check screen."""
-    generation = S[LESSON.walk][1]
-    for _ in generation.run():
-        pass
-    S[LESSON.stage] = len(STAGES) - 1
-
-
-def start_over() -> None:
-    """Forget the walk; the next run starts the chosen preset afresh."""
-    S.pop(LESSON.walk, None)
-
-
 def walk_controls(generation: Generation, stage: int) -> None:
     """Previous / Next / Start over in one row (wrapping, never truncating, in large type), then progress."""
     last = stage == len(STAGES) - 1
     token = f" · token {len(generation.steps)}" if generation.steps else ""
     with st.container(horizontal=True, vertical_alignment="center" if presenting() else "top"):
-        st.button("◀ Previous", key=LESSON.previous, on_click=go_previous, disabled=stage == 0)
-        st.button("Next token ▶" if last else "Next ▶", key=LESSON.next, on_click=go_next, type="primary",
-                  disabled=last and generation.finished)
-        st.button("Start over", key=LESSON.restart, on_click=start_over)
+        st.button("◀ Previous", key=LESSON.previous, on_click=lesson.go_previous, args=(S,), disabled=stage == 0)
+        st.button("Next token ▶" if last else "Next ▶", key=LESSON.next, on_click=lesson.go_next, args=(S,),
+                  type="primary", disabled=last and generation.finished)
+        st.button("Start over", key=LESSON.restart, on_click=lesson.start_over, args=(S,))
         if presenting():  # the stage's name in the row, not in a progress bar and a heading below it
             st.markdown(f"#### Stage {stage + 1} of {len(STAGES)}: {STAGES[stage]}{token}")
+    idle_notes(lesson.walk_message)
     if presenting():
         return
     st.progress((stage + 1) / len(STAGES), text=f"Stage {stage + 1} of {len(STAGES)}: **{STAGES[stage]}**"
@@ -239,7 +200,7 @@ def stage_check(generation: Generation, step: StepRecord) -> None:
                    "ignores end tokens, so the loop goes on, and the model has to write *something* next.")
     if term.finish_reason is None:
         st.info("Nothing fired: the loop goes round again. Press **Next token**, or **Run to the end**.")
-        st.button("Run to the end", key=LESSON.run, on_click=run_to_end)
+        st.button("Run to the end", key=LESSON.run, on_click=lesson.run_to_end, args=(S,))
         return
     st.success(f"Generation stops: {FINISH_LABELS[term.finish_reason]} (finish reason “{term.finish_reason}”).")
     st.markdown("**Everything the model read and wrote**, token by token (special tokens in yellow):")
@@ -252,8 +213,10 @@ def guided_walk(lm: LoadedModel) -> None:
     """The guided walk: preset, controls, and the current stage's screen."""
     # on a projector the preset folds away under the stage, so each stage fits one screen
     name = (S.get(LESSON.preset) or PRESETS[0].name) if presenting() else preset_picker()
-    chosen = walk(lm, name)
-    if chosen is not None:
+    chosen = lesson.walk(S, lm, name, current_scheduler())
+    if chosen is None:
+        st.error(plain(lesson.walk_message(S, "start") or ""))
+    else:
         stage_screen(lm, *chosen)
     if presenting():
         with st.expander("Preset and prompt"):
@@ -282,40 +245,6 @@ def stage_screen(lm: LoadedModel, generation: Generation, stage: int) -> None:
 
 # ---- predict, then reveal -----------------------------------------------------------------
 
-def predict_generation(lm: LoadedModel) -> Generation | None:
-    """The exercise's generation; its newest step is the one being guessed (kept hidden)."""
-    prompt = st.selectbox("Text to continue", PREDICT_PROMPTS, key=LESSON.predict_prompt)
-    current = S.get(LESSON.predict)
-    if current is None or current[0] != (prompt, lm.name):
-        try:
-            generation = Generation(lm, prompt, sampler=GREEDY, scheduler=current_scheduler())
-        except PromptError as exc:
-            st.error(plain(str(exc)))
-            return None
-        generation.step()
-        S[LESSON.predict] = ((prompt, lm.name), generation)
-        S[LESSON.guesses] = []
-        S[LESSON.revealed] = False
-    return S[LESSON.predict][1]
-
-
-def reveal(step: StepRecord) -> None:
-    """Score the visitor's choice for this step and show the distribution."""
-    choice = S.get(f"{LESSON.guess_prefix}{step.index}")
-    if choice is None:
-        return
-    S[LESSON.guesses] = [*S[LESSON.guesses], score(step, choice)]
-    S[LESSON.revealed] = True
-
-
-def next_round() -> None:
-    """Let the model's pick stand and hide the next step's distribution."""
-    generation = S[LESSON.predict][1]
-    if not generation.finished:
-        generation.step()
-    S[LESSON.revealed] = False
-
-
 def show_tally(guesses: list[Guess]) -> None:
     """Matches and probability given up, over every round so far."""
     result = tally(guesses)
@@ -337,21 +266,24 @@ def predict_exercise(lm: LoadedModel) -> None:
     st.markdown("Read the text, choose the token **you** think comes next, then reveal the model's distribution. "
                 "The model picks greedily (its most probable token). Over several rounds: how often do you match "
                 "it, and how much probability does your choice give up?")
-    generation = predict_generation(lm)
+    prompt = st.selectbox("Text to continue", PREDICT_PROMPTS, key=LESSON.predict_prompt)
+    generation = lesson.predict_generation(S, lm, prompt, current_scheduler())
     if generation is None:
+        st.error(plain(lesson.predict_message(S, "start") or ""))
         return
+    idle_notes(lesson.predict_message)
     step = generation.steps[-1]
     chips(generation, generation.steps[:-1])
     options = candidates(step)
     labels = {c.token_id: quoted(c.text) for c in options}
-    revealed = S.get(LESSON.revealed, False)
+    revealed = lesson.revealed(S)
     st.radio("Your prediction for the next token", list(labels), format_func=labels.__getitem__, index=None,
-             horizontal=True, key=f"{LESSON.guess_prefix}{step.index}", disabled=revealed)
+             horizontal=True, key=lesson.guess_key(step), disabled=revealed)
     if not revealed:
-        st.button("Reveal the model's distribution", key=LESSON.reveal, type="primary", on_click=reveal,
-                  args=(step,), disabled=S.get(f"{LESSON.guess_prefix}{step.index}") is None)
+        st.button("Reveal the model's distribution", key=LESSON.reveal, type="primary", on_click=lesson.reveal,
+                  args=(S, step), disabled=lesson.choice(S, step) is None)
     else:
-        guess = S[LESSON.guesses][-1]
+        guess = lesson.guesses(S)[-1]
         verdict = ("✓ You matched the model." if guess.matched else
                    f"✗ The model preferred {quoted(guess.model_text)}: your choice gave up {guess.gave_up:.3f} "
                    "of probability.")
@@ -365,9 +297,9 @@ def predict_exercise(lm: LoadedModel) -> None:
         if generation.finished:
             st.info(f"The text has ended ({generation.finish_reason}). Choose another text to play again.")
         else:
-            st.button("Next round ▶", key=LESSON.next_round, type="primary", on_click=next_round)
-    if S.get(LESSON.guesses):
-        show_tally(S[LESSON.guesses])
+            st.button("Next round ▶", key=LESSON.next_round, type="primary", on_click=lesson.next_round, args=(S,))
+    if guesses := lesson.guesses(S):
+        show_tally(guesses)
 
 
 def main() -> None:

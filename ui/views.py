@@ -33,7 +33,7 @@ PANEL_CSS = """
 .tbt-seg{position:absolute;top:0;bottom:0;overflow:hidden;white-space:nowrap;text-overflow:clip;
  border-right:1px solid #fff;color:#fff;padding:6px 3px 0 3px;box-sizing:border-box}
 .tbt-seg-pick{outline:3px solid #111;outline-offset:-3px;z-index:1}
-.tbt-seg-tail{color:#212529;background:repeating-linear-gradient(45deg,#ced4da 0 4px,#e9ecef 4px 8px)}
+.tbt-seg-tail{color:#212529;padding-left:8px;background:repeating-linear-gradient(45deg,#ced4da 0 4px,#e9ecef 4px 8px)}
 .tbt-u{position:absolute;top:-18px;bottom:-4px;border-left:2px solid #111}
 .tbt-u span{position:absolute;top:-2px;left:3px;white-space:nowrap;font-weight:600}
 .tbt-scale{position:absolute;bottom:-18px;color:#666}

@@ -7,7 +7,6 @@ lane (engine/speculative/generation.py) and a plain lane stepped to the same len
 
 from __future__ import annotations
 
-import json
 import time
 
 import streamlit as st
@@ -25,7 +24,7 @@ from ui.chain_views import (
     speculative_chips_html,
 )
 from ui.chips import chip_window, context_html
-from ui.deployment import current_deployment
+from ui.deployment import current_deployment, downloadable
 from ui.format import plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import CHAIN
@@ -204,8 +203,7 @@ def trace_controls(lanes: bc.Lanes) -> None:
     """Download this run as a JSON trace (every round), or load one back."""
     with st.expander("Save or load a run"):
         st.download_button("Download trace (JSON)", key=CHAIN.trace_download, on_click="ignore",
-                           data=lambda: json.dumps(speculative_to_trace(lanes.speculative), indent=1,
-                                                   ensure_ascii=False),
+                           data=lambda: downloadable(speculative_to_trace(lanes.speculative)),
                            file_name="speculative-trace.json", mime="application/json")
         st.file_uploader("Load a speculative trace", type=["json"], key=CHAIN.trace_upload, on_change=on_trace_upload,
                          max_upload_size=max(1, current_deployment().limits.max_upload_bytes // 2**20),

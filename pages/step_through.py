@@ -16,7 +16,6 @@ inside the sampler view, beside the decision.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ from streamlit.errors import StreamlitAPIException
 from engine import CHAINS, Generation, to_trace
 from ui import panels
 from ui import step_controller as control
-from ui.deployment import current_deployment, upload_problem
+from ui.deployment import current_deployment, downloadable, upload_problem
 from ui.format import plain
 from ui.frame import ensure_app_frame
 from ui.keys import APP, STEP
@@ -411,8 +410,7 @@ def share_panel(gen: Generation) -> None:
     st.markdown("**Share link**: opens this exact state (model, prompt, settings, seed, every step and "
                 "forced token); the address bar always holds it.")
     st.code(f"{base}?{urlencode(params, doseq=True)}", language=None, wrap_lines=True)
-    st.download_button("Download trace (JSON)", data=lambda: json.dumps(to_trace(gen), indent=1,
-                                                                        ensure_ascii=False),
+    st.download_button("Download trace (JSON)", data=lambda: downloadable(to_trace(gen)),
                        file_name="token-by-token-trace.json", mime="application/json", key=STEP.trace_download,
                        on_click="ignore")
     st.file_uploader("Load a trace", type=["json"], key=STEP.trace_upload, on_change=on_trace_upload,

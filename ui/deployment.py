@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from functools import cache
+from typing import Any
 
 from engine import Limits, TraceError
 from engine.serving import Deployment, IdleReleaser, deployment_from_env
@@ -15,6 +17,12 @@ def current_deployment() -> Deployment:
     """The deployment the server was started with (TBT_* variables; the local defaults when
     none is set). Raises SettingsError naming a bad variable."""
     return deployment_from_env()
+
+
+def downloadable(trace: dict[str, Any]) -> str:
+    """A trace as the visitor downloads it: JSON, without the server's paths where the
+    deployment hides them."""
+    return json.dumps(current_deployment().shareable_trace(trace), indent=1, ensure_ascii=False)
 
 
 @cache

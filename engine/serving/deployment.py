@@ -22,6 +22,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from engine.errors import ModelLoadError, SettingsError
 from engine.limits import Limits
@@ -52,6 +53,14 @@ class Deployment:
     def describe_error(self, error: Exception) -> str:
         """An error's message as a visitor may see it: without server paths when hidden."""
         return redact_paths(str(error)) if self.hide_paths else str(error)
+
+    def shareable_trace(self, trace: dict[str, Any]) -> dict[str, Any]:
+        """A trace as a visitor may download it: where paths are hidden, the model is named
+        but not where its file lies on the server (a replay never reads that location)."""
+        model = trace.get("model")
+        if not self.hide_paths or not isinstance(model, dict) or "location" not in model:
+            return trace
+        return {**trace, "model": {**model, "location": None if model.get("source") != "hub" else model["location"]}}
 
 
 LOCAL = Deployment(preset="local", allowed_models=None, model_field=True, hide_paths=False, limits=Limits())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -171,3 +172,23 @@ def test_the_public_preset_refuses_a_links_model_without_reading_the_path(public
     errors = [as_read(e.value) for e in at.sidebar.error]
     assert any("only these models: bundled" in e for e in errors), errors
     assert "/etc/passwd" not in loads  # refused before any loader saw it
+
+
+def test_a_public_servers_downloaded_traces_name_no_server_path(lm, public) -> None:
+    """Under TBT_PRESET=public both pages' downloads go through `downloadable`: the model file's
+    place on the server (the bundled GGUF inside site-packages) never reaches the visitor."""
+    from engine import Generation, PromptLookup, SpeculativeGeneration, StopSettings, to_trace
+    from engine.speculative import speculative_to_trace
+    from ui.deployment import downloadable
+
+    stop = StopSettings(max_new_tokens=2)
+    plain = Generation(lm, "Hello", stop=stop)
+    plain.step()
+    spec = SpeculativeGeneration(lm, "Hello", draft=PromptLookup(), stop=stop)
+    spec.step()
+    location = lm.source.location
+    assert location and "/" in location and location in json.dumps(to_trace(plain))  # a path to hide
+    for trace in (to_trace(plain), speculative_to_trace(spec)):
+        sent = downloadable(trace)
+        assert location not in sent and json.loads(sent)["model"]["name"] == lm.name
+        assert not re.search(r"(?<![\w.])/(?:usr|root|home|tmp|opt)/", sent)

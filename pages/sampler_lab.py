@@ -1,16 +1,18 @@
-"""Sampler lab: one frozen next-token distribution, several samplers side by side."""
+"""Sampler lab: one frozen next-token distribution, several samplers side by side.
+
+The page is layout only: which step is frozen, the sliders' settings and the remembered
+results are ui/lab_controller.py, plain functions over the visitor's state; the numbers are
+ui/lab.py's, from the engine's own sampler.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar
 
 import pandas as pd
 import streamlit as st
 import torch
 
-from engine import CHAINS, LoadedModel, PromptError, SamplerSettings, SettingsError
+from engine import CHAINS, LoadedModel, SamplerSettings
+from ui import lab_controller as lab
 from ui.charts import CHART_CONFIG
 from ui.format import pct, plain, quoted
 from ui.frame import ensure_app_frame
@@ -21,15 +23,11 @@ from ui.lab import (
     apply,
     chain_outcomes,
     disputed_tokens,
-    draw_many,
-    freeze_generation,
-    freeze_prompt,
-    live_generation,
     min_p_sweep,
     nucleus_sweep,
     temperature_sweep,
 )
-from ui.memo import Same, recall, remember
+from ui.lab_controller import COLUMNS, DRAWS, Column
 from ui.model import current_model, current_scheduler
 from ui.teaching import page_style
 from ui.teaching_charts import (
@@ -41,82 +39,35 @@ from ui.teaching_charts import (
     token_labels,
 )
 
-PRESETS = {  # prompt -> chat template on?
-    "The capital of France is": False,
-    "Once upon a time, there was a": False,
-    "Give me one word that rhymes with cat.": True,
-    "My favourite colour is": False,
-}
-LIVE = "Your generation on the Step-through page (its latest step)"
-T = TypeVar("T")
-DRAWS = 1000
+S = st.session_state
 SHOWN_TOKENS = 10
-
-
-@dataclass(frozen=True)
-class Column:
-    """One side-by-side sampler column and its default settings."""
-
-    name: str
-    key: str  # its sliders' keys start with this
-    defaults: SamplerSettings
-
-
-COLUMNS = (
-    Column("A", LAB.column_a, SamplerSettings(temperature=1.0)),
-    Column("B", LAB.column_b, SamplerSettings(temperature=1.0, top_k=10)),
-    Column("C", LAB.column_c, SamplerSettings(temperature=1.5, min_p=0.1)),
-)
-
-
-def memo(key: tuple, compute: Callable[[], T]) -> T:
-    """A costly result (a frozen step, a sweep, 1,000 draws) computed once per visitor, so a
-    rerun (any widget move) never recomputes it."""
-    return remember(st.session_state, LAB.memo, key, compute)
-
-
-def rebuildable(key: tuple, build: Callable[[], T]) -> T:
-    """A chart or chain outcome built once per visitor for the values in `key` (a chart takes
-    12-20 ms to build), kept apart from `memo`'s results: reading off many values never
-    evicts the visitor's 1,000 draws."""
-    return remember(st.session_state, LAB.views, key, build)
 
 
 def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
     """The frozen step: the visitor's live generation if there is one, else a preset."""
-    generation = live_generation(st.session_state, lm)
-    options = ([LIVE] if generation is not None else []) + list(PRESETS)
-    choice = st.selectbox("Distribution to study", options, key=LAB.source,
+    choice = st.selectbox("Distribution to study", lab.sources(S, lm), key=LAB.source,
                           help="Take a step on the Step-through page to bring its distribution here.")
-    if choice == LIVE and generation is not None:
-        # the logits and the draw depend only on the tokens so far (Back restores the generator)
-        key = ("live", Same(generation), tuple(generation.context_ids), lm.name)
-        return key, memo(key, lambda: freeze_generation(generation, f"your generation, step {len(generation.steps)}"))
-    key = ("preset", choice, lm.name)
-    try:
-        with st.spinner("Running the model once…"):
-            return key, memo(key, lambda: freeze_prompt(lm, choice, PRESETS[choice], scheduler=current_scheduler()))
-    except PromptError as exc:
-        st.error(plain(str(exc)))
-        return None
+    with st.spinner("Running the model once…"):
+        chosen = lab.frozen_step(S, lm, choice, current_scheduler())
+    if chosen is None:
+        st.error(plain(lab.lab_message(S, "source") or ""))
+    return chosen
 
 
 def column_settings(column: Column, vocab_size: int) -> SamplerSettings | None:
     """Sliders for one column; None (with the reason shown) when the settings are invalid."""
     d = column.defaults
     k = column.key
-    temperature = st.slider("temperature", 0.0, 3.0, d.temperature, 0.05, key=f"{k}_temperature",
-                            help="0 = greedy (always the most probable token)")
-    top_k = st.number_input("top-k (0 = off)", 0, vocab_size, d.top_k, key=f"{k}_top_k")
-    top_p = st.slider("top-p (1 = off)", 0.0, 1.0, d.top_p, 0.01, key=f"{k}_top_p")
-    min_p = st.slider("min-p (0 = off)", 0.0, 1.0, d.min_p, 0.01, key=f"{k}_min_p")
-    penalty = st.slider("repetition penalty (1 = off)", 0.5, 2.0, d.repetition_penalty, 0.05, key=f"{k}_penalty")
-    try:
-        return SamplerSettings(temperature=temperature, top_k=int(top_k), top_p=top_p, min_p=min_p,
-                               repetition_penalty=penalty)
-    except SettingsError as exc:
-        st.error(plain(str(exc)))
-        return None
+    st.slider("temperature", 0.0, 3.0, d.temperature, 0.05, key=f"{k}_temperature",
+              help="0 = greedy (always the most probable token)")
+    st.number_input("top-k (0 = off)", 0, vocab_size, d.top_k, key=f"{k}_top_k")
+    st.slider("top-p (1 = off)", 0.0, 1.0, d.top_p, 0.01, key=f"{k}_top_p")
+    st.slider("min-p (0 = off)", 0.0, 1.0, d.min_p, 0.01, key=f"{k}_min_p")
+    st.slider("repetition penalty (1 = off)", 0.5, 2.0, d.repetition_penalty, 0.05, key=f"{k}_penalty")
+    settings = lab.column_sampler(S, column)
+    if settings is None:
+        st.error(plain(lab.lab_message(S, column.name) or ""))
+    return settings
 
 
 def show_outcome(lm: LoadedModel, outcome: Outcome) -> None:
@@ -190,32 +141,33 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
     with t_tab:
         marked = st.slider("temperature to read off", 0.1, 3.0, 0.7, 0.05, key=LAB.sweep_temperature)
         temps = [round(0.1 * i, 2) for i in range(1, 31)]
-        points = memo((*step_key, "temperature"), lambda: temperature_sweep(step, temps))
+        points = lab.memo(S, (*step_key, "temperature"), lambda: temperature_sweep(step, temps))
         here = temperature_sweep(step, [marked])[0]
         st.markdown(f"At **T = {marked:g}**: entropy **{here.entropy_bits:.2f} bits**, top token "
                     f"**{pct(here.top_prob)}**. Below 1 the top token takes more of the mass and the entropy "
                     "falls towards 0 (greedy); above 1 the mass spreads over more tokens.")
-        figure = rebuildable((*step_key, "temperature_chart", marked), lambda: temperature_figure(points, marked))
+        figure = lab.rebuildable(S, (*step_key, "temperature_chart", marked),
+                                 lambda: temperature_figure(points, marked))
         st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.temperature_chart)
     with p_tab:
         marked = st.slider("top-p to read off", 0.05, 1.0, 0.9, 0.01, key=LAB.sweep_top_p)
         ps = [round(0.05 * i, 2) for i in range(1, 20)] + [0.97, 0.99, 1.0]
-        points = memo((*step_key, "top_p"), lambda: nucleus_sweep(step, ps))
+        points = lab.memo(S, (*step_key, "top_p"), lambda: nucleus_sweep(step, ps))
         here = nucleus_sweep(step, [marked])[0]
         st.markdown(f"Top-p **{marked:g}** keeps **{here.kept:,}** tokens: the fewest most-probable tokens whose "
                     "probabilities add up to at least p (at temperature 1). A confident step needs few tokens to "
                     "reach p; an uncertain one needs many.")
-        figure = rebuildable((*step_key, "top_p_chart", marked), lambda: cut_figure(points, "top-p", marked))
+        figure = lab.rebuildable(S, (*step_key, "top_p_chart", marked), lambda: cut_figure(points, "top-p", marked))
         st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.top_p_chart)
     with m_tab:
         marked = st.slider("min-p to read off", 0.01, 1.0, 0.1, 0.01, key=LAB.sweep_min_p)
         ms = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0]
-        points = memo((*step_key, "min_p"), lambda: min_p_sweep(step, ms))
+        points = lab.memo(S, (*step_key, "min_p"), lambda: min_p_sweep(step, ms))
         here = min_p_sweep(step, [marked])[0]
         st.markdown(f"Min-p **{marked:g}** cuts every token below **{marked:g} × the top token's probability = "
                     f"{here.threshold:.3g}** and keeps **{here.kept:,}** tokens (at temperature 1). The cut moves "
                     "with the model's confidence: a sure top token raises it.")
-        figure = rebuildable((*step_key, "min_p_chart", marked),
+        figure = lab.rebuildable(S, (*step_key, "min_p_chart", marked),
                              lambda: cut_figure(points, "min-p", marked, log_x=True))
         st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.min_p_chart)
 
@@ -223,15 +175,14 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
 def chain_settings(vocab_size: int) -> SamplerSettings | None:
     """One set of settings for the chain-order comparison; None (reason shown) if invalid."""
     cols = st.columns(4)
-    temperature = cols[0].slider("temperature", 0.05, 3.0, 1.5, 0.05, key=LAB.chain_temperature)
-    top_k = cols[1].number_input("top-k (0 = off)", 0, vocab_size, 40, key=LAB.chain_top_k)
-    top_p = cols[2].slider("top-p", 0.0, 1.0, 0.9, 0.01, key=LAB.chain_top_p)
-    min_p = cols[3].slider("min-p", 0.0, 1.0, 0.05, 0.01, key=LAB.chain_min_p)
-    try:
-        return SamplerSettings(temperature=temperature, top_k=int(top_k), top_p=top_p, min_p=min_p)
-    except SettingsError as exc:
-        st.error(plain(str(exc)))
-        return None
+    cols[0].slider("temperature", 0.05, 3.0, 1.5, 0.05, key=LAB.chain_temperature)
+    cols[1].number_input("top-k (0 = off)", 0, vocab_size, 40, key=LAB.chain_top_k)
+    cols[2].slider("top-p", 0.0, 1.0, 0.9, 0.01, key=LAB.chain_top_p)
+    cols[3].slider("min-p", 0.0, 1.0, 0.05, 0.01, key=LAB.chain_min_p)
+    settings = lab.chain_sampler(S)
+    if settings is None:
+        st.error(plain(lab.lab_message(S, "chain") or ""))
+    return settings
 
 
 @st.fragment
@@ -245,7 +196,7 @@ def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
     settings = chain_settings(lm.vocab_size)
     if settings is None:
         return
-    outcomes = rebuildable((*step_key, "chains", settings), lambda: chain_outcomes(step, settings))
+    outcomes = lab.rebuildable(S, (*step_key, "chains", settings), lambda: chain_outcomes(step, settings))
     st.dataframe(pd.DataFrame([{
         "chain": name, "order": " → ".join(s.replace("_", "-") for s in CHAINS[name] if s != "repetition_penalty"),
         "tokens kept": o.decision.final_kept, "picks": quoted(lm.texts.piece(o.decision.token_id).text),
@@ -267,7 +218,7 @@ def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
     kept_any = sorted(frozenset().union(*(o.kept_ids for o in outcomes.values())), key=lambda i: -float(step.logits[i]))
     ids = kept_any[:SHOWN_TOKENS]
     picks = {name: quoted(lm.texts.piece(o.decision.token_id).text) for name, o in outcomes.items()}
-    st.plotly_chart(rebuildable((*step_key, "chains_chart", settings),
+    st.plotly_chart(lab.rebuildable(S, (*step_key, "chains_chart", settings),
                           lambda: chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes, picks)),
                     config=CHART_CONFIG, key=LAB.chain_chart)
 
@@ -285,18 +236,18 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
     if name is None:
         return
     outcome = named[name]
-    key = (*step_key, "draws", outcome.settings, seed)
     if st.button(f"Draw {DRAWS:,} times", key=LAB.draw_button, type="primary"):
         with st.spinner(f"Drawing {DRAWS:,} tokens…"):
-            memo(key, lambda: draw_many(outcome.chain.final_probs, DRAWS, seed))
-    counts = recall(st.session_state, LAB.memo, key)
+            lab.draw(S, step_key, outcome, seed)
+    key, counts = lab.draws(S, step_key, outcome, seed)
     if counts is None:
         st.info(f"Press **Draw {DRAWS:,} times** to sample from {name}'s final distribution.")
         return
     ids = torch.topk(outcome.chain.final_probs, min(12, outcome.decision.final_kept)).indices.tolist()
     labels = token_labels(texts(lm, ids), step.logits, ids)
     shown = sum(counts.get(i, 0) for i in ids)
-    figure = rebuildable((*key, "chart"), lambda: draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs))
+    figure = lab.rebuildable(S, (*key, "chart"),
+                             lambda: draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs))
     st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.draws_chart)
     worst = max(abs(counts.get(i, 0) / DRAWS - float(outcome.chain.final_probs[i])) for i in ids)
     came_up = f"{len(counts):,} different tokens came up" if len(counts) > 1 else "Only one token came up"

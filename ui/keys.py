@@ -121,6 +121,7 @@ class LabKeys(PageKeys):
     # cheap ones (charts, chain outcomes), so reading off many values never evicts the draws
     memo: str = "lab_memo"
     views: str = "lab_views"
+    messages: str = "lab_messages"  # control name -> message shown beside that control
 
 
 @dataclass(frozen=True)

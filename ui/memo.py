@@ -53,6 +53,11 @@ def recall(state: MutableMapping[str, Any], store: str, key: Hashable) -> Any | 
     return _used(entries, key) if key in entries else None
 
 
+def forget(state: MutableMapping[str, Any], store: str, key: Hashable) -> None:
+    """Drop the result kept for `key` in `store` (the next `remember` computes it again)."""
+    state.get(store, {}).pop(key, None)
+
+
 def _used(entries: dict[Hashable, Any], key: Hashable) -> Any:
     """Mark an entry used now: the dict's order is the order of last use."""
     entries[key] = entries.pop(key)

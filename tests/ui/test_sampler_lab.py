@@ -9,7 +9,6 @@ from streamlit.testing.v1 import AppTest
 from engine import CHAINS, Generation, SamplerSettings
 from engine.cpu_threads import on_sampler_thread
 from engine.sampling import InverseCdf, decide, draw_uniform, pick_by_cdf
-from pages.sampler_lab import COLUMNS
 from tests.ui.apptest import APP, open_page
 from ui.format import quoted
 from ui.keys import LAB, STEP
@@ -24,6 +23,7 @@ from ui.lab import (
     nucleus_sweep,
     temperature_sweep,
 )
+from ui.lab_controller import COLUMNS
 from ui.state import DEFAULT_PROMPT
 
 # the engine's sampler on its own one-thread worker, as the lab and every step call it

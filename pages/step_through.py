@@ -140,7 +140,7 @@ def apply_link_once() -> None:
 def publish_link(gen: Generation) -> dict[str, str | list[str]]:
     """Keep the address bar a share link for the current state; return its parameters."""
     params = control.share_params(gen, current_source())
-    if control.needs_publishing(S, params):
+    if control.needs_publishing({key: st.query_params.get_all(key) for key in st.query_params}, params):
         st.query_params.from_dict(params)
     return params
 
@@ -220,13 +220,14 @@ def stop_controls() -> None:
 
 def button_row(gen: Generation) -> None:
     """Step, Run, Back, Reset; while a Run goes on, Run turns into Stop and the others wait."""
-    running, finished = control.is_running(S), gen.finished
+    running, finished, unusable = control.is_running(S), gen.finished, control.prompt_problem(S)
     row = st.container(horizontal=True, vertical_alignment="center")
     row.button("Step", key=STEP.step, type="primary", on_click=control.step, args=(S,),
-               disabled=running or finished, help="One token: forward pass, sample, append, check.")
+               disabled=running or finished or bool(unusable),
+               help="Fix the prompt above first." if unusable else "One token: forward pass, sample, append, check.")
     # one key for Run and Stop: the button keeps its place and identity while its label flips
     row.button("Stop" if running else "Run", key=STEP.run, on_click=control.stop_run if running else control.start_run,
-               args=(S,), disabled=finished and not running,
+               args=(S,), disabled=(finished or bool(unusable)) and not running,
                help="Stop after the token being made now." if running else
                "Step until a stop condition fires; tokens appear as they come.")
     row.button("Back", key=STEP.back, on_click=control.back, args=(S,), disabled=running or not gen.steps,

@@ -61,9 +61,37 @@ def _act(state: State, action: Callable[[], object]) -> None:
 
 
 def step(state: State) -> None:
-    """Step: one token (forward pass, sample, append, check)."""
-    if (gen := keep_open(state, clicked=True)) is not None:
+    """Step: one token (forward pass, sample, append, check), of the prompt in the field now.
+
+    A click's callback runs before the page script reads the widgets, and a prompt just typed
+    reaches the server with the very click that takes the focus from its field: stepping the
+    generation as it was would make a token of the old prompt, and the script would then start
+    the new prompt's generation with none. So the generation is brought up to the widgets
+    first; while the prompt cannot be read, Step does nothing and says why."""
+    if (gen := current_for_step(state)) is not None:
         _act(state, gen.step)
+
+
+def current_for_step(state: State) -> Generation | None:
+    """The visitor's generation, kept open and brought up to the setup widgets; None (and the
+    reason beside the buttons) while the prompt or the stop settings cannot be used."""
+    gen = keep_open(state, clicked=True)
+    if gen is None:
+        return None
+    sync_generation(state, gen.lm, gen.scheduler)
+    if problem := prompt_problem(state):
+        set_message(state, "buttons", problem)
+        return None
+    return step_generation(state)
+
+
+def prompt_problem(state: State) -> str | None:
+    """Why the setup widgets cannot make a generation now (the current one stays, but nothing
+    steps it: its tokens would be of another prompt), or None."""
+    for control, what in (("prompt", "the prompt"), ("stop", "the stop settings")):
+        if problem := settings.message(state, control):
+            return f"Fix {what} above first: {problem}"
+    return None
 
 
 def back(state: State) -> None:
@@ -120,6 +148,10 @@ def keep_open(state: State, progress: Callable[[int, int], bool] | None = None, 
 
 
 def start_run(state: State) -> None:
+    """Run: step until a stop condition fires (refused, like Step, while the prompt is unusable)."""
+    if (problem := prompt_problem(state)) is not None:
+        set_message(state, "buttons", problem)
+        return
     state[STEP.running] = True
 
 
@@ -277,12 +309,11 @@ def share_params(gen: Generation, source: str) -> dict[str, str | list[str]]:
     return to_params(from_generation(gen, "" if source == BUNDLED else source))
 
 
-def needs_publishing(state: State, params: dict[str, str | list[str]]) -> bool:
-    """Whether the address bar does not hold `params` yet (remembered as written from now on)."""
-    if state.get(STEP.published) == params:
-        return False
-    state[STEP.published] = params
-    return True
+def needs_publishing(address: Mapping[str, list[str]], params: Mapping[str, str | list[str]]) -> bool:
+    """Whether the address bar (`address`: its parameters as the browser has them now) does not
+    hold `params`. Read from the address itself, not remembered: another page leaves the
+    address bare, and the visitor who comes back must find the link there again."""
+    return dict(address) != {key: value if isinstance(value, list) else [value] for key, value in params.items()}
 
 
 def load_trace(state: State, lm: LoadedModel, name: str, data: bytes,

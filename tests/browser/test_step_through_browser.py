@@ -49,3 +49,44 @@ def test_step_shows_the_new_token_a_slider_resamples_it_and_stop_interrupts_run(
     sidebar.get_by_role("button", name="Load model").click()
     sidebar.get_by_text("No file or folder at '/no/such/model.gguf'. The previous model stays loaded.").wait_for()
     assert page.evaluate(STEPS) == stopped  # the generation survived the failed load
+
+
+def test_a_prompt_typed_and_stepped_at_once_makes_its_token_and_the_link_survives_another_page(page) -> None:
+    """What a teacher does live: select the prompt, type a new one, click Step (no Enter, no
+    click elsewhere first). The click makes the new prompt's first token. Then another page and
+    back: the address bar holds the share link again, and a reload opens the same state."""
+    prompt = page.locator("[data-testid='stTextArea'] textarea").first
+    prompt.click()
+    prompt.press("Control+A")
+    prompt.type("The capital of Italy is")
+    page.get_by_role("button", name="Step", exact=True).click()
+    page.wait_for_function(f"{STEPS} === 1", timeout=60_000)
+    assert "Italy" in page.locator(".tbt-chips").inner_text()
+    page.get_by_role("button", name="Step", exact=True).click()
+    page.wait_for_function(f"{STEPS} === 2", timeout=60_000)
+    page.wait_for_function("location.search.includes('tokens=')", timeout=30_000)
+    linked = page.url
+
+    page.get_by_test_id("stSidebar").get_by_role("link", name="Sampler lab").click()
+    page.wait_for_function("location.pathname.endsWith('sampler_lab')", timeout=60_000)
+    page.get_by_test_id("stSidebar").get_by_role("link", name="Step through").click()
+    page.wait_for_function("location.search.includes('tokens=')", timeout=60_000)
+    assert page.url == linked
+    page.reload()
+    page.wait_for_function(f"{STEPS} === 2", timeout=90_000)
+    assert "Italy" in page.locator(".tbt-chips").inner_text()
+
+
+def test_step_is_unavailable_while_the_prompt_is_empty(page) -> None:
+    page.get_by_role("button", name="Step", exact=True).click()
+    page.wait_for_function(f"{STEPS} === 1", timeout=60_000)
+    prompt = page.locator("[data-testid='stTextArea'] textarea").first
+    prompt.click()
+    prompt.press("Control+A")
+    prompt.press("Delete")
+    page.get_by_role("button", name="Step", exact=True).click()  # blurs the field: the empty prompt is read
+    page.get_by_text("The prompt is empty").first.wait_for(timeout=30_000)
+    step = page.get_by_role("button", name="Step", exact=True)
+    page.wait_for_function("[...document.querySelectorAll('button')].some(b => b.innerText.trim() === 'Step' "
+                           "&& b.disabled)", timeout=30_000)
+    assert step.is_disabled() and page.evaluate(STEPS) == 1

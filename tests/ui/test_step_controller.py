@@ -188,10 +188,43 @@ def test_a_broken_share_link_says_why(tiny_lm) -> None:
     assert message(visitor, "link").startswith("This link cannot be opened: ") and "'x!'" in message(visitor, "link")
 
 
-def test_the_address_bar_is_written_only_when_the_link_changes(state) -> None:
+def test_the_address_bar_is_rewritten_whenever_it_does_not_hold_the_link(state) -> None:
+    """Read from the address itself: after another page left it bare, coming back writes the
+    link again (it used to be remembered as written, and a teacher copied a bare URL)."""
+    control.step(state)
     params = control.share_params(generation(state), "bundled")
-    assert control.needs_publishing(state, params)
-    assert not control.needs_publishing(state, params)
+    address = {key: value if isinstance(value, list) else [value] for key, value in params.items()}
+    assert control.needs_publishing({}, params)  # a first visit, or back from another page
+    assert not control.needs_publishing(address, params)  # already there: nothing written
+    assert not control.needs_publishing(address, params)  # and every rerun says the same
+    assert control.needs_publishing({**address, "tokens": ["1"]}, params)  # a stale link is replaced
+
+
+def test_a_prompt_typed_and_stepped_in_one_click_makes_its_first_token(state) -> None:
+    """The click on Step is what takes the focus from the prompt field: its callback runs
+    with the new prompt in the widgets before the page reads them. It must step the new
+    prompt's generation, not the old one (which the page then replaced with an empty one)."""
+    control.step(state)
+    state[STEP.prompt] = "The capital of Italy is"  # typed, then Step clicked at once
+    control.step(state)
+    gen = generation(state)
+    assert gen.prompt == "The capital of Italy is" and len(gen.steps) == 1
+
+
+def test_while_the_prompt_is_empty_step_and_run_do_nothing_and_say_why(state, tiny_lm) -> None:
+    control.step(state)
+    old = generation(state)
+    state[STEP.prompt] = ""
+    control.sync_generation(state, tiny_lm)  # the page's run: the prompt's error shows
+    assert control.prompt_problem(state).startswith("Fix the prompt above first: The prompt is empty")
+    control.step(state)
+    control.start_run(state)
+    assert len(old.steps) == 1 and not control.is_running(state)  # the stale generation was not stepped
+    assert message(state, "buttons").startswith("Fix the prompt above first")
+    state[STEP.prompt] = "Again"
+    control.step(state)
+    assert generation(state).prompt == "Again" and len(generation(state).steps) == 1
+    assert control.prompt_problem(state) is None
 
 
 def test_a_trace_replays_into_the_generation_and_a_bad_one_changes_nothing(state, tiny_lm) -> None:

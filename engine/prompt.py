@@ -19,10 +19,12 @@ def build_prompt(lm: LoadedModel, prompt: str, chat: bool, system_prompt: str | 
     """The text the model reads and its token ids; with `chat`, through the chat template
     (whose own special tokens stay in the text, visible).
 
-    In chat mode, text the visitor typed that spells a special token (`<|im_end|>`, say) stays
-    plain text, as chat servers treat it: tokenized as characters, it cannot close the user's
-    turn or forge a system turn. `allow_special` lets it become the real special token (for a
-    lesson on prompt injection). `max_prompt_tokens` caps the prompt below the context window.
+    Text the visitor typed that spells a special token (`<|im_end|>`, say) stays plain text, as
+    chat servers treat it, with the chat template or without: tokenized as characters, it
+    cannot end the text or, in chat mode, close the user's turn or forge a system turn (one
+    rule, so a student never wonders why the same characters mean two things).
+    `allow_special` lets it become the real special token (for a lesson on prompt injection).
+    `max_prompt_tokens` caps the prompt below the context window.
     """
     _check_prompt_text("prompt", prompt, allow_empty=False)
     if system_prompt is not None:
@@ -35,7 +37,9 @@ def build_prompt(lm: LoadedModel, prompt: str, chat: bool, system_prompt: str | 
     if chat:
         text, ids, found = _chat_prompt(lm, prompt, system_prompt, allow_special)
     else:
-        text, ids, found = prompt, lm.tokenizer(prompt)["input_ids"], ()
+        found = special_spellings(lm, prompt)
+        ids = lm.tokenizer(prompt, split_special_tokens=bool(found) and not allow_special)["input_ids"]
+        text = prompt
     if len(ids) > limit:
         raise PromptError(f"The prompt is {len(ids):,} tokens but at most {limit:,} are allowed here "
                           f"(the context window is {lm.context_window:,} tokens, with room needed for at least "

@@ -160,11 +160,10 @@ def setup_controls() -> None:
                      persist_state="session")
         st.toggle("Chat template", key=STEP.chat, persist_state="session",
                   help="Wrap the prompt as a user message in the model's chat template.")
-        if S.get(STEP.chat):
-            st.toggle("Let typed special tokens through", key=STEP.allow_special, persist_state="session",
-                      help="For a lesson on prompt injection: text you type that spells a special token "
-                           "(<|im_end|>, <|im_start|>) becomes that token, so it can end your turn or start a "
-                           "forged one. Off, it is read as plain characters, as chat servers do.")
+        st.toggle("Let typed special tokens through", key=STEP.allow_special, persist_state="session",
+                  help="For a lesson on prompt injection: text you type that spells a special token "
+                       "(<|im_end|>, <|im_start|>) becomes that token, so it can end the text, end your turn or "
+                       "start a forged one. Off, it is read as plain characters, as chat servers do.")
     with more_col:
         st.number_input("Seed", **widget_range(STEP.seed), key=STEP.seed,
                         persist_state="session", help="Seeds this generation's own random generator.")
@@ -178,16 +177,18 @@ def setup_controls() -> None:
 
 def special_text_note(gen: Generation) -> None:
     """Say when the visitor typed a special token's spelling, and what was made of it."""
-    if not (gen.chat and gen.special_text):
+    if not gen.special_text:
         return
     spelled = ", ".join(gen.special_text)
+    effect = "close its turn or start a new one" if gen.chat else "end the text as the model's own end token does"
     if gen.allow_special:
         st.warning(plain(f"Your text contains {spelled} and special tokens are let through: the model reads them as "
-                         "real special tokens, so your text can close its turn or start a new one (prompt "
-                         "injection)."), icon=":material/warning:")
+                         f"real special tokens, so your text can {effect} (prompt injection)."),
+                   icon=":material/warning:")
     else:
         st.info(plain(f"Your text contains {spelled}: it is read as plain characters, not as special tokens, as "
-                      "chat servers do, so it cannot end your turn or forge another. Turn on \"Let typed special "
+                      "chat servers do, so it cannot " + ("end your turn or forge another" if gen.chat else
+                                                          "act as the end token") + ". Turn on \"Let typed special "
                       "tokens through\" to see what happens otherwise."), icon=":material/shield:")
 
 

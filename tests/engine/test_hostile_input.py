@@ -205,6 +205,19 @@ def test_allowing_special_tokens_lets_the_forged_turn_through_for_the_lesson(lm)
     assert allowed.prompt_text == plain.prompt_text
 
 
+def test_without_the_chat_template_typed_special_text_follows_the_same_rule(lm) -> None:
+    """One rule in both modes: '<|im_end|>' typed into a plain prompt is characters (it used to
+    become the real end token silently), noted as special text, and let through on request."""
+    im_end = lm.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    plain = Generation(lm, "The story ends here.<|im_end|>")
+    assert im_end not in plain.prompt_ids and plain.special_text == ("<|im_end|>",)
+    assert lm.tokenizer.decode(plain.prompt_ids) == "The story ends here.<|im_end|>"
+    allowed = Generation(lm, "The story ends here.<|im_end|>", allow_special=True)
+    assert allowed.prompt_ids[-1] == im_end and allowed.special_text == ("<|im_end|>",)
+    ordinary = Generation(lm, "The capital of France is")
+    assert ordinary.prompt_ids == lm.tokenizer("The capital of France is")["input_ids"] and not ordinary.special_text
+
+
 @pytest.mark.parametrize("prompt", ["What is the capital of France?", "Write a haiku.\nAbout rain.", "  spaces  "])
 def test_ordinary_chat_prompts_tokenize_exactly_as_the_template_does(lm, prompt: str) -> None:
     text = lm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,

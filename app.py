@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
 from engine import SettingsError
 from ui.deployment import current_deployment
 from ui.format import plain
+from ui.frame import app_pages, mark_framed_run
 from ui.keys import APP
 from ui.model import current_model, switch_model
-
-HERE = Path(__file__).parent
 
 st.set_page_config(page_title="Token by Token", page_icon="🔤", layout="wide")
 
@@ -52,13 +49,7 @@ def model_sidebar() -> None:
                   help="Large type and fewer panels, for a projector.")
 
 
-pages = [
-    st.Page(HERE / "pages" / "step_through.py", title="Step through", icon=":material/play_arrow:", default=True),
-    st.Page(HERE / "pages" / "sampler_lab.py", title="Sampler lab", icon=":material/tune:"),
-    st.Page(HERE / "pages" / "kv_speed.py", title="KV cache & speed", icon=":material/memory:"),
-    st.Page(HERE / "pages" / "breaking_the_chain.py", title="Breaking the chain", icon=":material/fast_forward:"),
-    st.Page(HERE / "pages" / "lesson.py", title="Lesson", icon=":material/school:"),
-]
-navigation = st.navigation(pages)
+navigation = st.navigation(app_pages())
+mark_framed_run()
 model_sidebar()
 navigation.run()

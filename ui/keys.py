@@ -37,6 +37,7 @@ class AppKeys(PageKeys):
     presentation: str = "app_presentation"  # the sidebar's presentation-mode toggle
     exit_presentation: str = "app_exit_presentation"  # presentation mode's own way out (the sidebar is hidden)
     frame_checked: str = "app_frame_checked"  # ui/frame.py: this visitor's first run was checked
+    framed_run: str = "app_framed_run"  # ui/frame.py: this run went through app.py (set there, read by the page)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,6 @@ class StepKeys(PageKeys):
     running: str = "st_running"
     run_frame_started: str = "st_run_frame_started"  # when the Run's current token began
     link_read: str = "st_link_read"  # the share link in the address was read (first run only)
-    published: str = "st_published"  # the share link last written to the address bar
     memo: str = "st_memo"  # ui/memo.py store: prompt chips, re-sampled steps
 
 

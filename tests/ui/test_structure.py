@@ -51,3 +51,13 @@ def test_one_preset_lookup_serves_the_step_page_and_the_lesson() -> None:
     assert preset_named(LESSON_PRESETS, lesson_preset.name) is lesson_preset
     with pytest.raises(ValueError, match="No preset named 'nope'; choose one of: The model ends its turn"):
         preset_named(LESSON_PRESETS, "nope")
+
+
+def test_the_app_uses_no_private_streamlit_api() -> None:
+    """A page reached by its own link gets the frame through public st.navigation (ui/frame.py),
+    not by flipping Streamlit's internal PagesManager: nothing imports streamlit.runtime."""
+    for path in [ROOT / "app.py", *(ROOT / "ui").glob("*.py"), *PAGES]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                assert not any(name.startswith("streamlit.runtime") for name in names), path.name

@@ -111,11 +111,13 @@ def setup_controls() -> None:
 def button_row(lanes: bc.Lanes) -> None:
     running, finished = bc.is_running(S), lanes.speculative.finished
     row = st.container(horizontal=True, vertical_alignment="center")
+    unusable = bool(bc.message(S, "setup"))  # a prompt or setting that cannot be used: nothing steps
     row.button("Step", key=CHAIN.step, type="primary", on_click=bc.step, args=(S, make_draft),
-               disabled=running or finished,
-               help="One round: guess k tokens, check them all in one forward pass, keep the agreed prefix.")
+               disabled=running or finished or unusable,
+               help="Fix the prompt and settings above first." if unusable else
+               "One round: guess k tokens, check them all in one forward pass, keep the agreed prefix.")
     row.button("Stop" if running else "Run", key=CHAIN.run, on_click=bc.stop_run if running else bc.start_run,
-               args=(S,), disabled=finished and not running, help="Rounds until a stop condition fires.")
+               args=(S,), disabled=(finished or unusable) and not running, help="Rounds until a stop condition fires.")
     row.button("Reset", key=CHAIN.reset, on_click=on_reset, disabled=running, help="Start both lanes over.")
     finish = lanes.speculative.finish_reason
     row.markdown(f"round **{len(lanes.speculative.rounds)}**"

@@ -274,9 +274,18 @@ def choose_method(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: 
 
 def step(state: MutableMapping[str, Any], make_draft: MakeDraft) -> None:
     """Step: one speculative round, then the plain lane catches up to as many tokens (lanes
-    put away while the tab sat idle are rebuilt first)."""
-    if keep_open(state, make_draft, clicked=True) is not None:  # (else the message says why)
-        _round(state)
+    put away while the tab sat idle are rebuilt first). A prompt typed and not yet read comes
+    with this very click (it takes the focus from the field): the lanes are brought up to the
+    widgets first, so the round is the new prompt's; while the setup cannot be used, nothing
+    steps and the message says why."""
+    lanes = keep_open(state, make_draft, clicked=True)
+    if lanes is None:  # (the message says why)
+        return
+    sync(state, lanes.speculative.lm, make_draft)
+    if problem := message(state, "setup"):
+        set_message(state, "buttons", f"Fix the prompt and settings above first: {problem}")
+        return
+    _round(state)
 
 
 def _round(state: MutableMapping[str, Any]) -> None:

@@ -47,6 +47,25 @@ def test_step_takes_one_round_and_the_plain_lane_catches_up(state) -> None:
     assert pair.identical
 
 
+def test_a_prompt_typed_and_stepped_in_one_click_takes_its_round(state) -> None:
+    """As on the Step page: the click that takes the focus from the prompt field must step the
+    new prompt's lanes, not the old ones the page would then replace with empty lanes."""
+    bc.step(state, lookup)
+    state[CHAIN.prompt] = "xyz xyz xyz"
+    bc.step(state, lookup)
+    pair = lanes(state)
+    assert pair.speculative.prompt == "xyz xyz xyz" and len(pair.speculative.rounds) == 1 and pair.identical
+
+
+def test_while_the_prompt_is_empty_step_does_nothing_and_says_why(state, tiny_lm) -> None:
+    bc.step(state, lookup)
+    old = lanes(state)
+    state[CHAIN.prompt] = "  "
+    bc.step(state, lookup)
+    assert lanes(state) is old and len(old.speculative.rounds) == 1
+    assert bc.message(state, "buttons").startswith("Fix the prompt and settings above first: The prompt is empty")
+
+
 def test_a_run_goes_round_by_round_and_ends_when_the_lanes_finish(state) -> None:
     bc.start_run(state)
     rounds = 0

@@ -118,6 +118,12 @@ class StageRecord:
     removed: int  # tokens this stage removed
     removed_mass: float  # probability those tokens had in the distribution entering the stage
     note: str = ""
+    # a reshaping stage (temperature, repetition penalty) removes nothing: what it did is how it
+    # moved the distribution; None for filters and for stages that did not run
+    top_prob_before: float | None = None  # the most probable token's probability entering the stage
+    top_prob_after: float | None = None  # that same token's probability leaving it
+    entropy_before_bits: float | None = None
+    entropy_after_bits: float | None = None
 
 
 @dataclass(frozen=True)
@@ -174,8 +180,12 @@ def _applied_record(stage: Stage, settings: SamplerSettings, before: torch.Tenso
     """What an applied stage did: a filter's removed tokens (newly at -inf) and the mass they
     held; a reshape keeps every token possible."""
     if not stage.removes_tokens:
+        probs_before, probs_after = before.softmax(dim=-1), after.softmax(dim=-1)  # [vocab] each
+        top = int(torch.argmax(probs_before))
         return StageRecord(stage.name, stage.label(settings), active=True, kept=kept_before, removed=0,
-                           removed_mass=0.0)
+                           removed_mass=0.0, top_prob_before=float(probs_before[top]),
+                           top_prob_after=float(probs_after[top]), entropy_before_bits=entropy_bits(probs_before),
+                           entropy_after_bits=entropy_bits(probs_after))
     gone_after = torch.isneginf(after)
     removed = gone_after & ~torch.isneginf(before)
     removed_count = int(removed.sum())

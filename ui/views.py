@@ -10,7 +10,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine import Candidate, Decision, Distribution, KVSnapshot, StepRecord, Termination, TokenTexts, first_match
+from engine import (
+    Candidate,
+    Decision,
+    Distribution,
+    KVSnapshot,
+    StageRecord,
+    StepRecord,
+    Termination,
+    TokenTexts,
+    first_match,
+)
 from ui.charts import FINAL_COLOUR, RAW_COLOUR
 from ui.format import esc, logp, nbytes, pct, prob, quoted
 
@@ -94,13 +104,23 @@ def stages_html(decision: Decision) -> str:
     """The sampler chain, stage by stage in the order applied."""
     rows = []
     for number, stage in enumerate(decision.stages, start=1):
-        if stage.active:
-            rows.append(_row([str(number), esc(stage.label), f"{stage.kept:,}", f"{stage.removed:,}",
-                              pct(stage.removed_mass)], numeric=(2, 3, 4)))
-        else:
+        if not stage.active:
             rows.append(_row([str(number), esc(stage.label), f"{stage.kept:,}", "–", esc(stage.note)],
                              "tbt-off", numeric=(2,)))
-    return _table(["#", "stage", "tokens left", "removed", "mass removed"], rows)
+        elif stage.top_prob_before is not None:  # a reshape: nothing removed, the distribution moved
+            rows.append(_row([str(number), esc(stage.label), f"{stage.kept:,}", "–", reshape_text(stage)],
+                             numeric=(2,)))
+        else:
+            rows.append(_row([str(number), esc(stage.label), f"{stage.kept:,}", f"{stage.removed:,}",
+                              f"{pct(stage.removed_mass)} of the mass removed"], numeric=(2, 3)))
+    return _table(["#", "stage", "tokens left", "removed", "what it did"], rows)
+
+
+def reshape_text(stage: StageRecord) -> str:
+    """How a reshaping stage moved the distribution: the top token's probability and the entropy,
+    entering and leaving it."""
+    return (f"top token {pct(stage.top_prob_before)} → {pct(stage.top_prob_after)}; entropy "
+            f"{stage.entropy_before_bits:.2f} → {stage.entropy_after_bits:.2f} bits")
 
 
 def _cdf_order(top: Sequence[Candidate]) -> list[Candidate]:

@@ -51,6 +51,22 @@ def test_the_chain_records_one_labelled_stage_per_table_entry_in_order(logits: t
         assert all(r.removed == 0 for r in records if not STAGES[r.name].removes_tokens)
 
 
+def test_a_reshaping_stage_records_how_it_moved_the_distribution(logits: torch.Tensor) -> None:
+    """Temperature and the repetition penalty remove nothing: their rows say what they did, the
+    top token's probability and the entropy entering and leaving them, read from the tensors."""
+    hot = SamplerSettings(temperature=2.0, repetition_penalty=1.3)
+    records = {r.name: r for r in run_chain(logits, CONTEXT, hot).stages}
+    penalty, temperature = records["repetition_penalty"], records["temperature"]
+    top = int(torch.argmax(logits))
+    assert penalty.top_prob_before == float(logits.softmax(-1)[top])
+    penalised = STAGES["repetition_penalty"].apply(logits, CONTEXT, hot)
+    assert penalty.top_prob_after == float(penalised.softmax(-1)[top])
+    assert temperature.entropy_before_bits == pytest.approx(penalty.entropy_after_bits)
+    assert temperature.top_prob_after < temperature.top_prob_before  # T = 2 flattens
+    assert temperature.entropy_after_bits > temperature.entropy_before_bits
+    assert all(r.top_prob_before is None for r in records.values() if STAGES[r.name].removes_tokens)
+
+
 def test_an_unknown_chain_is_refused_before_any_stage_runs() -> None:
     with pytest.raises(ValueError, match="chain"):
         SamplerSettings(chain="min_p_first")

@@ -13,10 +13,10 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from engine import Generation, LoadedModel, StepRecord
+from engine import Candidate, Generation, LoadedModel, StepRecord
 from ui import lesson_controller as lesson
 from ui.bars import Bar, BarRow, bars_html
-from ui.charts import CHART_CONFIG, FINAL_COLOUR, RAW_COLOUR
+from ui.charts import CHART_CONFIG, RAW_COLOUR
 from ui.chips import chip_window, context_html, prompt_chips
 from ui.format import esc, pct, plain, quoted
 from ui.frame import ensure_app_frame
@@ -290,9 +290,9 @@ def predict_exercise(lm: LoadedModel) -> None:
         st.markdown(f"**{verdict}** Model: {quoted(guess.model_text)} at {pct(guess.model_prob)}; you: "
                     f"{quoted(guess.guess_text)} at {pct(guess.guess_prob)}.")
         ranked = step.distribution.top[: len(options)]
-        st.plotly_chart(top_values_figure([quoted(c.text) for c in ranked], [c.prob for c in ranked],
-                                          "The model's distribution over the choices", "probability (0–1)",
-                                          colour=FINAL_COLOUR, text_format="{:.1%}"),
+        st.plotly_chart(top_values_figure([reveal_label(c, guess) for c in ranked], [c.prob for c in ranked],
+                                          "The model's raw softmax over the choices", "raw probability (0–1)",
+                                          colour=RAW_COLOUR, text_format="{:.1%}"),
                         config=CHART_CONFIG, key=LESSON.reveal_chart)
         if generation.finished:
             st.info(f"The text has ended ({generation.finish_reason}). Choose another text to play again.")
@@ -300,6 +300,13 @@ def predict_exercise(lm: LoadedModel) -> None:
             st.button("Next round ▶", key=LESSON.next_round, type="primary", on_click=lesson.next_round, args=(S,))
     if guesses := lesson.guesses(S):
         show_tally(guesses)
+
+
+def reveal_label(candidate: Candidate, guess: Guess) -> str:
+    """A choice's row in the reveal: the student's own guess and the model's pick marked in words."""
+    marks = [mark for mark, token in (("▶ the model", guess.model_id), ("◆ your guess", guess.guess_id))
+             if candidate.token_id == token]
+    return quoted(candidate.text) + (f"  {' · '.join(marks)}" if marks else "")
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ from engine import CHAINS, Generation, to_trace
 from ui import panels
 from ui import step_controller as control
 from ui.deployment import current_deployment, downloadable, upload_problem
-from ui.format import plain
+from ui.format import chain_name, plain
 from ui.frame import ensure_app_frame
 from ui.keys import APP, STEP
 from ui.model import current_model, current_scheduler, current_source, switch_model
@@ -326,9 +326,9 @@ def sampler_controls() -> None:
               help="Drop tokens below min-p × the top token's probability (0 = off).")
     st.slider("Repetition penalty", **slider_range(STEP.repetition_penalty, S), key=STEP.repetition_penalty,
               **moved, help="Above 1 makes tokens already in the context less likely (1 = off).")
-    st.selectbox("Chain order", list(CHAINS), key=STEP.chain, **moved,
+    st.selectbox("Chain order", list(CHAINS), key=STEP.chain, format_func=chain_name, **moved,
                  help="The order the stages run in, as in each engine: " + "; ".join(
-                     f"{name}: {' → '.join(stages)}" for name, stages in CHAINS.items()))
+                     f"{chain_name(name)}: {' → '.join(stages)}" for name, stages in CHAINS.items()))
 
 
 @st.fragment(key=STEP.sampler_view)

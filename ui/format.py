@@ -43,6 +43,14 @@ def plain(text: str) -> str:
     return escaped.replace("\n", "  \n")  # a line break stays a line break
 
 
+CHAIN_NAMES = {"transformers": "transformers", "vllm": "vLLM", "llama.cpp": "llama.cpp"}  # as each project writes it
+
+
+def chain_name(chain: str) -> str:
+    """A sampler chain's engine as that project spells its own name."""
+    return CHAIN_NAMES.get(chain, chain)
+
+
 def pct(p: float, digits: int = 1) -> str:
     """A probability as a percentage a student reads at a glance: small values keep significant
     digits instead of 0.0 % (0.04%, 0.0017%), and below a thousandth of a percent the odds are

@@ -15,7 +15,7 @@ from engine import Decision, Distribution, Generation, LoadedModel, StepRecord, 
 from ui.bars import distribution_bars_html
 from ui.charts import CHART_CONFIG, FINAL_NAME, MODES, RAW_NAME, distribution_figure, kv_figure
 from ui.chips import chip_window, context_html
-from ui.format import esc, pct, quoted
+from ui.format import chain_name, esc, pct, quoted
 from ui.views import (
     LINE_CSS,
     cdf_strip_html,
@@ -133,12 +133,13 @@ def decision_and_branch_panel(record: StepRecord, decision: Decision, distributi
     forces it as the step's token (a branch). Both panels' text is one element and the
     candidates one widget, not a button each: every element here is sent again on each Step.
     `on_choice(key, pick)` reads the choice under `key`."""
-    html(heading_html("Sampler decision", f"Stages in {esc(decision.settings.chain)} order. Each one removes tokens "
-                      "or reshapes the distribution; the last one leaves the final distribution the pick is drawn "
-                      "from.")
+    html(heading_html("Sampler decision", f"Stages in {esc(chain_name(decision.settings.chain))} order. Each one "
+                      "removes tokens or reshapes the distribution; the last one leaves the final distribution the "
+                      "pick is drawn from.")
          + stages_html(decision) + decision_html(decision, distribution, texts)
          + heading_html("Branch", f"What if another token had been picked? The marked one is step {record.index}'s "
-                        "pick; choose another to force it, and Step continues from there."))
+                        "pick; choose another to force it, and Step continues from there. Each shows its raw "
+                        "probability (the model's softmax, before the sampler)."))
     top = distribution.top[:CANDIDATES_SHOWN]
     labels = {candidate.token_id: f"{quoted(candidate.text)} {pct(candidate.prob)}" for candidate in top}
     # a new widget for each pick, so it opens with the pick marked

@@ -3,11 +3,14 @@ walk steps through the six stages, and the prediction exercise scores against th
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import Generation
 from tests.ui.apptest import open_page
+from ui.charts import RAW_COLOUR
 from ui.format import quoted
 from ui.keys import APP, LESSON
 from ui.lesson_flow import GREEDY, PRESETS, STAGES, candidates, score, start, tally
@@ -98,6 +101,11 @@ def test_prediction_rounds_are_scored_against_the_models_own_probabilities(lm):
     wrong = next(c for c in candidates(first) if c.token_id != first.token_id)
     at.radio(key="lesson_guess_1").set_value(wrong.token_id).run()
     at.button(key="lesson_reveal").click().run()
+    # the reveal marks the student's guess and the model's pick, in the raw softmax's colour
+    reveal = json.loads(at.get("plotly_chart")[-1].proto.spec)["data"][0]
+    assert f"{quoted(wrong.text)}  ◆ your guess" in reveal["y"]
+    assert f"{quoted(first.token.text)}  ▶ the model" in reveal["y"]
+    assert reveal["marker"]["color"] == RAW_COLOUR
     at.button(key="lesson_next_round").click().run()
     second = reference.step()
     at.radio(key="lesson_guess_2").set_value(second.token_id).run()

@@ -94,6 +94,13 @@ def test_stop_sequence_field_escapes_round_trip() -> None:
     assert parse_stop_sequences("x\n\ny\n") == ("x", "y")  # blank lines are not stop sequences
 
 
+def test_each_engine_is_named_as_it_spells_itself() -> None:
+    from engine import CHAINS
+    from ui.format import chain_name
+
+    assert [chain_name(c) for c in CHAINS] == ["transformers", "vLLM", "llama.cpp"]
+
+
 def test_whitespace_is_drawn_and_tiny_probabilities_keep_digits() -> None:
     assert visible(" Paris\n\t") == "␣Paris↵⇥"
     assert visible("") == "∅"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import engine.generation as generation_module
+import engine.shell as shell_module
 from engine import Generation, GenerationFinished, SamplerSettings, SettingsError, StopSettings
 
 SAMPLED = SamplerSettings(temperature=0.9, top_k=40, top_p=0.95)
@@ -132,7 +133,7 @@ STAGES_TO_BREAK = {
     "distribution summary": (generation_module, "describe_distribution", _fail),
     "append": (Generation, "_appended", _fail),
     "check": (Generation, "_termination", _failing_check(Generation._termination)),
-    "record": (generation_module, "read_kv", _fail),
+    "record": (shell_module, "read_kv", _fail),  # the record reads the cache (GenerationShell.kv)
 }
 
 

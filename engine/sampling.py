@@ -175,17 +175,31 @@ def entropy_bits(probs: torch.Tensor) -> float:
     return float(torch.special.entr(probs.double()).sum()) / math.log(2)  # entr(0) = 0
 
 
+class _Softmaxes:
+    """Each logits tensor's softmax and entropy, computed once however many records ask: one
+    reshape's output is the next one's input."""
+
+    def __init__(self) -> None:
+        self._of: tuple[torch.Tensor, torch.Tensor, float] | None = None
+
+    def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, float]:
+        if self._of is None or self._of[0] is not logits:
+            probs = logits.softmax(dim=-1)  # [vocab]
+            self._of = (logits, probs, entropy_bits(probs))
+        return self._of[1], self._of[2]
+
+
 def _applied_record(stage: Stage, settings: SamplerSettings, before: torch.Tensor, after: torch.Tensor,
-                    kept_before: int) -> StageRecord:
+                    kept_before: int, softmaxes: _Softmaxes) -> StageRecord:
     """What an applied stage did: a filter's removed tokens (newly at -inf) and the mass they
-    held; a reshape keeps every token possible."""
+    held; a reshape keeps every token possible, and moves the distribution."""
     if not stage.removes_tokens:
-        probs_before, probs_after = before.softmax(dim=-1), after.softmax(dim=-1)  # [vocab] each
+        (probs_before, entropy_before), (probs_after, entropy_after) = softmaxes(before), softmaxes(after)
         top = int(torch.argmax(probs_before))
         return StageRecord(stage.name, stage.label(settings), active=True, kept=kept_before, removed=0,
                            removed_mass=0.0, top_prob_before=float(probs_before[top]),
-                           top_prob_after=float(probs_after[top]), entropy_before_bits=entropy_bits(probs_before),
-                           entropy_after_bits=entropy_bits(probs_after))
+                           top_prob_after=float(probs_after[top]), entropy_before_bits=entropy_before,
+                           entropy_after_bits=entropy_after)
     gone_after = torch.isneginf(after)
     removed = gone_after & ~torch.isneginf(before)
     removed_count = int(removed.sum())
@@ -220,20 +234,21 @@ def run_chain(logits: torch.Tensor, context_ids: torch.Tensor, settings: Sampler
     records: list[StageRecord] = []
     current = logits
     kept = logits.numel() - int(torch.isneginf(logits).sum())
+    softmaxes = _Softmaxes()
     for stage in (STAGES[name] for name in CHAINS[settings.chain]):
         note = _skip_note(stage, settings)
         if note is not None:
             records.append(_skipped_record(stage, settings, kept, note))
             continue
         after = stage.apply(current, context_ids, settings)
-        records.append(_applied_record(stage, settings, current, after, kept))
+        records.append(_applied_record(stage, settings, current, after, kept, softmaxes))
         kept, current = records[-1].kept, after
     if settings.greedy:
         final_probs = torch.zeros_like(current)
         final_probs[torch.argmax(current)] = 1.0
+        entropy = 0.0  # one certain token: 0 bits
     else:
-        final_probs = current.softmax(dim=-1)
-    entropy = 0.0 if settings.greedy else entropy_bits(final_probs)  # one certain token: 0 bits
+        final_probs, entropy = softmaxes(current)
     return ChainOutput(final_logits=current, final_probs=final_probs,
                        final_entropy_bits=entropy, stages=tuple(records))
 

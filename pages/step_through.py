@@ -166,7 +166,9 @@ def setup_controls() -> None:
                        "start a forged one. Off, it is read as plain characters, as chat servers do.")
     with more_col:
         st.number_input("Seed", **widget_range(STEP.seed), key=STEP.seed,
-                        persist_state="session", help="Seeds this generation's own random generator.")
+                        persist_state="session", help="Seeds this generation's own random generator, which decides "
+                        "every random draw u when sampling: the same seed and settings give the same tokens, another "
+                        "seed other draws. The default's first draws are typical ones (0.56, 0.44, 0.64…).")
         stop_controls()
     if S.get(STEP.preset):
         st.caption(f"Preset: {preset_named(presets, S[STEP.preset]).about}")

@@ -14,9 +14,13 @@ from ui.deployment import current_deployment
 from ui.keys import CHAIN, STEP
 
 DEFAULT_PROMPT = "The capital of France is"
+# The seed decides every random draw u of a sampled generation. Seed 0's first draw is 0.970, so
+# every default demo began with an unlikely pick; seed 14 draws 0.556, 0.442, 0.636, 0.480, 0.339
+# first: the typical picks a first demo should show.
+DEFAULT_SEED = 14
 DETAIL_VIEWS = ("Termination", "P(sequence)", "KV cache", "History", "Share")  # the Step page's detail views
 WIDGET_DEFAULTS: dict[str, Any] = {
-    STEP.prompt: DEFAULT_PROMPT, STEP.chat: False, STEP.allow_special: False, STEP.seed: 0,
+    STEP.prompt: DEFAULT_PROMPT, STEP.chat: False, STEP.allow_special: False, STEP.seed: DEFAULT_SEED,
     STEP.temperature: 0.0, STEP.top_k: 0, STEP.top_p: 1.0, STEP.min_p: 0.0, STEP.repetition_penalty: 1.0,
     STEP.chain: "transformers", STEP.max_new_tokens: 32, STEP.stop_sequences: "", STEP.ignore_eos: False,
     STEP.chart_mode: "probability", STEP.sequence_basis: "raw", STEP.tabs: DETAIL_VIEWS[0],

@@ -37,7 +37,6 @@ from ui.state import (
     DETAIL_VIEWS,
     init_defaults,
     message,
-    parse_stop_sequences,
     set_message,
     slider_range,
     step_generation,
@@ -206,10 +205,18 @@ def templated_text() -> None:
 
 
 def stop_controls() -> None:
-    stops = len(parse_stop_sequences(S[STEP.stop_sequences]))
-    label = f"Stop: max {S[STEP.max_new_tokens]}" + (f" · {stops} seq." if stops else "") + (
-        " · no EOS" if S[STEP.ignore_eos] else "")
-    with st.popover(label, width="stretch", help="Termination: max new tokens, stop sequences, end of sequence"):
+    """The termination settings in a popover whose label says what is in force: the generation's
+    own settings, so a value the engine refused is never shown as if it applied."""
+    gen = step_generation(S)
+    stop = gen.stop if gen is not None and not message(S, "stop") else None
+    if stop is None:
+        label = "Stop settings ⚠"
+    else:
+        stops = len(stop.stop_sequences)
+        label = f"Max {stop.max_new_tokens}" + (f" · {stops} stop" if stops else "") + (
+            " · no EOS" if stop.ignore_eos else "")
+    with st.popover(label, icon=":material/stop_circle:", width="stretch",
+                    help="Termination: max new tokens, stop sequences, end of sequence"):
         st.number_input("Max new tokens", **widget_range(STEP.max_new_tokens), key=STEP.max_new_tokens,
                         persist_state="session")
         st.text_area("Stop sequences (one per line, up to 4; write a newline as \\n)", key=STEP.stop_sequences,

@@ -106,7 +106,7 @@ def _flag(params: Mapping[str, Sequence[str]], key: str) -> bool:
 
 
 # ASCII digits only ('²'.isdigit() is true, and int() refuses it), and few enough to print
-WHOLE = re.compile(r"[0-9]{1,19}")
+WHOLE = re.compile(r"[0-9]{1,100}")  # any size: the settings then name their own range
 
 
 def _int(params: Mapping[str, Sequence[str]], key: str, default: str) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine import Generation, LoadedModel, SamplerSettings, StopSettings, escape, unescape
+from engine import Generation, LoadedModel, SamplerSettings, SettingsError, StopSettings, escape, unescape
 from ui.deployment import current_deployment
 from ui.keys import CHAIN, STEP
 
@@ -117,6 +117,31 @@ def sampler_from(state: Mapping[str, Any], widgets: SettingWidgets = STEP_SETTIN
     return SamplerSettings(temperature=round(float(state[widgets.temperature]), 4), top_k=int(state[widgets.top_k]),
                            top_p=round(float(state[widgets.top_p]), 4), min_p=round(float(state[widgets.min_p]), 4),
                            repetition_penalty=round(float(state[widgets.repetition_penalty]), 4), **chain)
+
+
+# the engine's parameter names as the widgets label them
+WIDGET_LABELS = {
+    "temperature": "Temperature", "top_k": "Top-k", "top_p": "Top-p", "min_p": "Min-p",
+    "repetition_penalty": "Repetition penalty", "chain": "Chain order", "seed": "Seed",
+    "max_new_tokens": "Max new tokens", "stop_sequences": "Stop sequences", "ignore_eos": "Ignore EOS",
+}
+
+
+def setting_problem(exc: SettingsError) -> str:
+    """An engine settings error in a visitor's words: the widget's label, the value as typed (a
+    count for a list of stop sequences, never a Python tuple), and what is allowed."""
+    label = WIDGET_LABELS.get(exc.parameter)
+    if label is None:
+        return str(exc)
+    value = exc.value
+    if isinstance(value, tuple | list):
+        count = len(value)
+        given = f"{count} {'sequence' if count == 1 else 'sequences'}"
+    elif isinstance(value, str):
+        given = f"“{value[:40]}{'…' if len(value) > 40 else ''}” ({len(value):,} characters)"
+    else:
+        given = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+    return f"{label}: {given} is not allowed; {exc.allowed}."
 
 
 def stop_from(state: Mapping[str, Any], widgets: SettingWidgets = STEP_SETTINGS) -> StopSettings:

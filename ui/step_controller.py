@@ -200,7 +200,7 @@ def sync_generation(state: State, lm: LoadedModel, scheduler: ForwardScheduler |
     try:
         stop = settings.stop_from(state)
     except SettingsError as exc:
-        set_message(state, "stop", str(exc))
+        set_message(state, "stop", settings.setting_problem(exc))
         stop = None
     else:
         set_message(state, "stop", None)
@@ -278,8 +278,11 @@ def link_to_open(state: State, params: Mapping[str, list[str]]) -> SharedState |
         return None
     try:
         return from_params(params)
-    except (ShareError, SettingsError) as exc:
+    except ShareError as exc:
         link_failed(state, str(exc))
+        return None
+    except SettingsError as exc:
+        link_failed(state, settings.setting_problem(exc))
         return None
 
 
@@ -289,7 +292,10 @@ def open_link(state: State, lm: LoadedModel, shared: SharedState,
     (done, total) is told after each step (returning False cancels)."""
     try:
         result = replay(lm, replay_trace(shared), current_deployment().limits, progress, scheduler)
-    except (SettingsError, TraceError, PromptError) as exc:
+    except SettingsError as exc:
+        link_failed(state, settings.setting_problem(exc))
+        return
+    except (TraceError, PromptError) as exc:
         link_failed(state, str(exc))
         return
     if problem := settings.write_generation(state, result.generation):

@@ -182,6 +182,24 @@ def test_a_share_link_is_read_once_and_replays_its_steps(state, tiny_lm) -> None
     assert visitor[STEP.temperature] == 1.0 and visitor[STEP.prompt] == PROMPT
 
 
+@pytest.mark.parametrize(("params", "said"), [
+    ({"prompt": ["x"], "max": [str(10**20)]},
+     "Max new tokens: 100,000,000,000,000,000,000 is not allowed; a whole number from 1 to"),
+])
+def test_a_links_number_out_of_range_names_the_allowed_range(tiny_lm, params, said) -> None:
+    visitor: dict[str, Any] = {}
+    assert control.link_to_open(visitor, params) is None
+    assert said in message(visitor, "link") and "whole number, not" not in message(visitor, "link")
+
+
+def test_too_many_stop_sequences_are_named_in_the_widgets_words(state, tiny_lm) -> None:
+    state[STEP.stop_sequences] = "a\nb\nc\nd\ne".replace("\\n", "\n")
+    control.sync_generation(state, tiny_lm)
+    said = message(state, "stop")
+    assert said == "Stop sequences: 5 sequences is not allowed; at most 4 sequences."
+    assert "(" not in said and "stop_sequences" not in said
+
+
 def test_a_broken_share_link_says_why(tiny_lm) -> None:
     visitor: dict[str, Any] = {}
     assert control.link_to_open(visitor, {"prompt": ["x"], "tokens": ["4,x!"]}) is None

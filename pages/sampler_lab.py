@@ -7,7 +7,10 @@ ui/lab.py's, from the engine's own sampler.
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 import torch
 
@@ -41,6 +44,9 @@ from ui.teaching_charts import (
 
 S = st.session_state
 SHOWN_TOKENS = 10
+DISPUTED_ROWS = 8  # tokens listed under "kept by some chains and cut by others"
+DECADES = [10.0 ** e for e in range(-3, 1)]  # the min-p sweep's axis: 0.001 to 1
+FIFTHS = [i / 5 for i in range(6)]  # the top-p sweep's axis: 0 to 1
 
 
 def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
@@ -129,7 +135,7 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
     st.plotly_chart(settings_figure(labels, step.logits.softmax(dim=-1), ids, list(named.items()), picks),
                     config=CHART_CONFIG, key=LAB.settings_chart)
     st.markdown("**Kept sets.** ‘cut’ means the sampler set that token's probability to zero; ★ marks the pick.")
-    st.dataframe(kept_table(lm, step, ids, named), hide_index=True, height=36 * (len(ids) + 1) + 4)
+    st.dataframe(kept_table(lm, step, ids, named), hide_index=True, height="content")
     return named
 
 
@@ -154,10 +160,11 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         ps = [round(0.05 * i, 2) for i in range(1, 20)] + [0.97, 0.99, 1.0]
         points = lab.memo(S, (*step_key, "top_p"), lambda: nucleus_sweep(step, ps))
         here = nucleus_sweep(step, [marked])[0]
-        st.markdown(f"Top-p **{marked:g}** keeps **{here.kept:,}** tokens: the fewest most-probable tokens whose "
-                    "probabilities add up to at least p (at temperature 1). A confident step needs few tokens to "
-                    "reach p; an uncertain one needs many.")
-        figure = lab.rebuildable(S, (*step_key, "top_p_chart", marked), lambda: cut_figure(points, "top-p", marked))
+        st.markdown(f"Top-p **{marked:g}** keeps **{here.kept:,}** token{'' if here.kept == 1 else 's'}: the fewest "
+                    "most-probable tokens whose probabilities add up to at least p (at temperature 1). A confident "
+                    "step needs few tokens to reach p; an uncertain one needs many.")
+        figure = lab.rebuildable(S, (*step_key, "top_p_chart", marked),
+                                 lambda: bounded_axes(cut_figure(points, "top-p", marked), FIFTHS))
         st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.top_p_chart)
     with m_tab:
         marked = st.slider("min-p to read off", 0.01, 1.0, 0.1, 0.01, key=LAB.sweep_min_p)
@@ -165,11 +172,25 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         points = lab.memo(S, (*step_key, "min_p"), lambda: min_p_sweep(step, ms))
         here = min_p_sweep(step, [marked])[0]
         st.markdown(f"Min-p **{marked:g}** cuts every token below **{marked:g} × the top token's probability = "
-                    f"{here.threshold:.3g}** and keeps **{here.kept:,}** tokens (at temperature 1). The cut moves "
-                    "with the model's confidence: a sure top token raises it.")
+                    f"{here.threshold:.3g}** and keeps **{here.kept:,}** token{'' if here.kept == 1 else 's'} (at "
+                    "temperature 1). The cut moves with the model's confidence: a sure top token raises it.")
         figure = lab.rebuildable(S, (*step_key, "min_p_chart", marked),
-                             lambda: cut_figure(points, "min-p", marked, log_x=True))
+                                 lambda: bounded_axes(cut_figure(points, "min-p", marked, log_x=True), DECADES))
         st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.min_p_chart)
+
+
+def bounded_axes(figure: go.Figure, x_ticks: list[float]) -> go.Figure:
+    """A sweep's axes end where its setting does (0 to 1, 0.001 to 1 for min-p), and the log
+    axes label only powers of ten: no 2s and 5s between them."""
+    log_x = figure.layout.xaxis.type == "log"
+    low, high = x_ticks[0], x_ticks[-1]
+    figure.update_xaxes(range=[math.log10(low), math.log10(high)] if log_x else [low, high],
+                        tickvals=x_ticks, ticktext=[f"{t:g}" for t in x_ticks])
+    if log_x:  # add_vline puts its label at the data value, where a log axis reads log10 of it
+        figure.for_each_annotation(lambda note: note.update(x=math.log10(note.x)))
+    figure.update_yaxes(dtick=1, tickformat=",d")
+    figure.update_traces(cliponaxis=False)  # the points at the axis' ends are drawn whole
+    return figure
 
 
 def chain_settings(vocab_size: int) -> SamplerSettings | None:
@@ -201,17 +222,19 @@ def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
         "chain": name, "order": " → ".join(s.replace("_", "-") for s in CHAINS[name] if s != "repetition_penalty"),
         "tokens kept": o.decision.final_kept, "picks": quoted(lm.texts.piece(o.decision.token_id).text),
         "pick's final probability": pct(o.decision.final_prob),
-        "entropy (bits)": round(o.decision.final_entropy_bits, 3)} for name, o in outcomes.items()]),
-        hide_index=True)
+        "entropy (bits)": o.decision.final_entropy_bits} for name, o in outcomes.items()]),
+        hide_index=True, column_config={"entropy (bits)": st.column_config.NumberColumn(format="%.3f")})
     disputed = disputed_tokens(step, outcomes)
     if disputed:
+        shown = disputed[:DISPUTED_ROWS]
+        which = f" (the {len(shown)} most probable shown)" if len(shown) < len(disputed) else ""
         st.markdown(f"**{len(disputed):,} token{'s are' if len(disputed) > 1 else ' is'} kept by some chains and "
-                    "cut by others:**")
+                    f"cut by others{which}:**")
         st.dataframe(pd.DataFrame([{"token": label, **{name: "kept" if i in o.kept_ids else "cut"
                                                         for name, o in outcomes.items()}}
-                                   for label, i in zip(token_labels(texts(lm, disputed[:8]), step.logits,
-                                                                    disputed[:8]), disputed[:8], strict=True)]),
-                     hide_index=True)
+                                   for label, i in zip(token_labels(texts(lm, shown), step.logits, shown), shown,
+                                                       strict=True)]),
+                     hide_index=True, height="content")
     else:
         st.markdown("**All three orders keep exactly the same tokens here.** Try a temperature further from 1 "
                     "with top-p below 1, or min-p together with top-p.")
@@ -286,7 +309,7 @@ def main() -> None:
         st.code(step.context_text, language=None, wrap_lines=True)
     own = f"u = {step.u:.6f}" if step.u is not None else "a multinomial draw, no single u"
     own_draw = st.checkbox(f"Use the step's own random draw ({own})", True, key=LAB.own_draw)
-    u = None if own_draw else st.slider("random draw u", 0.0, 0.999, 0.5, 0.001, key=LAB.u)
+    u = None if own_draw else st.slider("random draw u", 0.0, 0.999, 0.5, 0.001, format="%.3f", key=LAB.u)
     samplers_section(lm, step, step_key, u)
     sweeps(step, step_key)
     chain_orders(lm, step, step_key)

@@ -48,6 +48,12 @@ def test_sampler_lab_shows_three_samplers_and_draws_a_thousand_times(page):
     picks.nth(2).wait_for(timeout=SLOW)  # the heading can arrive before the columns under it
     settle(page)
     assert picks.count() == 3
+    # every table is as tall as its rows: no empty row below the last (a grid row is 35 px)
+    tables = page.locator("[data-testid='stDataFrame']")
+    tables.first.wait_for(timeout=SLOW)
+    heights = tables.evaluate_all("frames => frames.map(f => [f.getBoundingClientRect().height, "
+                                  "Number(f.querySelector('[aria-rowcount]').getAttribute('aria-rowcount'))])")
+    assert all(height <= 35 * rows + 4 for height, rows in heights), heights
     shoot(page, "teaching_sampler_lab")
     page.get_by_role("button", name="Draw 1,000 times").click()
     page.get_by_text(re.compile("different tokens came up")).wait_for(timeout=SLOW)

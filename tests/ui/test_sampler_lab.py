@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
@@ -186,3 +189,28 @@ def test_a_chosen_draw_of_zero_makes_every_sampler_pick_its_most_probable_token(
                 for s in COLUMN_DEFAULTS.values()]
     assert picks(at) == expected
     assert "u = 0.000" in " ".join(m.value for m in at.markdown)
+
+
+def test_the_pages_tables_charts_and_u_slider_say_what_they_show(lm, frozen):
+    """Issue 28: the disputed tokens' count matches the rows below it (or says how many are
+    shown), one number of decimals per column, the min-p sweep's axis ends at 1, labels powers
+    of ten only and names the marked setting at its line, and the u slider reads 0.999 at its
+    top. (The tables' heights: the browser test.)"""
+    at = lab()
+    at.checkbox(key=LAB.own_draw).uncheck().run()
+    at.slider(key=LAB.chain_temperature).set_value(2.0).run()
+    at.number_input(key=LAB.chain_top_k).set_value(100).run()  # 19 tokens disputed on this step
+    assert not at.exception
+    u = at.slider(key=LAB.u)
+    assert u.max == 0.999 and u.proto.format == "%.3f"
+    said = next(m.value for m in at.markdown if "kept by some chains and cut by others" in m.value)
+    count = int(re.search(r"\*\*([\d,]+) tokens? (?:are|is) kept", said)[1].replace(",", ""))
+    rows = len(at.dataframe[-1].value)
+    assert count > rows == 8 and "(the 8 most probable shown)" in said
+    entropy = json.loads(at.dataframe[-2].proto.columns)["entropy (bits)"]
+    assert entropy["type_config"]["format"] == "%.3f"
+    charts = [json.loads(c.proto.spec)["layout"] for c in at.get("plotly_chart")]
+    min_p = next(layout for layout in charts if "min-p cut" in json.dumps(layout.get("title", "")))
+    assert min_p["xaxis"]["range"] == [-3.0, 0.0] and min_p["xaxis"]["tickvals"] == [0.001, 0.01, 0.1, 1.0]
+    assert min_p["yaxis"]["dtick"] == 1
+    assert [note["x"] for note in min_p["annotations"]] == [-1.0]  # "min-p = 0.1" at 0.1, on a log axis

@@ -16,12 +16,16 @@ from engine import LoadedModel, self_draft
 from engine.speculative import K_MAX, K_MIN, DraftMethod, expected_tokens_per_round, speculative_to_trace
 from ui import chain_controller as bc
 from ui.chain_views import (
+    counted,
     kv_html,
+    no_guess_reason,
     positions_html,
     rejection_html,
     round_line_html,
     rounds_table_html,
     speculative_chips_html,
+    speed_verdict,
+    verify_cost_text,
 )
 from ui.chips import chip_window, context_html
 from ui.deployment import current_deployment, downloadable
@@ -146,10 +150,13 @@ def lanes_view(lanes: bc.Lanes) -> None:
     spec, plain_lane = lanes.speculative, lanes.plain
     left, right = st.columns(2, gap="medium")
     with left, st.container(border=True):
-        st.markdown(f"**Speculative**: {len(spec.rounds)} forward passes for {len(spec.generated_ids)} tokens")
+        st.markdown(f"**Speculative**: {counted(len(spec.rounds), 'forward pass', 'forward passes')} for "
+                    f"{counted(len(spec.generated_ids), 'token')}")
         st.html(speculative_chips_html(prompt_html, spec, CHIP_LINES if presenting() else None))
     with right, st.container(border=True):
-        st.markdown(f"**Plain decoding**: {len(plain_lane.steps)} forward passes for {len(plain_lane.steps)} tokens")
+        passes = len(plain_lane.steps)
+        st.markdown(f"**Plain decoding**: {counted(passes, 'forward pass', 'forward passes')} for "
+                    f"{counted(passes, 'token')}")
         chips = context_html(prompt_html, plain_lane.steps, legend=False)
         st.html(chip_window(chips, CHIP_LINES) if presenting() else chips)
     if not spec.generated_ids:
@@ -173,29 +180,38 @@ def round_view(lanes: bc.Lanes) -> None:
         return
     record = spec.rounds[-1]
     texts = spec.lm.texts
-    st.markdown(f"#### Round {record.index}: {len(record.drafted)} guessed, {record.accepted} kept, "
-                f"{len(record.emitted)} added, one forward pass")
+    added = counted(len(record.emitted), "token")
     if record.drafted:
         guessed = plain(" ".join(quoted(p.text) for p in record.drafted))  # copied from the visitor's prompt
-        source = ("a deterministic guess, so q = 1 for each guessed token" if record.deterministic_draft
-                  else "the draft model's own distribution q at each position")
+        source = ("copied from the context: a deterministic guess, so q = 1 for each guessed token"
+                  if record.deterministic_draft else "the draft model's own distribution q at each position")
+        st.markdown(f"#### Round {record.index}: {counted(len(record.drafted), 'guess', 'guesses')}, "
+                    f"{record.accepted} kept, {added} added, one forward pass")
         st.markdown(f"**1 · Draft** ({record.method}, {record.timing.draft_ms:.1f} ms): {guessed} — {source}.")
     else:
-        st.markdown(f"**1 · Draft** ({record.method}): no guess this round (nothing in the context matched), so the "
-                    "round is a plain decode step.")
-    st.markdown(f"**2 · Verify**: one forward pass read {record.fed_tokens} token"
-                f"{'s' if record.fed_tokens != 1 else ''} in {record.timing.verify_ms:.1f} ms and returned "
-                f"{len(record.positions)} distributions, one per guessed position plus one after the last. "
-                f"**3 · Accept / reject**, left to right:")
-    st.html(PANEL_CSS + positions_html(record))
+        st.markdown(f"#### Round {record.index}: no guess, a plain decode step ({added}, one forward pass)")
+        st.markdown(f"**1 · Draft** ({record.method}): no guess this round: "
+                    f"{no_guess_reason(record, spec.draft)}. So the round is a plain decode step.")
+    returned = (f"{counted(len(record.positions), 'distribution')}, one per guessed position plus one after the "
+                "last" if record.drafted else "1 distribution, the one after the context, as a plain decode step does")
+    raw = bc.raw_distributions(lanes, record) if record.sampler.greedy else ()
+    greedy_note = (" Greedy turns the target's p into a one-hot on its argmax, so the cards show the **raw p**, the "
+                   "model's softmax before the sampler, read from the plain lane's step at the same position after "
+                   "the same tokens; ★ marks the argmax." if any(d is not None for d in raw) else "")
+    st.markdown(f"**2 · Verify**: one forward pass read {counted(record.fed_tokens, 'token')} in "
+                f"{record.timing.verify_ms:.1f} ms and returned {returned}.{greedy_note} "
+                f"**3 · {'Accept / reject**, left to right' if record.drafted else 'Pick**'}:")
+    st.html(PANEL_CSS + positions_html(record, raw))
     if text := rejection_html(record, texts):
         st.html(f"<div>{text}</div>")
     if record.cut_by_stop:
-        st.markdown(f"A stop condition fired inside this round: {record.cut_by_stop} decided token"
-                    f"{'s were' if record.cut_by_stop != 1 else ' was'} dropped, exactly where plain decoding stops.")
-    st.markdown(f"**4 · KV cache**: the verify pass wrote {record.kv.written} positions; {record.kv.cropped} "
-                "were cropped (rejected guesses, or tokens past a stop); the newest token is read next round. "
-                f"Bookkeeping took {record.timing.bookkeeping_ms:.1f} ms.")
+        st.markdown(f"A stop condition fired inside this round: {counted(record.cut_by_stop, 'decided token')} "
+                    f"{'was' if record.cut_by_stop == 1 else 'were'} dropped, exactly where plain decoding stops.")
+    cropped = record.kv.cropped
+    cropped_words = ("none was cropped" if cropped == 0 else
+                     f"{cropped} {'was' if cropped == 1 else 'were'} cropped (rejected guesses, or tokens past a stop)")
+    st.markdown(f"**4 · KV cache**: the verify pass wrote {counted(record.kv.written, 'position')}; {cropped_words}; "
+                f"the newest token is read next round. Bookkeeping took {record.timing.bookkeeping_ms:.1f} ms.")
     st.html(kv_html(record))
     with st.expander("Every round"):
         st.html(PANEL_CSS + rounds_table_html(spec.rounds))
@@ -246,22 +262,20 @@ def workspace() -> None:
 
 
 def cost_section(lanes: bc.Lanes) -> None:
-    """Why a verify pass costs about one decode step, with this page's own timings."""
+    """What a verify pass costs against a decode step, in theory and in this page's own timings."""
     spec, plain_lane = lanes.speculative, lanes.plain
-    st.markdown("### Why checking k guesses costs about one step")
+    st.markdown("### What checking k guesses costs")
     guessed = [r for r in spec.rounds[1:] if r.drafted]
     decode = [s.timing.forward_ms for s in plain_lane.steps[1:]]
     text = ("A decode step at batch 1 is bound by memory bandwidth: it reads every weight of the model to make one "
             "token. The verify pass reads each weight once too, and uses it for all k + 1 positions at once, a "
-            "thin matrix product instead of a matrix–vector one. So it costs little more than one step, and "
-            "buys up to k + 1 tokens.")
+            "thin matrix product instead of a matrix–vector one. Where reading the weights is nearly all the "
+            "cost (a GPU at batch 1), the pass costs little more than one step and buys up to k + 1 tokens; on a "
+            "CPU the extra positions' arithmetic takes time too.")
     if guessed and decode:
         verify_ms = sum(r.timing.verify_ms for r in guessed) / len(guessed)
         mean_fed = sum(r.fed_tokens for r in guessed) / len(guessed)
-        decode_ms = sum(decode) / len(decode)
-        text += (f" Measured on this page: a verify pass over {mean_fed:.1f} tokens took **{verify_ms:.1f} ms** on "
-                 f"average; a plain decode step took **{decode_ms:.1f} ms** ({verify_ms / decode_ms:.2f}×). "
-                 "(Timings on a shared machine are noisy.)")
+        text += " " + verify_cost_text(verify_ms, sum(decode) / len(decode), mean_fed)
     st.markdown(text)
     st.markdown(time_per_token_text(lanes))
     if st.button("Measure prefill against decode", key=CHAIN.measure,
@@ -282,8 +296,8 @@ def cost_section(lanes: bc.Lanes) -> None:
             f"**Expected tokens per round.** If each guess survives with probability α, independently, a round "
             f"adds 1 + α + … + α^k = (1 − α^(k+1)) / (1 − α) tokens. With the measured α = {alpha:.2f} and "
             f"k = {spec.k}: **{expected_tokens_per_round(alpha, spec.k):.2f}** expected; measured over the "
-            f"{len(full)} rounds that guessed k tokens: **{measured_per_round:.2f}**. (Guesses are not independent "
-            "in real text: a copied passage is kept in long runs, then a whole round fails.)")
+            f"{counted(len(full), 'round')} that guessed k tokens: **{measured_per_round:.2f}**. (Guesses are not "
+            "independent in real text: a copied passage is kept in long runs, then a whole round fails.)")
 
 
 def time_per_token_text(lanes: bc.Lanes) -> str:
@@ -294,13 +308,10 @@ def time_per_token_text(lanes: bc.Lanes) -> str:
     # both without their first pass, which reads the prompt
     spec_ms = sum(r.timing.round_ms for r in spec.rounds[1:]) / sum(len(r.emitted) for r in spec.rounds[1:])
     plain_ms = sum(s.timing.step_ms for s in plain_lane.steps[1:]) / (len(plain_lane.steps) - 1)
-    if spec_ms <= plain_ms:
-        verdict = f"speculative decoding is **{plain_ms / spec_ms:.2f}× faster** here"
-    else:
-        verdict = f"speculative decoding is **{spec_ms / plain_ms:.2f}× slower** here"
-        if not spec.rounds[-1].deterministic_draft:
-            verdict += (": the draft model is a copy of the same small model, so its k passes cost about as much "
-                        "as the passes they save")
+    verdict = speed_verdict(spec_ms, plain_ms)
+    if "slower" in verdict and not spec.rounds[-1].deterministic_draft:
+        verdict += (": the draft model is a copy of the same small model, so its k passes cost about as much "
+                    "as the passes they save")
     return (f"**Time per token so far** (after the prompt): speculative {spec_ms:.1f} ms, plain {plain_ms:.1f} ms: "
             f"{verdict}. (Measured on a shared machine: noisy.)")
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine import (
+    Distribution,
     Generation,
     GenerationFinished,
     Limits,
@@ -25,6 +26,7 @@ from engine import (
     ModelLoadError,
     PromptError,
     PromptLookup,
+    RoundRecord,
     SettingsError,
     SpeculativeGeneration,
     StopSettings,
@@ -35,6 +37,7 @@ from engine.speculative import DraftMethod, DraftModel, check_k, replay_speculat
 from engine.speed import measure_prefill_decode
 from ui import idle_rebuild
 from ui import state as settings
+from ui.chain_views import counted
 from ui.chips import prompt_chips
 from ui.deployment import current_deployment, rebuild_limits, upload_problem
 from ui.keys import CHAIN, STEP
@@ -268,7 +271,8 @@ def choose_method(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: 
         rounds = len(lanes.speculative.rounds)
         lanes.speculative.draft = draft
         set_message(state, "method", f"From round {rounds + 1} on, the guesses come from {wanted}; the "
-                                     f"{len(lanes.speculative.generated_ids)} tokens so far are kept."
+                                     f"{counted(len(lanes.speculative.generated_ids), 'token')} so far "
+                                     f"{'is' if len(lanes.speculative.generated_ids) == 1 else 'are'} kept."
                     if rounds else None)
 
 
@@ -385,6 +389,25 @@ def counts(lanes: Lanes) -> Counts:
                   checked=sum(len(r.checks) for r in rounds), accepted=sum(r.accepted for r in rounds))
 
 
+def raw_distributions(lanes: Lanes, record: RoundRecord) -> tuple[Distribution | None, ...]:
+    """The model's raw softmax at each position `record` verified, where the plain lane has it:
+    the plain lane's step at the same position, after the same tokens (greedy makes the same
+    tokens in both lanes). None where it has no such step: after a rejected guess (the verify
+    pass read a token the text never got), past a stop, or where the lanes' tokens differ."""
+    spec, plain = lanes.speculative, lanes.plain
+    before = record.first_position - len(spec.prompt_ids)  # tokens generated before the round
+    steps, made = plain.steps, plain.generated_ids
+    context = spec.generated_ids[:before]
+    found: list[Distribution | None] = []
+    for index, view in enumerate(record.positions):
+        step = before + index  # the plain step that made the token at this position
+        same = step < len(steps) and steps[step].position == view.position and made[:step] == context
+        found.append(steps[step].distribution if same else None)
+        if index < len(record.drafted):
+            context = [*context, record.drafted[index].token_id]
+    return tuple(found)
+
+
 class Upload(Protocol):
     """An uploaded file (Streamlit's UploadedFile): its name and size are known before it is read."""
 
@@ -430,10 +453,10 @@ def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: Mak
                            CHAIN.stop_sequences: format_stop_sequences(spec.stop.stop_sequences),
                            CHAIN.method: method, CHAIN.active_method: method, CHAIN.lanes: lanes,
                            CHAIN.running: False})
-    note = f"Loaded {filename}: {len(spec.rounds)} rounds replayed."
-    if result.mismatched_rounds:
-        note += (f" Rounds {', '.join(map(str, result.mismatched_rounds))} came out differently on this machine "
-                 "(another model, or float rounding).")
+    note = f"Loaded {filename}: {counted(len(spec.rounds), 'round')} replayed."
+    if mismatched := result.mismatched_rounds:
+        note += (f" {'Round' if len(mismatched) == 1 else 'Rounds'} {', '.join(map(str, mismatched))} came out "
+                 "differently on this machine (another model, or float rounding).")
     set_message(state, "trace_error", None)
     set_message(state, "trace", note)
 
@@ -470,7 +493,7 @@ def keep_open(state: MutableMapping[str, Any], make_draft: MakeDraft, clicked: b
     rebuilt."""
     return idle_rebuild.keep_open(state, CHAIN.lanes, generations=lambda lanes: (lanes.speculative, lanes.plain),
                                   rebuild=lambda lanes: _rebuilt(lanes, make_draft), subject="Your two lanes were",
-                                  rebuilt_from=lambda lanes: f"their {len(lanes.speculative.rounds):,} rounds",
+                                  rebuilt_from=lambda lanes: f"their {counted(len(lanes.speculative.rounds), 'round')}",
                                   messages=CHAIN.messages, clicked=clicked)
 
 

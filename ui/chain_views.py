@@ -6,39 +6,57 @@ Pure functions from engine records to HTML strings (tests read them without a br
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from engine import RoundRecord, SpeculativeGeneration, TokenPiece, TokenTexts
+from engine import Distribution, RoundRecord, SpeculativeGeneration, TokenPiece, TokenTexts
 from engine.speculative import Check, PositionView
 from ui.charts import FINAL_COLOUR, RAW_COLOUR
 from ui.chips import CHIP_CSS, chip_window
 from ui.format import esc, pct, quoted, visible
 
-KIND_COLOURS = {"accepted": "#b2f2bb", "replaced": "#ffc078", "bonus": "#d0bfff"}
+KIND_COLOURS = {"accepted": "#b2f2bb", "replaced": "#ffc078", "bonus": "#d0bfff", "plain": "#dee2e6"}
 KIND_WORDS = {"accepted": "guess kept", "replaced": "target's token after a rejected guess",
-              "bonus": "bonus token (every guess kept)"}
+              "bonus": "bonus token (every guess kept)", "plain": "plain decode step (no guess)"}
 DRAFT_COLOUR = RAW_COLOUR  # q: the draft's distribution
 TARGET_COLOUR = FINAL_COLOUR  # p: the target's final distribution
 ROWS_PER_POSITION = 6
+T = TypeVar("T")
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """A count with its noun in the right number: 1 token, 2 tokens, 1 guess, 3 guesses."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+def round_kinds(record: RoundRecord) -> tuple[str, ...]:
+    """How each token of the round came, for the page: the engine's kinds, except that a round
+    with no guess makes its one token as a plain decode step ("plain"). (The engine counts it
+    as the bonus of zero kept guesses; to a student it is an ordinary step.)"""
+    return record.emitted_kinds if record.drafted else ("plain",) * len(record.emitted_kinds)
 
 CHAIN_CSS = """
 <style>
 .bc-round{display:inline;border-bottom:3px solid #868e96;padding-bottom:2px;margin-right:2px}
 .bc-guesses{display:flex;flex-wrap:wrap;gap:8px;align-items:stretch;margin:4px 0}
-.bc-pos{border:1px solid #dee2e6;border-radius:6px;padding:4px 6px;min-width:230px;flex:1 1 230px;font-size:.8rem}
-.bc-pos h5{margin:0 0 2px 0;font-size:.85rem}
+.bc-pos{border:1px solid #dee2e6;border-radius:6px;padding:4px 6px;min-width:0;flex:1 1 220px;max-width:420px;
+ font-size:.8rem}
+.bc-pos h5{margin:0 0 2px 0;font-size:.85rem;overflow-wrap:anywhere}
 .bc-pos.bc-no{opacity:.45}
 .bc-ok{color:#2b8a3e;font-weight:700}.bc-bad{color:#c92a2a;font-weight:700}.bc-bonus{color:#6741d9;font-weight:700}
-.bc-bar{display:inline-block;height:9px;vertical-align:middle;border-radius:2px}
-.bc-dist{width:100%;border-collapse:collapse}
-.bc-dist td{padding:1px 3px;white-space:nowrap}
-.bc-dist td.tok{font-family:ui-monospace,monospace;max-width:90px;overflow:hidden;text-overflow:ellipsis}
-.bc-dist tr.bc-guess td{background:#fff3bf}
+.bc-plain{font-weight:700}
+.bc-bar{display:block;height:5px;border-radius:2px;margin-top:1px}
+.bc-dist{width:100%;border-collapse:collapse;table-layout:fixed}
+.bc-dist th{padding:1px 3px;font-weight:400;text-align:right;vertical-align:bottom;line-height:1.1}
+.bc-dist td{padding:1px 3px}
+.bc-dist .num{width:4.3em;text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+.bc-dist td.tok{font-family:ui-monospace,monospace;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.bc-dist tr.bc-guess td{background:#fff3bf;color:#212529}
 .bc-kv{display:flex;flex-wrap:wrap;gap:2px;margin:6px 0}
 .bc-cell{width:14px;height:18px;border-radius:2px;background:#ced4da}
 .bc-cell.bc-new{background:#74c0fc}.bc-cell.bc-cut{background:#ffa8a8;background-image:repeating-linear-gradient(
  45deg,transparent 0 3px,#fff 3px 5px)}
-.bc-legend{font-size:.8rem;color:#555;display:flex;gap:12px;flex-wrap:wrap;margin-top:4px}
+.bc-legend{font-size:.8rem;opacity:.8;display:flex;gap:12px;flex-wrap:wrap;margin-top:4px}
 .bc-sw{display:inline-block;width:14px;height:12px;border-radius:2px;vertical-align:middle;margin-right:3px}
 .bc-flat .bc-round{display:contents}
 .bc-flat .bc-r0 .tbt-chip{box-shadow:0 3px 0 #495057}.bc-flat .bc-r1 .tbt-chip{box-shadow:0 3px 0 #adb5bd}
@@ -55,7 +73,9 @@ CHAIN_CSS = """
 
 def _chip(piece: TokenPiece, background: str, title: str, css: str = "") -> str:
     text = esc(piece.text) if piece.special else esc(visible(piece.text))
-    return (f'<span class="tbt-chip{" tbt-special" if piece.special else ""}{css}" style="background:{background}" '
+    # dark text on every light chip colour, in the dark theme too
+    return (f'<span class="tbt-chip{" tbt-special" if piece.special else ""}{css}" '
+            f'style="background:{background};color:#212529" '
             f'title="{esc(title)}">{text}</span>')
 
 
@@ -68,7 +88,7 @@ def speculative_chips_html(prompt_html: str, generation: SpeculativeGeneration, 
     for record in generation.rounds:
         chips = "".join(
             _chip(piece, KIND_COLOURS[kind], f"round {record.index} · {KIND_WORDS[kind]} · id {piece.token_id}")
-            for piece, kind in zip(record.emitted, record.emitted_kinds, strict=True))
+            for piece, kind in zip(record.emitted, round_kinds(record), strict=True))
         groups.append(f'<span class="bc-round bc-r{record.index % 2}" title="round {record.index}: one forward pass">'
                       f"{chips}</span>")
     legend = "".join(f'<span><span class="bc-sw" style="background:{c}"></span>{KIND_WORDS[k]}</span>'
@@ -107,10 +127,10 @@ def round_line_html(record: RoundRecord) -> str:
     else:
         target = ('<span class="bc-mark">a plain step:</span>'
                   + "".join(_chip(p, KIND_COLOURS[k], KIND_WORDS[k])
-                            for p, k in zip(record.emitted, record.emitted_kinds, strict=True)))
-    added = len(record.emitted)
-    guessed = f"{record.accepted} of {len(record.drafted)} guesses kept" if record.drafted else "no guess"
-    summary = (f"Round {record.index}: {guessed} · 1 forward pass → {added} token{'s' if added != 1 else ''}"
+                            for p, k in zip(record.emitted, round_kinds(record), strict=True)))
+    guessed = (f"{record.accepted} of {counted(len(record.drafted), 'guess', 'guesses')} kept" if record.drafted
+               else "no guess")
+    summary = (f"Round {record.index}: {guessed} · 1 forward pass → {counted(len(record.emitted), 'token')}"
                + (f" ({record.cut_by_stop} dropped at a stop)" if record.cut_by_stop else ""))
     return (CHIP_CSS + CHAIN_CSS + f'<div class="bc-line" data-round="{record.index}" '
             f'data-accepted="{record.accepted}" data-drafted="{len(record.drafted)}">'
@@ -118,50 +138,109 @@ def round_line_html(record: RoundRecord) -> str:
             f'<div class="tbt-chips bc-line-chips">{guesses}{target}</div></div>')
 
 
-def _bar(value: float, colour: str, width: int = 36) -> str:
-    return f'<span class="bc-bar" style="width:{max(1, round(width * value))}px;background:{colour}"></span>'
+def _bar(value: float, colour: str) -> str:
+    """A bar under a number, as wide as the probability is of its cell."""
+    return f'<span class="bc-bar" style="width:{max(2.0, 100 * value):.0f}%;background:{colour}"></span>'
 
 
-def _verdict(check: Check | None, view: PositionView, greedy: bool) -> str:
+def _number(value: float, colour: str) -> str:
+    return f'<td class="num">{pct(value)}{_bar(value, colour)}</td>'
+
+
+def _verdict(check: Check | None, view: PositionView, greedy: bool, plain_step: bool) -> str:
     """The headline of one verified position: what was guessed and what the rule said."""
+    if plain_step:
+        return ('<span class="bc-plain">no guess</span>: the model makes its next token from this distribution, '
+                "as a plain decode step does")
     if view.drafted_id is None:
         return ('<span class="bc-bonus">bonus position</span>: every guess was kept, so this distribution '
                 "gives one more token" if view.reached else "bonus position: not reached (a guess was rejected)")
     if check is None:
         return "not checked: an earlier guess was rejected"
     if greedy:
-        rule = "= the target's argmax" if check.accepted else "≠ the target's argmax"
+        rule = "the target's argmax ★" if check.accepted else "the target's argmax ★ is another token"
     else:
         rule = f"u = {check.u:.3f} {'<' if check.accepted else '≥'} min(1, p/q) = {check.accept_prob:.3f}"
     mark = '<span class="bc-ok">✓ kept</span>' if check.accepted else '<span class="bc-bad">✗ rejected</span>'
     return f"{mark} · {esc(rule)}"
 
 
-def position_html(view: PositionView, check: Check | None, greedy: bool, number: int) -> str:
-    """One position of the verify pass: the guess, the target's p beside the draft's q for the
-    leading tokens, and the residual on the rejected position."""
-    guess = (f"guess {esc(quoted(next(r.text for r in view.top if r.token_id == view.drafted_id)))}"
-             if view.drafted_id is not None else "after the last guess")
+def _shown(rows: Sequence[T], drafted_id: int | None, token_id: Callable[[T], int]) -> list[T]:
+    """The leading rows, and the guess's row wherever it ranks."""
+    return list(rows[:ROWS_PER_POSITION]) + [r for r in rows[ROWS_PER_POSITION:] if token_id(r) == drafted_id]
+
+
+def _final_table(view: PositionView, greedy: bool) -> tuple[str, float]:
+    """The target's p (after the sampler) beside the draft's q, and the residual on a rejected
+    position; no q column where the draft guessed nothing. With the mass of the tokens not shown."""
+    with_q = view.drafted_id is not None
     residual = any(r.residual is not None for r in view.top)
+    shown = _shown(view.top, view.drafted_id, lambda r: r.token_id)
     rows = []
-    for row in view.top[:ROWS_PER_POSITION] + tuple(
-            r for r in view.top[ROWS_PER_POSITION:] if r.token_id == view.drafted_id):
-        cells = (f'<td class="tok">{esc(quoted(row.text))}</td>'
-                 f"<td>{_bar(row.q, DRAFT_COLOUR)} {pct(row.q)}</td><td>{_bar(row.p, TARGET_COLOUR)} {pct(row.p)}</td>")
+    for row in shown:
+        star = " ★" if greedy and row.token_id == view.top[0].token_id else ""  # the pick: p after greedy is 1
+        cells = f'<td class="tok" title="{esc(quoted(row.text))}">{esc(quoted(row.text))}{star}</td>'
+        cells += (_number(row.q, DRAFT_COLOUR) if with_q else "") + _number(row.p, TARGET_COLOUR)
         if residual:
-            cells += f"<td>{pct(row.residual or 0.0)}</td>"
+            cells += f'<td class="num">{pct(row.residual or 0.0)}</td>'
         rows.append(f'<tr class="{"bc-guess" if row.token_id == view.drafted_id else ""}">{cells}</tr>')
-    head = "<tr><td></td><td>q draft</td><td>p target</td>" + ("<td>residual</td>" if residual else "") + "</tr>"
+    p_head = "p after greedy" if greedy else "p target"
+    head = ('<tr><th class="tok"></th>' + ('<th class="num">q draft</th>' if with_q else "")
+            + f'<th class="num">{p_head}</th>' + ('<th class="num">residual</th>' if residual else "") + "</tr>")
+    hidden = sum(r.p for r in view.top if r not in shown)
+    return f'<table class="bc-dist">{head}{"".join(rows)}</table>', view.others_p + hidden
+
+
+def _raw_table(view: PositionView, raw: Distribution) -> tuple[str, float]:
+    """Greedy: the model's own softmax at this position (the sampler's p is a one-hot there),
+    the greedy pick starred, the guess highlighted. With the mass of the tokens not shown."""
+    pick = view.top[0].token_id  # p after greedy: 1 on the pick, sorted first
+    shown = _shown(raw.top, view.drafted_id, lambda c: c.token_id)
+    rows = []
+    for candidate in shown:
+        star = " ★" if candidate.token_id == pick else ""
+        rows.append(f'<tr class="{"bc-guess" if candidate.token_id == view.drafted_id else ""}">'
+                    f'<td class="tok" title="{esc(quoted(candidate.text))}">{esc(quoted(candidate.text))}{star}</td>'
+                    f"{_number(candidate.prob, TARGET_COLOUR)}</tr>")
+    if view.drafted_id is not None and all(c.token_id != view.drafted_id for c in shown):
+        guess = next(r.text for r in view.top if r.token_id == view.drafted_id)
+        lowest = min(c.prob for c in raw.top)
+        rows.append(f'<tr class="bc-guess"><td class="tok">{esc(quoted(guess))}</td>'
+                    f'<td class="num" title="not among the {len(raw.top)} tokens recorded">'
+                    f"&lt; {pct(lowest)}</td></tr>")
+    head = ('<tr><th class="tok"></th><th class="num" title="the model\'s softmax, before the sampler">raw p</th>'
+            "</tr>")
+    hidden = sum(c.prob for c in raw.top if c not in shown)
+    return f'<table class="bc-dist">{head}{"".join(rows)}</table>', raw.others_prob + hidden
+
+
+def position_html(view: PositionView, check: Check | None, greedy: bool, number: int, plain_step: bool = False,
+                  raw: Distribution | None = None) -> str:
+    """One position of the verify pass: the guess, what the rule said, and a table of the
+    leading tokens: sampling shows the target's p beside the draft's q (and the residual on the
+    rejected position), the numbers the rule used; greedy shows the model's raw softmax `raw`
+    at this position when it is known (the sampler's p is a one-hot there). `plain_step`: the
+    round had no guess, so this one distribution makes an ordinary decode step."""
+    if plain_step:
+        title = "the next token"
+    elif view.drafted_id is not None:
+        title = f"guess {esc(quoted(next(r.text for r in view.top if r.token_id == view.drafted_id)))}"
+    else:
+        title = "after the last guess"
+    table, others = _raw_table(view, raw) if greedy and raw is not None else _final_table(view, greedy)
     return (f'<div class="bc-pos{"" if view.reached else " bc-no"}" data-position="{view.position}">'
-            f"<h5>{number}. position {view.position}: {guess}</h5><div>{_verdict(check, view, greedy)}</div>"
-            f'<table class="bc-dist">{head}{"".join(rows)}</table>'
-            f'<div class="tbt-note">other tokens: p {pct(view.others_p)}</div></div>')
+            f"<h5>{number}. position {view.position}: {title}</h5>"
+            f"<div>{_verdict(check, view, greedy, plain_step)}</div>{table}"
+            f'<div class="tbt-note">other tokens: {"raw p" if greedy and raw is not None else "p"} '
+            f"{pct(others)}</div></div>")
 
 
-def positions_html(record: RoundRecord) -> str:
-    """Every distribution the one verify pass returned, left to right."""
+def positions_html(record: RoundRecord, raw: Sequence[Distribution | None] = ()) -> str:
+    """Every distribution the one verify pass returned, left to right; `raw`: the model's raw
+    softmax at each position where it is known (ui/chain_controller.py raw_distributions)."""
     checks = {c.index: c for c in record.checks}
-    cards = [position_html(view, checks.get(i), record.sampler.greedy, i + 1)
+    known = list(raw) + [None] * (len(record.positions) - len(raw))
+    cards = [position_html(view, checks.get(i), record.sampler.greedy, i + 1, not record.drafted, known[i])
              for i, view in enumerate(record.positions)]
     return CHAIN_CSS + f'<div class="bc-guesses">{"".join(cards)}</div>'
 
@@ -172,11 +251,14 @@ def rejection_html(record: RoundRecord, texts: TokenTexts) -> str:
     if rejection is None:
         if record.bonus is None:
             return ""
+        if not record.drafted:
+            return (f"No guess, so nothing to check: the pass's one distribution gives the next token, "
+                    f"<b>{esc(quoted(record.bonus.text))}</b>, exactly as a plain decode step does.")
         bonus = (f"Every guess was kept, so the last distribution of the same pass gives a <b>bonus token</b>: "
                  f"<b>{esc(quoted(record.bonus.text))}</b>.")
         if record.cut_by_stop:
             return bonus + " It is not kept: a stop condition fired before it."
-        return bonus + f" This round added {len(record.emitted)} tokens for one forward pass."
+        return bonus + f" This round added {counted(len(record.emitted), 'token')} for one forward pass."
     guess = texts.piece(record.checks[rejection.index].token_id)
     if record.sampler.greedy:
         why = (f"Greedy: the guess {esc(quoted(guess.text))} is not the target's argmax, so the argmax "
@@ -223,3 +305,49 @@ def rounds_table_html(rounds: Sequence[RoundRecord], last: int = 12) -> str:
         f'<td class="num">{r.timing.draft_ms:.1f}</td><td class="num">{r.timing.verify_ms:.1f}</td>'
         f'<td class="num">{r.timing.bookkeeping_ms:.1f}</td></tr>' for r in list(rounds)[-last:][::-1])
     return f'<table class="tbt-table">{head}{rows}</table>'
+
+
+# ---- the round and the cost, in words that fit the record and the measured figures ----------
+
+SAME_WITHIN = 0.05  # two timings closer than this read as "about the same": shared-machine noise
+
+
+def no_guess_reason(record: RoundRecord, draft: object) -> str:
+    """Why a round proposed nothing: no room before the stop, or (prompt lookup, read from the
+    `draft` in use) no earlier place in the context matched its last tokens."""
+    if record.k == 0:
+        return ("there was no room for a guess: only one more token fits before the stop (max new tokens, or the "
+                "context window)")
+    longest, shortest = getattr(draft, "max_ngram", None), getattr(draft, "min_ngram", None)
+    if getattr(draft, "name", None) != record.method or not isinstance(longest, int) or not isinstance(shortest, int):
+        return "the draft proposed nothing"
+    first, *rest = range(longest, shortest - 1, -1)
+    failing = f" (failing that, its last {' or '.join(map(str, rest))})" if rest else ""
+    return (f"prompt lookup copies what followed an earlier occurrence of the context's last {first} tokens"
+            f"{failing}, and the context holds none")
+
+
+def times_a_step(ratio: float) -> str:
+    """A verify pass's time as a multiple of one decode step, in words that fit the figure."""
+    if abs(ratio - 1) <= SAME_WITHIN:
+        return "about as long as one decode step"
+    return f"about {ratio:.1f}× as long as one decode step"
+
+
+def verify_cost_text(verify_ms: float, decode_ms: float, mean_fed: float) -> str:
+    """The page's own measurement: a verify pass against a plain decode step."""
+    ratio = verify_ms / decode_ms
+    against = (f"less than the {mean_fed:.1f} steps it stands in for" if ratio < mean_fed else
+               f"no less than the {mean_fed:.1f} steps it stands in for: here the extra positions are not free")
+    return (f"Measured on this page: a verify pass over {mean_fed:.1f} tokens took **{verify_ms:.1f} ms** on "
+            f"average and a plain decode step **{decode_ms:.1f} ms**, so a verify pass took "
+            f"**{times_a_step(ratio)}**: {against}. (Timings on a shared machine are noisy.)")
+
+
+def speed_verdict(spec_ms: float, plain_ms: float) -> str:
+    """Which lane makes tokens faster, per token, in words that fit the figures."""
+    if abs(plain_ms / spec_ms - 1) <= SAME_WITHIN:
+        return "speculative decoding is **about as fast as** plain decoding here"
+    if spec_ms < plain_ms:
+        return f"speculative decoding is **{plain_ms / spec_ms:.2f}× faster** here"
+    return f"speculative decoding is **{spec_ms / plain_ms:.2f}× slower** here"

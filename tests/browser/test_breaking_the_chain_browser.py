@@ -25,6 +25,7 @@ def test_steps_then_run_show_rounds_beside_plain_decoding(page):
         settle(page)
     page.get_by_role("heading", name=re.compile(r"Round 5:")).wait_for(timeout=SLOW)
     assert page.locator(".bc-pos").count() >= 1
+    assert page.locator(".bc-pos th", has_text="raw p").count() >= 1  # greedy: the model's softmax, not 100 %
     shoot(page, "breaking_the_chain_round", height=1800)
     page.get_by_role("button", name="Run", exact=True).click()
     page.get_by_text(re.compile("finished: eos")).wait_for(timeout=SLOW)
@@ -34,6 +35,55 @@ def test_steps_then_run_show_rounds_beside_plain_decoding(page):
     tokens, speculative, plain = (int(v) for v in passes[:3])
     assert speculative < plain == tokens
     shoot(page, "breaking_the_chain_finished", height=2600)
+
+
+# what in an accept / reject card reaches past its border, or a number wider than its cell
+CARD_OVERFLOW = """() => [...document.querySelectorAll('.bc-pos')].flatMap(card => {
+  const edge = card.getBoundingClientRect().right + 0.5;
+  return [...card.querySelectorAll('h5, div, table, th, td')]
+    .filter(e => e.getBoundingClientRect().right > edge || (e.matches('.num') && e.scrollWidth > e.clientWidth))
+    .map(e => `${card.dataset.position}: ${e.textContent.trim()}`);
+})"""
+
+
+def choose_preset(page, name: str) -> None:
+    box = page.locator(".st-key-bc_preset input[role=combobox]")
+    box.click()
+    box.fill(name)
+    page.get_by_role("option", name=re.compile(name)).click()
+    settle(page)
+    page.get_by_role("button", name="Reset", exact=True).click()
+    settle(page)
+
+
+@pytest.mark.parametrize("width", [1440, 1024])
+def test_the_accept_reject_cards_hold_their_numbers_at_1440_and_1024_px(browser, app_url, width):
+    """Sampled copying, round by round until a guess is rejected (the residual column shows):
+    no card's text runs past its border, no number past its cell."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(app_url)
+        page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+        open_page(page, "Breaking the chain")
+        page.get_by_role("button", name="Step").wait_for(timeout=SLOW)
+        settle(page)
+        choose_preset(page, "Sampled copying")
+        page.get_by_role("button", name="Step", exact=True).click()  # round 1 reads the prompt: no guess
+        settle(page)
+        assert page.get_by_role("heading", name=re.compile("Round 1: no guess, a plain decode step")).count() == 1
+        assert page.get_by_text(re.compile(r"returned 1 distribution, the one after the context")).count() == 1
+        for _ in range(15):
+            page.get_by_role("button", name="Step", exact=True).click()
+            settle(page)
+            assert page.evaluate(CARD_OVERFLOW) == []
+            if page.locator(".bc-pos th", has_text="residual").count():
+                break
+        assert page.locator(".bc-pos th", has_text="residual").count() == 1
+        page.locator(".bc-guesses").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"breaking_the_chain_cards_{width}.png"))
+    finally:
+        context.close()
 
 
 ROUNDS = "Number(document.querySelector('[data-rounds]')?.dataset.rounds ?? -1)"

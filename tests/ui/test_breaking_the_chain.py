@@ -6,6 +6,7 @@ The controller (ui/chain_controller.py) is also tested on its own, without Strea
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -53,6 +54,10 @@ def at() -> AppTest:
 
 def test_step_runs_one_round_and_the_plain_lane_catches_up(at: AppTest) -> None:
     click(at, CHAIN.step)  # round 1: the prefill; the copying preset has nothing to look up yet
+    said = " ".join(m.value for m in at.markdown)
+    assert "Round 1: no guess, a plain decode step (1 token, one forward pass)" in said
+    assert "returned 1 distribution, the one after the context" in said and "last 3 tokens" in said
+    assert not re.search(r"(?<!\+ )\b1 (tokens|distributions|positions|were)\b", said)  # (not "k + 1 tokens")
     click(at, CHAIN.step)
     spec = lanes(at).speculative
     assert len(spec.rounds) == 2
@@ -75,7 +80,8 @@ def test_run_goes_to_the_stop_condition_with_identical_text_and_fewer_passes(at:
     assert any("finished: eos" in m.value for m in at.markdown)
     assert any("Expected tokens per round" in m.value for m in at.markdown)
     per_token = next(m.value for m in at.markdown if m.value.startswith("**Time per token so far**"))
-    assert "× faster" in per_token or "× slower" in per_token
+    assert "× faster" in per_token or "× slower" in per_token or "about as fast as" in per_token
+    assert "1.00×" not in per_token
 
 
 def test_reset_starts_both_lanes_over(at: AppTest) -> None:

@@ -1,0 +1,123 @@
+"""The Breaking the chain page's views on a tiny random model (tests/tiny.py), without Streamlit:
+a round with no guess reads as a plain decode step, greedy cards show the model's raw softmax
+(the plain lane's, at the same position after the same tokens), counts agree with their nouns,
+and the cost's words fit the measured figures. (The page on the real model:
+tests/ui/test_breaking_the_chain.py; the cards' fit on screen: tests/browser/.)"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from engine import Generation, PromptLookup, SamplerSettings, SpeculativeGeneration
+from ui import chain_controller as bc
+from ui.chain_views import (
+    KIND_COLOURS,
+    counted,
+    no_guess_reason,
+    positions_html,
+    rejection_html,
+    round_kinds,
+    round_line_html,
+    speculative_chips_html,
+    speed_verdict,
+    times_a_step,
+    verify_cost_text,
+)
+from ui.format import pct
+
+NO_REPEAT = "xyzw"  # no token occurs twice: prompt lookup finds nothing to copy
+REPEATING = "abc abc abc abc"  # lookup copies " abc" onwards
+
+
+def body(html: str) -> str:
+    """The HTML after its style sheets (whose class names would match words)."""
+    return html.split("</style>")[-1]
+
+
+def lanes_after(lm, prompt: str, rounds: int = 1, sampler: SamplerSettings | None = None) -> bc.Lanes:
+    """Both lanes on `prompt` (greedy unless told), `rounds` speculative rounds, plain caught up."""
+    sampler = sampler or SamplerSettings(temperature=0.0)
+    pair = bc.Lanes(SpeculativeGeneration(lm, prompt, draft=PromptLookup(lm.eos_ids), k=4, sampler=sampler),
+                    Generation(lm, prompt, sampler=sampler))
+    for _ in range(rounds):
+        pair.speculative.step()
+        bc.catch_up(pair)
+    return pair
+
+
+def test_a_round_without_a_guess_reads_as_a_plain_decode_step_in_words_and_colour(tiny_lm) -> None:
+    pair = lanes_after(tiny_lm, NO_REPEAT)
+    record = pair.speculative.rounds[-1]
+    assert record.drafted == () and record.emitted_kinds == ("bonus",)  # the engine's own name for it
+    assert round_kinds(record) == ("plain",)
+    cards = body(positions_html(record, bc.raw_distributions(pair, record)))
+    assert "no guess" in cards and "bonus" not in cards and "every guess was kept" not in cards
+    assert "q draft" not in cards  # no draft existed at this position: no q column, no "q 0%"
+    said = rejection_html(record, tiny_lm.texts)
+    assert "plain decode step" in said and "Every guess was kept" not in said and "bonus" not in said
+    chips = speculative_chips_html("", pair.speculative)
+    chip = re.search(r'background:(#\w+);color:#\w+" title="round 1 · ([^"]*)"', chips)
+    assert chip is not None and chip[1] == KIND_COLOURS["plain"] and "no guess" in chip[2]
+    line = body(round_line_html(record))
+    assert "a plain step" in line and "bonus" not in line
+
+
+def test_a_round_with_no_guess_says_which_tokens_prompt_lookup_looked_for(tiny_lm) -> None:
+    pair = lanes_after(tiny_lm, NO_REPEAT)
+    reason = no_guess_reason(pair.speculative.rounds[-1], pair.speculative.draft)
+    assert "last 3 tokens (failing that, its last 2)" in reason  # drafting.py MAX_NGRAM, MIN_NGRAM
+
+
+def test_greedy_cards_show_the_models_raw_softmax_not_the_one_hot(tiny_lm) -> None:
+    pair = lanes_after(tiny_lm, REPEATING)
+    record = pair.speculative.rounds[-1]
+    assert record.drafted and record.sampler.greedy
+    raw = bc.raw_distributions(pair, record)
+    first = raw[0]
+    assert first is pair.plain.steps[record.first_position - len(pair.plain.prompt_ids)].distribution
+    assert first.top[0].prob < 0.5  # a random model: far from the sampler's one-hot
+    # after a rejected guess the verify pass read a token the text never got: no plain step there
+    if record.rejection is not None:
+        assert all(d is None for d in raw[record.rejection.index + 1:])
+    cards = positions_html(record, raw)
+    first_card = cards.split('class="bc-pos')[1]
+    assert "raw p" in first_card and pct(first.top[0].prob) in first_card and "100.0%" not in first_card
+
+
+def test_sampled_cards_keep_the_ps_and_qs_the_rule_used(tiny_lm) -> None:
+    pair = lanes_after(tiny_lm, REPEATING, sampler=SamplerSettings(temperature=1.0))
+    record = pair.speculative.rounds[-1]
+    cards = positions_html(record, ())
+    assert "q draft" in cards and "p target" in cards and "raw p" not in cards
+
+
+@pytest.mark.parametrize(("count", "noun", "words"), [(1, "token", "1 token"), (2, "token", "2 tokens"),
+                                                      (1, "guess", "1 guess"), (0, "distribution", "0 distributions"),
+                                                      (1_234, "position", "1,234 positions")])
+def test_counts_agree_with_their_nouns(count, noun, words) -> None:
+    assert counted(count, noun, "guesses" if noun == "guess" else None) == words
+
+
+def test_no_singular_count_on_the_round_reads_as_a_plural(tiny_lm) -> None:
+    pair = lanes_after(tiny_lm, NO_REPEAT, rounds=2)
+    for record in pair.speculative.rounds:
+        text = re.sub("<[^>]+>", " ", round_line_html(record) + rejection_html(record, tiny_lm.texts))
+        assert not re.search(r"(?<![\d.,])1 (tokens|guesses|distributions|positions|were)\b", text), text
+
+
+def test_the_verify_cost_is_worded_from_the_measured_ratio() -> None:
+    text = verify_cost_text(31.0, 17.0, 4.6)
+    assert "about 1.8× as long as one decode step" in text and "less than the 4.6 steps" in text
+    assert "little more" not in text
+    assert times_a_step(1.02) == "about as long as one decode step"
+    assert "no less than the 1.5 steps" in verify_cost_text(40.0, 10.0, 1.5)
+
+
+@pytest.mark.parametrize(("spec_ms", "plain_ms", "words"), [
+    (10.0, 10.0, "about as fast as"), (10.0, 10.3, "about as fast as"), (10.3, 10.0, "about as fast as"),
+    (5.0, 10.0, "2.00× faster"), (20.0, 10.0, "2.00× slower")])
+def test_the_speed_verdict_never_says_one_times_slower(spec_ms, plain_ms, words) -> None:
+    verdict = speed_verdict(spec_ms, plain_ms)
+    assert words in verdict and "1.00×" not in verdict

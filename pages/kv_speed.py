@@ -201,7 +201,9 @@ def memory_section(lm: LoadedModel) -> None:
     rows = kv_rows(lm, per_position)
     st.plotly_chart(kv_memory_figure([(f"{r.name} ({r.shape.dtype})", r.per_position * positions) for r in rows],
                                      positions), config=CHART_CONFIG, key=KV.memory_chart)
-    st.dataframe(kv_table(rows, positions), hide_index=True)
+    st.dataframe(kv_table(rows, positions), hide_index=True,
+                 column_config={"model": st.column_config.TextColumn(width="medium"),  # names whole at 1440 px
+                                "source": st.column_config.TextColumn(width="large")})
     st.caption("Other models' shapes are from their published config.json files (named in the source column), in "
                "the dtype those configs store the weights in. The bundled model runs here in "
                f"{str(lm.dtype).removeprefix('torch.')}, dequantised from its GGUF file. Mistral-7B-v0.1 uses a "

@@ -27,8 +27,9 @@ def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, height: i
     """Shared look; sizes are set on every part because Streamlit's chart theme sets its own."""
     figure.update_layout(
         title={"text": title, "font": {"size": FONT + 4}}, height=height, font={"size": FONT},
-        margin={"l": 10, "r": 10, "t": 60, "b": 10}, plot_bgcolor="white",
-        legend={"orientation": "h", "y": -0.18, "font": {"size": FONT}})
+        margin={"l": 10, "r": 10, "t": 90, "b": 10}, plot_bgcolor="white",
+        # under the title, above the plot: below it, the legend sat on the x axis's title
+        legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "font": {"size": FONT}})
     for axis, text in (("xaxis", x_title), ("yaxis", y_title)):  # primary axes; a second y axis keeps its own
         figure.update_layout({axis: {"title": {"text": text, "font": {"size": FONT}}, "tickfont": {"size": FONT},
                                      "showgrid": True, "gridcolor": "#e9ecef", "zeroline": False}})

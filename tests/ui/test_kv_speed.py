@@ -46,7 +46,7 @@ def test_the_servers_own_scheduler_and_the_packed_passes_differences_are_shown(l
     said = "four interleaved running sums" if exact_rows_kernel_in_use(lm) else "multiplies each row on its own"
     assert any(said in m.value for m in page.markdown)
     labels = {m.label for m in page.metric}
-    assert {"visitors served", "tokens / s, all visitors", "mean visitors per pass", "waiting now"} <= labels
+    assert {"visitors, last 10 s", "tokens / s, last 10 s", "mean visitors per pass", "waiting now"} <= labels
 
 
 def test_kv_bytes_shown_are_read_from_the_real_cache(lm, page):

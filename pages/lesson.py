@@ -58,15 +58,15 @@ def idle_notes(read: Callable[[Any, str], str | None]) -> None:
 # ---- the guided walk ----------------------------------------------------------------------
 
 def top_values(labels: list[str], values: list[float], title: str, x_title: str, key: str,
-               colour: str = RAW_COLOUR, text_format: str = "{:.2f}") -> None:
+               colour: str = RAW_COLOUR, text: Callable[[float], str] = "{:.2f}".format) -> None:
     """The leading tokens' values as bars: a Plotly chart, or in presentation mode bars sized
     from the viewport (ui/bars.py) so a stage still fits one projector screen."""
     if presenting():
-        rows = [BarRow(label, (Bar(value, text_format.format(value), colour),))
+        rows = [BarRow(label, (Bar(value, text(value), colour),))
                 for label, value in zip(labels, values, strict=True)]
         st.html(LINE_CSS + f'<div class="tbt-title">{esc(title)} · {esc(x_title)}</div>' + bars_html(rows))
     else:
-        st.plotly_chart(top_values_figure(labels, values, title, x_title, colour=colour, text_format=text_format),
+        st.plotly_chart(top_values_figure(labels, values, title, x_title, colour=colour, text=text),
                         config=CHART_CONFIG, key=key)
 
 
@@ -143,7 +143,7 @@ def stage_softmax(lm: LoadedModel, step: StepRecord) -> None:
     top = step.distribution.top[:10]
     shown = sum(c.prob for c in top)
     top_values([quoted(c.text) for c in top], [c.prob for c in top], "The 10 most probable next tokens",
-               "probability (0–1)", LESSON.probs_chart, text_format="{:.1%}")
+               "probability (0–1)", LESSON.probs_chart, text=pct)
     st.markdown(f"These 10 hold **{pct(shown)}** of the probability; the other {lm.vocab_size - 10:,} tokens share "
                 f"**{pct(max(0.0, 1 - shown))}**. Entropy **{step.distribution.raw_entropy_bits:.2f} bits**: 0 would "
                 "mean the model is certain; each extra bit doubles the number of equally likely choices.")
@@ -292,7 +292,7 @@ def predict_exercise(lm: LoadedModel) -> None:
         ranked = step.distribution.top[: len(options)]
         st.plotly_chart(top_values_figure([reveal_label(c, guess) for c in ranked], [c.prob for c in ranked],
                                           "The model's raw softmax over the choices", "raw probability (0–1)",
-                                          colour=RAW_COLOUR, text_format="{:.1%}"),
+                                          colour=RAW_COLOUR, text=pct),
                         config=CHART_CONFIG, key=LESSON.reveal_chart)
         if generation.finished:
             st.info(f"The text has ended ({generation.finish_reason}). Choose another text to play again.")

@@ -24,7 +24,7 @@ BARS_CSS = """
 .tbt-bars-bar{display:flex;align-items:center;height:1.05rem;white-space:nowrap}
 .tbt-bars-fill{display:inline-block;height:100%;border-radius:2px;flex:none}
 .tbt-bars-value{padding-left:.35rem}
-.tbt-bars-pick{background:#fff3bf;font-weight:700}
+.tbt-bars-pick{background:#fff3bf;color:#212529;font-weight:700}  /* dark text on the light band in either theme */
 .tbt-bars-legend{display:flex;flex-wrap:wrap;gap:.2rem 1.2rem;font-size:.9rem;margin-bottom:.35rem}
 .tbt-bars-key{display:inline-block;width:1.1rem;height:.8rem;border-radius:2px;margin-right:.3rem}
 </style>

@@ -20,9 +20,9 @@ ALTERNATIVES_SHOWN = 3
 
 CHIP_CSS = """
 <style>
-.tbt-chips{display:flex;flex-wrap:wrap;gap:4px 3px;align-items:center;font-family:ui-monospace,
+.tbt-chips{display:flex;flex-wrap:wrap;gap:0 3px;align-items:center;font-family:ui-monospace,
  SFMono-Regular,Menlo,Consolas,monospace;font-size:1rem;line-height:1.5}
-.tbt-chip{border:1px solid #c9ced6;border-radius:5px;padding:0 5px;white-space:pre;cursor:default}
+.tbt-chip{border:1px solid #c9ced6;border-radius:5px;padding:0 5px;margin:2px 0;white-space:pre;cursor:default}
 .tbt-prompt{background:#f1f2f4;color:#4a4f57}
 .tbt-special{border-style:dashed;border-color:#8a6d00;color:#6b5400;background:#fff7d6}
 .tbt-bytes{border-style:dotted;border-color:#8a3ab9}
@@ -140,6 +140,8 @@ def context_html(prompt_html: str, steps: Sequence[StepRecord], legend: bool = T
 def chip_window(chips_html: str, lines: int = 3) -> str:
     """Chips in a window `lines` rows high that shows the newest ones: a column-reverse box starts
     scrolled to its end, older chips scroll up out of sight. Sized for presentation mode's chips
-    (1.3rem type at line height 1.5, a 1 px border, rows 4 px apart) so no row shows cut."""
-    return (f'<div class="tbt-chip-window" style="max-height:calc({lines} * (1.95rem + 6px) - 4px);padding:4px 0;'
-            f'overflow-y:auto;display:flex;flex-direction:column-reverse">{chips_html}</div>')
+    (1.3rem type at line height 1.5, a 1 px border, 2 px above and below each: every row the same
+    height, a line break adding none) so no row shows cut; 4 px more keep the newest chip's outline."""
+    return (f'<div class="tbt-chip-window" style="max-height:calc({lines} * (1.95rem + 6px) + 4px);'
+            f'padding:0 0 4px 0;box-sizing:border-box;overflow-y:auto;display:flex;flex-direction:column-reverse">'
+            f"{chips_html}</div>")

@@ -37,6 +37,7 @@ class AppKeys(PageKeys):
     presentation: str = "app_presentation"  # the sidebar's presentation-mode toggle
     exit_presentation: str = "app_exit_presentation"  # presentation mode's own way out (the sidebar is hidden)
     frame_checked: str = "app_frame_checked"  # ui/frame.py: this visitor's first run was checked
+    presentation_bar: str = "app_presentation_bar"  # presentation mode's corner: the pages and the way out
     framed_run: str = "app_framed_run"  # ui/frame.py: this run went through app.py (set there, read by the page)
 
 

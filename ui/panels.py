@@ -97,8 +97,9 @@ def distribution_panel(record: StepRecord, decision: Decision, distribution: Dis
 
 def distribution_bars_panel(record: StepRecord, decision: Decision, distribution: Distribution) -> None:
     """Presentation mode: the distribution as viewport-sized bars, the top 8 and the rest."""
-    html(LINE_CSS + f'<div class="tbt-title">Next-token distribution at step {record.index} · entropy '
-         f"{distribution.raw_entropy_bits:.2f} bits</div>" + distribution_bars_html(distribution, decision.token_id))
+    html(LINE_CSS + f'<div class="tbt-title">Next-token distribution at step {record.index} · entropy raw '
+         f"{distribution.raw_entropy_bits:.2f}, final {distribution.final_entropy_bits:.2f} bits</div>"
+         + distribution_bars_html(distribution, decision.token_id))
 
 
 def decision_line_panel(decision: Decision, distribution: Distribution, texts: TokenTexts) -> None:

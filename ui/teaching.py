@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from ui.format import esc
+from ui.frame import app_pages
 from ui.keys import APP
 
 # The root font follows the viewport (rem-sized things follow it): 24 px at 1920x1080, 16 px at
@@ -30,7 +31,7 @@ html{font-size:clamp(16px,min(2.25vh,1.3vw),40px)}
 [data-testid="stSidebar"],[data-testid="stSidebarCollapsedControl"],[data-testid="stExpandSidebarButton"],
 header[data-testid="stHeader"],[data-testid="stElementContainer"]:has(.tbt-keys){display:none}
 [data-testid="stMainBlockContainer"]{padding:.5rem 1.2rem 3rem 1.2rem;max-width:none}
-.st-key-app_exit_presentation{position:fixed;top:.3rem;right:.6rem;z-index:999990;width:auto}
+.st-key-app_presentation_bar{position:fixed;top:.3rem;right:.6rem;z-index:999990;width:auto}
 [data-testid="stButton"] button p,[data-testid="stWidgetLabel"] p,[data-testid="stMetricLabel"] p,
 [data-testid="stTable"] table{font-size:1.05rem}
 .tbt-chips{font-size:1.3rem}
@@ -104,8 +105,12 @@ def page_style() -> None:
     if not presenting():
         return
     st.html(PRESENTATION_CSS)
-    st.button("Exit presentation", key=APP.exit_presentation, icon=":material/close:", on_click=leave_presentation,
-              help="Presentation mode off: the sidebar comes back.")
+    with st.container(key=APP.presentation_bar, horizontal=True, gap="small"):
+        with st.popover("Pages", icon=":material/menu:", help="Go to another page; presentation mode stays on."):
+            for page in app_pages():
+                st.page_link(page)
+        st.button("Exit presentation", key=APP.exit_presentation, icon=":material/close:",
+                  on_click=leave_presentation, help="Presentation mode off: the sidebar comes back.")
 
 
 def key_hints_css(buttons: Mapping[str, Sequence[PresenterKey]]) -> str:

@@ -7,7 +7,7 @@ Figures only draw what the engine measured or computed; they compute nothing the
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
 import torch
@@ -216,11 +216,11 @@ def batch_figure(points: Sequence[BatchPoint]) -> go.Figure:
 # ---- Lesson -------------------------------------------------------------------------------
 
 def top_values_figure(labels: list[str], values: Sequence[float], title: str, x_title: str,
-                      colour: str = RAW_COLOUR, text_format: str = "{:.2f}") -> go.Figure:
+                      colour: str = RAW_COLOUR, text: Callable[[float], str] = "{:.2f}".format) -> go.Figure:
     """Horizontal bars for the leading tokens (first label at the top)."""
     figure = go.Figure()
     figure.add_bar(y=list(reversed(labels)), x=list(reversed(values)), orientation="h", marker_color=colour,
-                   text=[text_format.format(v) for v in reversed(values)], textposition="outside")
+                   text=[text(v) for v in reversed(values)], textposition="outside")
     low = min(0.0, min(values))
     figure.update_xaxes(range=[low * 1.2, max(values) * 1.25])
     return _layout(figure, title, x_title, "", height=110 + 42 * len(labels))

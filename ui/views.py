@@ -46,6 +46,7 @@ PANEL_CSS = """
 .tbt-seg-tail{color:#212529;padding-left:8px;background:repeating-linear-gradient(45deg,#ced4da 0 4px,#e9ecef 4px 8px)}
 .tbt-u{position:absolute;top:-18px;bottom:-4px;border-left:2px solid #111}
 .tbt-u span{position:absolute;top:-2px;left:3px;white-space:nowrap;font-weight:600}
+.tbt-u-left span{left:auto;right:5px}
 .tbt-scale{position:absolute;bottom:-18px;color:#666}
 .tbt-text{white-space:pre-wrap;font-size:1.05rem;line-height:1.5;border-left:4px solid #ccc;
  padding:4px 10px;margin-top:6px}
@@ -176,7 +177,9 @@ def cdf_strip_html(decision: Decision, distribution: Distribution) -> str:
     draw = decision.draw
     if draw is None:
         return ""
-    marker = "" if draw.u is None else (f'<div class="tbt-u" style="left:{100 * draw.u:.3f}%">'
+    # past the middle the label goes on the line's left, so it never runs off the strip's right edge
+    side = " tbt-u-left" if draw.u is not None and draw.u > 0.5 else ""
+    marker = "" if draw.u is None else (f'<div class="tbt-u{side}" style="left:{100 * draw.u:.3f}%">'
                                         f"<span>u = {draw.u:.4f}</span></div>")
     segments = []
     for band in cdf_bands(decision, distribution):

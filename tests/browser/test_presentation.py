@@ -130,3 +130,35 @@ def test_lesson_shows_each_stage_on_one_screen_and_follows_the_keys(browser, app
         page.get_by_role("heading", name=re.compile("^Stage 5 of 6")).wait_for(timeout=SLOW)
     finally:
         context.close()
+
+
+def test_a_chip_window_shows_whole_rows_however_many_lines_the_text_breaks_into(browser, lm, tmp_path) -> None:
+    """The projector's chip window is sized in rows: every row the same height, a newline adding
+    none (it used to add a row gap, so four 'rows' showed three and a half)."""
+    from engine import Generation, SamplerSettings, StopSettings
+    from ui.chips import CHIP_CSS, chip_window, context_html, prompt_chips
+    from ui.teaching import PRESENTATION_CSS
+
+    gen = Generation(lm, "Write a short poem about the sea.", chat=True, sampler=SamplerSettings(temperature=0),
+                     stop=StopSettings(max_new_tokens=60))
+    list(gen.run())
+    assert sum("\n" in s.token.text for s in gen.steps) >= 3  # lines that break the chips
+    chips = context_html(prompt_chips(gen.prompt_pieces), gen.steps, legend=False)
+    page_file = tmp_path / "chips.html"
+    # the presentation styles last, as the app's page draws them: chips at 1.3rem
+    page_file.write_text(f"<html><head>{CHIP_CSS}</head><body style='width:1240px'>{chip_window(chips, 4)}"
+                         f"{PRESENTATION_CSS}</body></html>")
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = context.new_page()
+        page.goto(page_file.as_uri())
+        shown = page.evaluate("""() => {
+          const w = document.querySelector('.tbt-chip-window'), r = w.getBoundingClientRect();
+          const cs = [...w.querySelectorAll('.tbt-chip')].map(c => c.getBoundingClientRect());
+          const inside = cs.filter(c => c.top >= r.top - 0.5 && c.bottom <= r.bottom + 0.5).map(c => c.top);
+          const tops = [...inside].sort((a, b) => a - b).filter((t, i, all) => i === 0 || t - all[i - 1] > 8);
+          return {cut: cs.filter(c => c.bottom > r.top + 0.5 && c.top < r.top - 0.5).length, rows: tops.length};
+        }""")
+    finally:
+        context.close()
+    assert shown == {"cut": 0, "rows": 4}

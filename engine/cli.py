@@ -72,7 +72,7 @@ ROUND_HEADER = (f"{'round':>5} {'guessed':>7} {'kept':>4}  {'tokens added':<40} 
 def format_round(record: RoundRecord) -> str:
     """One table row per round: guesses, kept, the tokens it added (| marks the target's own
     token), the KV cache before -> after (cropped), the verify pass's time, stop status."""
-    kinds = {"accepted": "", "replaced": "|", "bonus": "|+"}
+    kinds = {"accepted": "", "replaced": "|", "bonus": "|+", "plain": ""}
     added = "".join(kinds[kind] + _show(piece.text, 40) for piece, kind in zip(record.emitted, record.emitted_kinds,
                                                                                strict=True))
     kv = f"{record.kv.before}->{record.kv.after} -{record.kv.cropped}"

@@ -194,14 +194,13 @@ def round_view(lanes: bc.Lanes) -> None:
                     f"{no_guess_reason(record, spec.draft)}. So the round is a plain decode step.")
     returned = (f"{counted(len(record.positions), 'distribution')}, one per guessed position plus one after the "
                 "last" if record.drafted else "1 distribution, the one after the context, as a plain decode step does")
-    raw = bc.raw_distributions(lanes, record) if record.sampler.greedy else ()
     greedy_note = (" Greedy turns the target's p into a one-hot on its argmax, so the cards show the **raw p**, the "
-                   "model's softmax before the sampler, read from the plain lane's step at the same position after "
-                   "the same tokens; ★ marks the argmax." if any(d is not None for d in raw) else "")
+                   "model's softmax before the sampler, from this same verify pass; ★ marks the argmax."
+                   if record.sampler.greedy else "")
     st.markdown(f"**2 · Verify**: one forward pass read {counted(record.fed_tokens, 'token')} in "
                 f"{record.timing.verify_ms:.1f} ms and returned {returned}.{greedy_note} "
                 f"**3 · {'Accept / reject**, left to right' if record.drafted else 'Pick**'}:")
-    st.html(PANEL_CSS + positions_html(record, raw))
+    st.html(PANEL_CSS + positions_html(record))
     if text := rejection_html(record, texts):
         st.html(f"<div>{text}</div>")
     if record.cut_by_stop:

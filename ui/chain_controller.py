@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine import (
-    Distribution,
     Generation,
     GenerationFinished,
     Limits,
@@ -26,7 +25,6 @@ from engine import (
     ModelLoadError,
     PromptError,
     PromptLookup,
-    RoundRecord,
     SettingsError,
     SpeculativeGeneration,
     StopSettings,
@@ -84,9 +82,9 @@ class Preset:
 
 
 PRESETS = (
-    Preset("Fix the spelling (copying)",
-           "The answer copies the sentence, so the context already holds most of the next tokens: prompt lookup "
-           "guesses them.",
+    Preset("Asked to fix the spelling, it copies",
+           "Asked to fix a sentence's spelling, this small model writes the sentence back, misspellings and all: "
+           "the context already holds most of the next tokens, so prompt lookup guesses them.",
            "Fix the spelling in this sentence and write it out again: The wether in Lndon was cold and rainy, so we "
            "stayed insid and read books all afternon.", True),
     Preset("Repeat a sentence (copying)", "Repeating given text: long runs of guesses survive.",
@@ -387,25 +385,6 @@ def counts(lanes: Lanes) -> Counts:
     return Counts(tokens=len(lanes.speculative.generated_ids), target_passes=len(rounds),
                   plain_passes=len(lanes.plain.steps), drafted=sum(len(r.drafted) for r in rounds),
                   checked=sum(len(r.checks) for r in rounds), accepted=sum(r.accepted for r in rounds))
-
-
-def raw_distributions(lanes: Lanes, record: RoundRecord) -> tuple[Distribution | None, ...]:
-    """The model's raw softmax at each position `record` verified, where the plain lane has it:
-    the plain lane's step at the same position, after the same tokens (greedy makes the same
-    tokens in both lanes). None where it has no such step: after a rejected guess (the verify
-    pass read a token the text never got), past a stop, or where the lanes' tokens differ."""
-    spec, plain = lanes.speculative, lanes.plain
-    before = record.first_position - len(spec.prompt_ids)  # tokens generated before the round
-    steps, made = plain.steps, plain.generated_ids
-    context = spec.generated_ids[:before]
-    found: list[Distribution | None] = []
-    for index, view in enumerate(record.positions):
-        step = before + index  # the plain step that made the token at this position
-        same = step < len(steps) and steps[step].position == view.position and made[:step] == context
-        found.append(steps[step].distribution if same else None)
-        if index < len(record.drafted):
-            context = [*context, record.drafted[index].token_id]
-    return tuple(found)
 
 
 class Upload(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from engine import Distribution, RoundRecord, SpeculativeGeneration, TokenPiece, TokenTexts
+from engine import RoundRecord, SpeculativeGeneration, TokenPiece, TokenTexts
 from engine.speculative import Check, PositionView
 from ui.charts import FINAL_COLOUR, RAW_COLOUR
 from ui.chips import CHIP_CSS, chip_window
@@ -30,10 +30,9 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
 
 
 def round_kinds(record: RoundRecord) -> tuple[str, ...]:
-    """How each token of the round came, for the page: the engine's kinds, except that a round
-    with no guess makes its one token as a plain decode step ("plain"). (The engine counts it
-    as the bonus of zero kept guesses; to a student it is an ordinary step.)"""
-    return record.emitted_kinds if record.drafted else ("plain",) * len(record.emitted_kinds)
+    """How each token of the round came: the engine's kinds (a round with no guess makes its one
+    token as a plain decode step, "plain")."""
+    return record.emitted_kinds
 
 CHAIN_CSS = """
 <style>
@@ -191,56 +190,51 @@ def _final_table(view: PositionView, greedy: bool) -> tuple[str, float]:
     return f'<table class="bc-dist">{head}{"".join(rows)}</table>', view.others_p + hidden
 
 
-def _raw_table(view: PositionView, raw: Distribution) -> tuple[str, float]:
-    """Greedy: the model's own softmax at this position (the sampler's p is a one-hot there),
-    the greedy pick starred, the guess highlighted. With the mass of the tokens not shown."""
+def _raw_table(view: PositionView) -> tuple[str, float]:
+    """Greedy: the model's own softmax at this position, from the verify pass itself (the
+    sampler's p is a one-hot there), the greedy pick starred, the guess highlighted (the guess
+    always has its row). With the raw mass of the tokens not shown."""
     pick = view.top[0].token_id  # p after greedy: 1 on the pick, sorted first
-    shown = _shown(raw.top, view.drafted_id, lambda c: c.token_id)
+    by_raw = sorted(view.top, key=lambda r: (-(r.p_raw or 0.0), r.token_id))
+    shown = _shown(by_raw, view.drafted_id, lambda r: r.token_id)
     rows = []
-    for candidate in shown:
-        star = " ★" if candidate.token_id == pick else ""
-        rows.append(f'<tr class="{"bc-guess" if candidate.token_id == view.drafted_id else ""}">'
-                    f'<td class="tok" title="{esc(quoted(candidate.text))}">{esc(quoted(candidate.text))}{star}</td>'
-                    f"{_number(candidate.prob, TARGET_COLOUR)}</tr>")
-    if view.drafted_id is not None and all(c.token_id != view.drafted_id for c in shown):
-        guess = next(r.text for r in view.top if r.token_id == view.drafted_id)
-        lowest = min(c.prob for c in raw.top)
-        rows.append(f'<tr class="bc-guess"><td class="tok">{esc(quoted(guess))}</td>'
-                    f'<td class="num" title="not among the {len(raw.top)} tokens recorded">'
-                    f"&lt; {pct(lowest)}</td></tr>")
+    for row in shown:
+        star = " ★" if row.token_id == pick else ""
+        rows.append(f'<tr class="{"bc-guess" if row.token_id == view.drafted_id else ""}">'
+                    f'<td class="tok" title="{esc(quoted(row.text))}">{esc(quoted(row.text))}{star}</td>'
+                    f"{_number(row.p_raw or 0.0, TARGET_COLOUR)}</tr>")
     head = ('<tr><th class="tok"></th><th class="num" title="the model\'s softmax, before the sampler">raw p</th>'
             "</tr>")
-    hidden = sum(c.prob for c in raw.top if c not in shown)
-    return f'<table class="bc-dist">{head}{"".join(rows)}</table>', raw.others_prob + hidden
+    hidden = sum(r.p_raw or 0.0 for r in view.top if r not in shown)
+    return f'<table class="bc-dist">{head}{"".join(rows)}</table>', (view.others_p_raw or 0.0) + hidden
 
 
-def position_html(view: PositionView, check: Check | None, greedy: bool, number: int, plain_step: bool = False,
-                  raw: Distribution | None = None) -> str:
+def position_html(view: PositionView, check: Check | None, greedy: bool, number: int, plain_step: bool = False
+                  ) -> str:
     """One position of the verify pass: the guess, what the rule said, and a table of the
     leading tokens: sampling shows the target's p beside the draft's q (and the residual on the
-    rejected position), the numbers the rule used; greedy shows the model's raw softmax `raw`
-    at this position when it is known (the sampler's p is a one-hot there). `plain_step`: the
-    round had no guess, so this one distribution makes an ordinary decode step."""
+    rejected position), the numbers the rule used; greedy shows the model's raw softmax from the
+    same pass (the sampler's p is a one-hot there). `plain_step`: the round had no guess, so this
+    one distribution makes an ordinary decode step."""
     if plain_step:
         title = "the next token"
     elif view.drafted_id is not None:
         title = f"guess {esc(quoted(next(r.text for r in view.top if r.token_id == view.drafted_id)))}"
     else:
         title = "after the last guess"
-    table, others = _raw_table(view, raw) if greedy and raw is not None else _final_table(view, greedy)
+    raw = greedy and view.others_p_raw is not None  # a record from a trace written before raw p was kept has none
+    table, others = _raw_table(view) if raw else _final_table(view, greedy)
     return (f'<div class="bc-pos{"" if view.reached else " bc-no"}" data-position="{view.position}">'
             f"<h5>{number}. position {view.position}: {title}</h5>"
             f"<div>{_verdict(check, view, greedy, plain_step)}</div>{table}"
-            f'<div class="tbt-note">other tokens: {"raw p" if greedy and raw is not None else "p"} '
+            f'<div class="tbt-note">other tokens: {"raw p" if raw else "p"} '
             f"{pct(others)}</div></div>")
 
 
-def positions_html(record: RoundRecord, raw: Sequence[Distribution | None] = ()) -> str:
-    """Every distribution the one verify pass returned, left to right; `raw`: the model's raw
-    softmax at each position where it is known (ui/chain_controller.py raw_distributions)."""
+def positions_html(record: RoundRecord) -> str:
+    """Every distribution the one verify pass returned, left to right."""
     checks = {c.index: c for c in record.checks}
-    known = list(raw) + [None] * (len(record.positions) - len(raw))
-    cards = [position_html(view, checks.get(i), record.sampler.greedy, i + 1, not record.drafted, known[i])
+    cards = [position_html(view, checks.get(i), record.sampler.greedy, i + 1, not record.drafted)
              for i, view in enumerate(record.positions)]
     return CHAIN_CSS + f'<div class="bc-guesses">{"".join(cards)}</div>'
 

@@ -58,6 +58,7 @@ class TokenProbs:
     p: float  # target, final (after the sampler)
     q: float  # draft (1 / 0 for a deterministic guess)
     residual: float | None = None  # on the rejected position: its share of max(0, p - q) renormalised
+    p_raw: float | None = None  # the target's raw softmax here, from the same verify pass (before the sampler)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class PositionView:
     others_p: float  # the target's probability of every token not in `top`
     reached: bool  # the left-to-right check got here (False after a rejection)
     entropy_bits: float  # of the target's final distribution
+    others_p_raw: float | None = None  # the target's raw probability of every token not in `top`
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class RoundTiming:
     round_ms: float  # the whole round, wall time
 
 
-EMITTED_KINDS = ("accepted", "replaced", "bonus")
+EMITTED_KINDS = ("accepted", "replaced", "bonus", "plain")  # plain: a round with no guess, one decode step
 
 
 @dataclass(frozen=True)
@@ -138,13 +140,15 @@ class RoundRecord:
 
 
 def _token_probs(texts: TokenTexts, ids: Sequence[int], p: torch.Tensor, q: torch.Tensor | None,
-                 drafted_id: int | None, residual: torch.Tensor | None) -> tuple[TokenProbs, ...]:
+                 drafted_id: int | None, residual: torch.Tensor | None, raw: torch.Tensor | None
+                 ) -> tuple[TokenProbs, ...]:
     """Rows for `ids`; without a q tensor the draft's guess was deterministic (q = 1 on it)."""
     p_values = p[list(ids)].tolist()
     q_values = q[list(ids)].tolist() if q is not None else [float(i == drafted_id) for i in ids]
     r_values = residual[list(ids)].tolist() if residual is not None else [None] * len(ids)
-    rows = [TokenProbs(i, texts.piece(i).text, pv, qv, rv)
-            for i, pv, qv, rv in zip(ids, p_values, q_values, r_values, strict=True)]
+    raw_values = raw[list(ids)].tolist() if raw is not None else [None] * len(ids)
+    rows = [TokenProbs(i, texts.piece(i).text, pv, qv, rv, wv)
+            for i, pv, qv, rv, wv in zip(ids, p_values, q_values, r_values, raw_values, strict=True)]
     return tuple(sorted(rows, key=lambda r: (-r.p, -r.q, r.token_id)))
 
 
@@ -154,18 +158,23 @@ def _leaders(values: torch.Tensor, n: int) -> list[int]:
 
 
 def position_view(texts: TokenTexts, position: int, chain: ChainOutput, draft: Draft, index: int,
-                  reached: bool, residual: torch.Tensor | None = None, top_n: int = VIEW_TOP_N) -> PositionView:
-    """Verified position `index` for the page: the leaders of p and of the draft's q (and of
-    the residual) with both probabilities, and the rest of p's mass summed."""
+                  reached: bool, residual: torch.Tensor | None = None, top_n: int = VIEW_TOP_N,
+                  raw: torch.Tensor | None = None) -> PositionView:
+    """Verified position `index` for the page: the leaders of p, of the draft's q, of the
+    residual and of the target's raw softmax `raw` ([vocab], the verify pass's own, before the
+    sampler: under greedy p is a one-hot and says nothing of the model's confidence), with every
+    probability, and the rest of p's (and raw p's) mass summed."""
     p = chain.final_probs
     drafted_id = draft.token_ids[index] if index < len(draft.token_ids) else None
     q = draft.q[index] if draft.q is not None and drafted_id is not None else None  # [vocab]
     ids = dict.fromkeys(_leaders(p, top_n) + (_leaders(q, top_n) if q is not None else [])
                         + (_leaders(residual, top_n) if residual is not None else [])
+                        + (_leaders(raw, top_n) if raw is not None else [])
                         + ([drafted_id] if drafted_id is not None else []))
-    top = _token_probs(texts, list(ids), p, q, drafted_id, residual)
-    shown = sum(row.p for row in top)
-    return PositionView(position, drafted_id, top, max(0.0, 1.0 - shown), reached, chain.final_entropy_bits)
+    top = _token_probs(texts, list(ids), p, q, drafted_id, residual, raw)
+    others_raw = max(0.0, 1.0 - sum(row.p_raw for row in top)) if raw is not None else None
+    return PositionView(position, drafted_id, top, max(0.0, 1.0 - sum(row.p for row in top)), reached,
+                        chain.final_entropy_bits, others_raw)
 
 
 # ---- the generation --------------------------------------------------------------------------
@@ -335,18 +344,20 @@ class SpeculativeGeneration(GenerationShell):
                 text: str, kv: KVChange) -> RoundRecord:
         texts, context, draft = self.lm.texts, verified.context, verified.draft
         n = len(draft.token_ids)
+        raw = verified.logits.softmax(dim=-1)  # [n + 1, vocab]: the model's own softmax at each verified position
         reached = len(verdict.checks)  # positions 0..reached-1 checked; the bonus position if none rejected
         positions = tuple(
             position_view(texts, len(context) + i, verdict.chains[i], draft, i,
                           reached=i < reached or (i == n and not verdict.rejected),
-                          residual=verdict.residual if verdict.rejected and i == verdict.accepted else None)
+                          residual=verdict.residual if verdict.rejected and i == verdict.accepted else None,
+                          raw=raw[i])
             for i in range(n + 1))
         rejection = None
         if verdict.rejected:
             check = verdict.checks[-1]
             rejection = Rejection(check.index, len(context) + check.index, check.u, check.accept_prob,
                                   verdict.residual_mass, texts.piece(verdict.token_id), verdict.draw)
-        kinds = ["accepted"] * verdict.accepted + ["replaced" if verdict.rejected else "bonus"]
+        kinds = (["accepted"] * verdict.accepted + ["replaced" if verdict.rejected else "bonus"]) if n else ["plain"]
         return RoundRecord(
             index=len(self._rounds) + 1, method=self.draft.name, k=verified.room,
             sampler=self.sampler, drafted=tuple(texts.piece(i) for i in draft.token_ids),

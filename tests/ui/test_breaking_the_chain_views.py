@@ -50,9 +50,9 @@ def lanes_after(lm, prompt: str, rounds: int = 1, sampler: SamplerSettings | Non
 def test_a_round_without_a_guess_reads_as_a_plain_decode_step_in_words_and_colour(tiny_lm) -> None:
     pair = lanes_after(tiny_lm, NO_REPEAT)
     record = pair.speculative.rounds[-1]
-    assert record.drafted == () and record.emitted_kinds == ("bonus",)  # the engine's own name for it
+    assert record.drafted == () and record.emitted_kinds == ("plain",)  # the engine says so itself
     assert round_kinds(record) == ("plain",)
-    cards = body(positions_html(record, bc.raw_distributions(pair, record)))
+    cards = body(positions_html(record))
     assert "no guess" in cards and "bonus" not in cards and "every guess was kept" not in cards
     assert "q draft" not in cards  # no draft existed at this position: no q column, no "q 0%"
     said = rejection_html(record, tiny_lm.texts)
@@ -71,25 +71,27 @@ def test_a_round_with_no_guess_says_which_tokens_prompt_lookup_looked_for(tiny_l
 
 
 def test_greedy_cards_show_the_models_raw_softmax_not_the_one_hot(tiny_lm) -> None:
+    """The raw p on a greedy card is the verify pass's own softmax at that position (the
+    sampler's p is a one-hot there), and equals a plain decoding pass there to float rounding."""
     pair = lanes_after(tiny_lm, REPEATING)
     record = pair.speculative.rounds[-1]
     assert record.drafted and record.sampler.greedy
-    raw = bc.raw_distributions(pair, record)
-    first = raw[0]
-    assert first is pair.plain.steps[record.first_position - len(pair.plain.prompt_ids)].distribution
-    assert first.top[0].prob < 0.5  # a random model: far from the sampler's one-hot
-    # after a rejected guess the verify pass read a token the text never got: no plain step there
-    if record.rejection is not None:
-        assert all(d is None for d in raw[record.rejection.index + 1:])
-    cards = positions_html(record, raw)
+    first = record.positions[0]
+    leader = max(first.top, key=lambda r: r.p_raw)
+    assert leader.p_raw < 0.5  # a random model: far from the sampler's one-hot
+    plain = pair.plain.steps[record.first_position - len(pair.plain.prompt_ids)].distribution
+    plain_p = {c.token_id: c.prob for c in plain.top}
+    assert all(abs(r.p_raw - plain_p[r.token_id]) < 1e-4 for r in first.top if r.token_id in plain_p)
+    assert sum(r.p_raw for r in first.top) + first.others_p_raw == pytest.approx(1.0, abs=1e-5)
+    cards = positions_html(record)
     first_card = cards.split('class="bc-pos')[1]
-    assert "raw p" in first_card and pct(first.top[0].prob) in first_card and "100.0%" not in first_card
+    assert "raw p" in first_card and pct(leader.p_raw) in first_card and "100.0%" not in first_card
 
 
 def test_sampled_cards_keep_the_ps_and_qs_the_rule_used(tiny_lm) -> None:
     pair = lanes_after(tiny_lm, REPEATING, sampler=SamplerSettings(temperature=1.0))
     record = pair.speculative.rounds[-1]
-    cards = positions_html(record, ())
+    cards = positions_html(record)
     assert "q draft" in cards and "p target" in cards and "raw p" not in cards
 
 

@@ -17,7 +17,7 @@ import torch
 from engine import CHAINS, LoadedModel, SamplerSettings
 from ui import lab_controller as lab
 from ui.charts import CHART_CONFIG
-from ui.format import pct, plain, quoted
+from ui.format import chain_name, pct, plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import LAB
 from ui.lab import (
@@ -219,7 +219,8 @@ def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
         return
     outcomes = lab.rebuildable(S, (*step_key, "chains", settings), lambda: chain_outcomes(step, settings))
     st.dataframe(pd.DataFrame([{
-        "chain": name, "order": " → ".join(s.replace("_", "-") for s in CHAINS[name] if s != "repetition_penalty"),
+        "chain": chain_name(name),
+        "order": " → ".join(s.replace("_", "-") for s in CHAINS[name] if s != "repetition_penalty"),
         "tokens kept": o.decision.final_kept, "picks": quoted(lm.texts.piece(o.decision.token_id).text),
         "pick's final probability": pct(o.decision.final_prob),
         "entropy (bits)": o.decision.final_entropy_bits} for name, o in outcomes.items()]),

@@ -51,7 +51,7 @@ METHOD_OF_NAME = {"prompt-lookup": PROMPT_LOOKUP, "self-draft-bfloat16": SELF_BF
 WIDGET_DEFAULTS: dict[str, Any] = {
     CHAIN.prompt: "", CHAIN.chat: True, CHAIN.method: PROMPT_LOOKUP, CHAIN.k: 4, CHAIN.temperature: 0.0,
     CHAIN.top_k: 0, CHAIN.top_p: 1.0, CHAIN.min_p: 0.0, CHAIN.repetition_penalty: 1.0, CHAIN.max_new_tokens: 48,
-    CHAIN.stop_sequences: "", CHAIN.seed: 0,
+    CHAIN.stop_sequences: "", CHAIN.seed: settings.DEFAULT_SEED,
 }
 
 # The sampler and stop widgets have the Step page's ranges (ui/state.py, max new tokens capped

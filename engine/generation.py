@@ -26,6 +26,7 @@ import torch
 from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, SettingsError
 from engine.forward import cache_prefix, crop_cache, forward_one, new_cache
+from engine.inside import Capture, InsideView, inside_pass, inside_view
 from engine.kvcache import KVSnapshot
 from engine.limits import Limits
 from engine.loading import LoadedModel
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 TOP_N = 50  # candidates recorded per step, by raw probability
 FINAL_TOP_N = 10  # the final distribution's leaders are always among them
 KEEP_LOGITS = 8  # latest steps whose raw logits are kept; older ones are computed again when asked for
+KEEP_INSIDE = 2  # latest steps whose inside-the-pass captures are kept (~1 KB a position each, with attention)
 RNG_BLOCK = 64  # bytes per block of a kept generator state
 
 
@@ -253,6 +255,11 @@ class Generation(GenerationShell):
         self._kept: list[_StepTensors] = []
         self._pending: _PendingLogits | None = None  # kept logits the next step uses instead of a pass
         self._ahead: _PromptAhead | None = None  # the prompt's pass queued before step 1 (read_prompt_ahead)
+        # look inside each step's own pass (engine/inside.py): it then runs on the model's
+        # instrumented twin on this thread, with the model's own numbers; off, nothing is captured
+        self.inside = False
+        self._captures: dict[int, Capture] = {}  # step position -> what its pass showed (the latest KEEP_INSIDE)
+        self._capture: Capture | None = None  # the capture of the pass just made, until its step is recorded
 
     # ---- what the pages read -------------------------------------------------------------
 
@@ -267,6 +274,46 @@ class Generation(GenerationShell):
     def _latest_eos_prob(self) -> float:
         return self._steps[-1].termination.eos_prob
 
+
+    def inside_view(self, index: int | None = None) -> InsideView:
+        """Inside a step's forward pass (the latest by default): the logit lens per layer, the fed
+        token's attention per query head, time and bytes per layer (engine/inside.py). From the
+        step's own pass where `inside` was on for it; otherwise its pass is repeated on the
+        instrumented twin (over a prefix of the cache, as re-sampling an old step does) and used
+        only if it gives the step's own logits, bit for bit."""
+        position = self._step_position(index)
+        if self._closed:
+            raise GenerationFinished.closed()
+        capture = self._captures.get(position)
+        logits = self._logits_at(position)
+        if capture is None:
+            capture = self._repeat_inside(position, logits)
+        return inside_view(self.lm, capture, logits, self._steps[position].token_id, position + 1)
+
+    def _repeat_inside(self, position: int, logits: torch.Tensor) -> Capture:
+        if position == 0:
+            repeated, capture = inside_pass(self.lm, self.prompt_ids, new_cache(self.lm))
+        else:
+            fed = len(self.prompt_ids) + position - 1
+            repeated, capture = inside_pass(self.lm, [self.context_ids[fed]], cache_prefix(self._cache, fed))
+        if not torch.equal(repeated, logits):
+            raise SettingsError("step", position + 1, "a step whose pass can be repeated here with its own logits "
+                                "(this one's logits differ: look inside while stepping instead)")
+        self._captures[position] = capture
+        self._forget_old_captures()
+        return capture
+
+    def _keep_capture(self, position: int) -> None:
+        """The capture of the pass the step at `position` used (none: `inside` was off, or the
+        step reused an earlier pass's logits), kept for its latest KEEP_INSIDE steps only."""
+        capture, self._capture = self._capture, None
+        if capture is not None:
+            self._captures[position] = capture
+        self._forget_old_captures()
+
+    def _forget_old_captures(self) -> None:
+        keep = set(sorted(self._captures)[-KEEP_INSIDE:])
+        self._captures = {p: c for p, c in self._captures.items() if p in keep and p < len(self._steps)}
 
     def raw_logits(self, index: int | None = None) -> torch.Tensor:
         """A step's raw logits `[vocab]` (a copy); the latest step by default."""
@@ -325,6 +372,7 @@ class Generation(GenerationShell):
         self._rewind_cache(steps_to_keep)
         del self._steps[steps_to_keep:]
         del self._kept[steps_to_keep:]
+        self._forget_old_captures()
 
     def branch(self, token_id: int) -> StepRecord:
         """Replace the latest step's pick with `token_id` (the sampler's own choice is still
@@ -375,6 +423,7 @@ class Generation(GenerationShell):
         super().close()
         self._pending = None
         self._kept = [_StepTensors(None, kept.rng_state) for kept in self._kept]
+        self._captures, self._capture = {}, None
 
     # ---- inside a step ---------------------------------------------------------------------
 
@@ -399,6 +448,7 @@ class Generation(GenerationShell):
         self._generator.set_state(checkpoint.rng_state)
         self._pending = checkpoint.pending
         self._ahead = checkpoint.ahead
+        self._capture = None
 
     def _forward_pass(self) -> tuple[torch.Tensor, int, float]:
         """Logits `[vocab]` for the next position, the tokens fed and the pass's time: a forward
@@ -421,13 +471,16 @@ class Generation(GenerationShell):
                 return logits, len(self.prompt_ids), (finished - ahead.started) * 1e3
         unseen = self.context_ids[self._cache.get_seq_length():]
         started = time.perf_counter()
-        logits = self._pass(unseen, self._cache)
+        logits = self._pass(unseen, self._cache, look_inside=self.inside)
         return logits, len(unseen), (time.perf_counter() - started) * 1e3
 
-    def _pass(self, token_ids: list[int], cache: DynamicCache) -> torch.Tensor:
+    def _pass(self, token_ids: list[int], cache: DynamicCache, look_inside: bool = False) -> torch.Tensor:
         """The next-token logits `[vocab]` after `token_ids` are read into `cache`: in the
         server's queue where there is one (the pass may be packed with other visitors'), else
-        at once on this thread."""
+        at once on this thread; `look_inside`: on the instrumented twin, keeping what it showed."""
+        if look_inside:
+            logits, self._capture = inside_pass(self.lm, token_ids, cache)
+            return logits
         if self.scheduler is not None:
             return self.scheduler.forward(token_ids, cache)
         return forward_one(self.lm, token_ids, cache)
@@ -502,6 +555,7 @@ class Generation(GenerationShell):
         previous = self._kept[-1].rng_state if self._kept else None
         self._kept.append(_StepTensors(raw_logits=raw_logits, rng_state=_RngState.of(before.rng_state, previous)))
         self._forget_old_logits()
+        self._keep_capture(len(self._steps) - 1)
         self._text_cache = (len(self._steps), text)
         return record
 

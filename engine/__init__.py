@@ -17,6 +17,7 @@ loaded only by a server). `engine.speed` measures what a step costs. See ARCHITE
 from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError, TraceError, shown
 from engine.generation import Candidate, Distribution, Generation, Resampled, StepRecord, Timing
+from engine.inside import InsideView, LayerView
 from engine.kvcache import KVGeometry, KVSnapshot
 from engine.limits import Limits
 from engine.loading import BUNDLED, LoadedModel, ModelSource, load_model, resolve_source
@@ -48,8 +49,8 @@ from engine.trace import TRACE_FORMAT, TRACE_VERSION, Replay, load_trace, parse_
 
 __all__ = [
     "BUNDLED", "CHAINS", "FINISH_REASONS", "TRACE_FORMAT", "TRACE_VERSION", "Candidate", "ChainOutput", "Decision",
-    "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished", "GenerationShell", "InverseCdf",
-    "KVGeometry", "KVSnapshot", "Limits", "LoadedModel", "ModelLoadError", "ModelSource", "PassQueue", "PromptError",
+    "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished", "GenerationShell", "InsideView", "InverseCdf",
+    "KVGeometry", "KVSnapshot", "LayerView", "Limits", "LoadedModel", "ModelLoadError", "ModelSource", "PassQueue", "PromptError",
     "PromptLookup", "Replay", "Resampled", "RoundRecord", "SamplerSettings", "SettingsError", "SpeculativeGeneration",
     "StageRecord", "StepRecord", "StopSequenceState", "StopSettings", "Termination", "Timing", "TokenPiece",
     "TokenTexts", "TraceError", "decide", "draw_uniform", "escape", "first_match", "load_model", "load_trace",

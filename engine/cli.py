@@ -13,13 +13,14 @@ from pathlib import Path
 
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError
 from engine.generation import Generation, StepRecord
+from engine.inside import InsideView
 from engine.loading import LoadedModel, load_model
 from engine.settings import CHAINS, SamplerSettings, StopSettings
 from engine.speculative.drafting import DRAFT_METHODS, DraftMethod, DraftModel, draft_for
 from engine.speculative.generation import RoundRecord, SpeculativeGeneration
 from engine.speculative.trace import save_speculative_trace
 from engine.stopping import unescape
-from engine.trace import save_trace
+from engine.trace import to_trace, write_json
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -43,6 +44,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--allow-special-tokens", action="store_true",
                         help="with --chat: typed special-token text becomes special tokens (prompt-injection demo)")
     parser.add_argument("--json", metavar="PATH", help="write the full trace as JSON")
+    parser.add_argument("--inside", action="store_true",
+                        help="look inside each step's forward pass: the logit lens, attention and time per layer "
+                             "(in the trace, each step's \"inside\")")
     parser.add_argument("--speculative", choices=[*DRAFT_METHODS, "draft-model"],
                         help="speculative decoding: where the guesses come from (one row per round)")
     parser.add_argument("--draft-k", type=int, default=4, help="tokens guessed per round, 1 to 8 (default 4)")
@@ -126,25 +130,42 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_speculative(args, lm, sampler, stop)
         generation = Generation(lm, args.prompt, chat=args.chat, sampler=sampler, stop=stop, seed=args.seed,
                                 draw=args.draw, allow_special=args.allow_special_tokens)
+        generation.inside = args.inside
     except (SettingsError, PromptError, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"model: {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}), "
           f"loaded in {lm.load_seconds:.1f} s{' from cache' if lm.from_cache else ''}")
     print(f"prompt: {len(generation.prompt_ids)} tokens\n{HEADER}")
+    inside: list[dict] = []  # each step's view, taken while its pass is kept
     try:
         for step in generation.run():
             print(format_row(step), flush=True)
+            if args.inside:
+                view = generation.inside_view()
+                inside.append(view.to_dict())
+                print(format_inside(view), flush=True)
     except GenerationFinished:  # pragma: no cover - run() stops before this
         pass
     print(f"finish_reason: {generation.finish_reason}\ntext: {generation.text!r}")
     if args.json:
         try:
-            print(f"trace: {save_trace(generation, args.json)}")
+            trace = to_trace(generation)
+            for step_dict, view in zip(trace["steps"], inside, strict=False):
+                step_dict["inside"] = view
+            print(f"trace: {write_json(trace, args.json)}")
         except OSError as exc:
             print(f"error: cannot write the trace to {args.json}: {exc.strerror or exc}", file=sys.stderr)
             return 2
     return 0
+
+
+def format_inside(view: InsideView) -> str:
+    """Where the step's pick first leads, and the lens at a few layers."""
+    shown = sorted({0, len(view.layers) // 2, len(view.layers) - 1} | ({view.first_lead} if view.first_lead else set()))
+    lens = " · ".join(f"L{i} {_show(view.layers[i].top_text, 10)} {view.layers[i].top_prob:.2f}" for i in shown)
+    lead = f"pick leads from layer {view.first_lead}" if view.first_lead is not None else "pick never leads"
+    return f"      inside: {lead}; {lens}"
 
 
 def check_writable(path: Path) -> None:

@@ -194,3 +194,23 @@ print("ok")
 def test_importing_the_engine_registers_no_inside_attention() -> None:
     done = subprocess.run([sys.executable, "-c", IMPORT_ENGINE], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_cli_writes_each_steps_inside_into_a_trace_that_loads_back(lm, tmp_path, capsys) -> None:
+    from engine import load_trace
+    from engine.cli import main
+
+    path = tmp_path / "inside.json"
+    assert main(["--prompt", PROMPT, "--temperature", "0", "--max-new-tokens", "2", "--inside",
+                 "--json", str(path)]) == 0
+    assert "inside: pick leads from layer" in capsys.readouterr().out
+    trace = load_trace(path)
+    for step in trace["steps"]:
+        layers = step["inside"]["layers"]
+        assert [entry["layer"] for entry in layers] == list(range(lm.geometry.layers + 1))
+        for entry in layers:
+            assert {"top_token_id", "top_prob", "pick_prob", "pick_rank", "entropy_bits", "ms"} <= set(entry)
+        assert "attention" not in layers[0]
+        # the fed token sits just before the new one: its query reads every position up to its own
+        assert all(len(entry["attention"]) == 9 and len(entry["attention"][0]) == step["position"]
+                   for entry in layers[1:])

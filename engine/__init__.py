@@ -49,11 +49,12 @@ from engine.trace import TRACE_FORMAT, TRACE_VERSION, Replay, load_trace, parse_
 
 __all__ = [
     "BUNDLED", "CHAINS", "FINISH_REASONS", "TRACE_FORMAT", "TRACE_VERSION", "Candidate", "ChainOutput", "Decision",
-    "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished", "GenerationShell", "InsideView", "InverseCdf",
-    "KVGeometry", "KVSnapshot", "LayerView", "Limits", "LoadedModel", "ModelLoadError", "ModelSource", "PassQueue", "PromptError",
-    "PromptLookup", "Replay", "Resampled", "RoundRecord", "SamplerSettings", "SettingsError", "SpeculativeGeneration",
-    "StageRecord", "StepRecord", "StopSequenceState", "StopSettings", "Termination", "Timing", "TokenPiece",
-    "TokenTexts", "TraceError", "decide", "draw_uniform", "escape", "first_match", "load_model", "load_trace",
-    "on_sampler_thread", "parse_trace", "pick_by_cdf", "replay", "resolve_source", "run_chain", "save_trace",
-    "self_draft", "shown", "stop_sequence_states", "to_trace", "unescape",
+    "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished", "GenerationShell", "InsideView",
+    "InverseCdf", "KVGeometry", "KVSnapshot", "LayerView", "Limits", "LoadedModel", "ModelLoadError", "ModelSource",
+    "PassQueue", "PromptError", "PromptLookup", "Replay", "Resampled", "RoundRecord", "SamplerSettings",
+    "SettingsError", "SpeculativeGeneration", "StageRecord", "StepRecord", "StopSequenceState", "StopSettings",
+    "Termination", "Timing", "TokenPiece", "TokenTexts", "TraceError", "decide", "draw_uniform", "escape",
+    "first_match", "load_model", "load_trace", "on_sampler_thread", "parse_trace", "pick_by_cdf", "replay",
+    "resolve_source", "run_chain", "save_trace", "self_draft", "shown", "stop_sequence_states", "to_trace",
+    "unescape",
 ]

@@ -408,11 +408,15 @@ def detail_tabs(gen: Generation) -> None:
     shown = st.segmented_control("Details", list(DETAIL_VIEWS), key=STEP.tabs, required=True,
                                  label_visibility="collapsed", persist_state="session")
     views = (panels.termination_panel,
+             lambda g: panels.inside_panel(g, control.look_inside(S, g, open_=True), STEP.inside_head),
              lambda g: panels.sequence_panel(g, basis_key=STEP.sequence_basis),
              lambda g: panels.kv_panel(g, STEP.kv_chart),
              lambda g: panels.history_panel(g, STEP.history),
              share_panel)
-    views[DETAIL_VIEWS.index(shown if shown in DETAIL_VIEWS else DETAIL_VIEWS[0])](gen)
+    shown = shown if shown in DETAIL_VIEWS else DETAIL_VIEWS[0]
+    if shown != "Inside the pass":
+        control.look_inside(S, gen, open_=False)  # closed: no pass is captured
+    views[DETAIL_VIEWS.index(shown)](gen)
 
 
 def share_panel(gen: Generation) -> None:

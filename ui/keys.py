@@ -88,7 +88,11 @@ class StepKeys(PageKeys):
     running: str = "st_running"
     run_frame_started: str = "st_run_frame_started"  # when the Run's current token began
     link_read: str = "st_link_read"  # the share link in the address was read (first run only)
-    memo: str = "st_memo"  # ui/memo.py store: prompt chips, re-sampled steps
+    memo: str = "st_memo"  # ui/memo.py store: prompt chips, re-sampled steps, inside views
+    inside_head: str = "st_inside_head"  # the attention heatmap's head (or the mean)
+    inside_table: str = "st_inside_table"
+    inside_attention: str = "st_inside_attention"
+    inside_times: str = "st_inside_times"
 
 
 @dataclass(frozen=True)

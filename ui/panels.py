@@ -11,11 +11,22 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from engine import Decision, Distribution, Generation, LoadedModel, StepRecord, TokenTexts, stop_sequence_states
+from engine import (
+    Decision,
+    Distribution,
+    Generation,
+    InsideView,
+    LoadedModel,
+    StepRecord,
+    TokenTexts,
+    stop_sequence_states,
+)
+from ui import inside_views
 from ui.bars import distribution_bars_html
 from ui.charts import CHART_CONFIG, FINAL_NAME, MODES, RAW_NAME, distribution_figure, kv_figure
 from ui.chips import chip_window, context_html
-from ui.format import chain_name, esc, pct, quoted
+from ui.format import chain_name, esc, pct, plain, quoted
+from ui.keys import STEP
 from ui.views import (
     LINE_CSS,
     cdf_strip_html,
@@ -200,6 +211,40 @@ def kv_panel(gen: Generation, chart_key: str) -> None:
                f"{record.timing.forward_ms:.0f} ms).")
     st.plotly_chart(kv_figure(gen.steps), config=CHART_CONFIG, key=chart_key)
     html(kv_check_html(record.kv))
+
+
+def inside_panel(gen: Generation, view: InsideView | str | None, head_key: str) -> None:
+    """Inside the latest step's forward pass: the logit lens per layer, where the new token's
+    query looks, and what each layer cost."""
+    heading("Inside the forward pass", "What each layer would predict if the model stopped there (the raw logit "
+            "lens), where the fed token's query looks over the cached keys, and the time and bytes of each layer, "
+            "measured in this step's pass.")
+    if view is None:
+        st.caption("Take a step: its forward pass is opened up here, and every later step's while this view is open.")
+        return
+    if isinstance(view, str):
+        st.warning(plain(view), icon=":material/back_hand:")
+        return
+    record = gen.steps[view.step - 1]
+    for part in view.unavailable:
+        st.info(plain(f"Not shown for this model: {part}."), icon=":material/info:")
+    st.markdown(f"Step {view.step}: the fed token at position {view.position} went through "
+                f"{len(view.layers) - 1} layers. {inside_views.lead_text(view, record.token)}")
+    st.dataframe(inside_views.lens_table(view), hide_index=True, key=STEP.inside_table, column_config={
+        "its p": st.column_config.NumberColumn(format="%.3f"),
+        "the pick's p": st.column_config.NumberColumn(format="%.4f"),
+        "entropy (bits)": st.column_config.NumberColumn(format="%.2f"),
+        "ms": st.column_config.NumberColumn(format="%.2f")})
+    if view.layers[-1].attention is not None:
+        head = st.selectbox("Attention of", inside_views.head_choices(view), key=head_key,
+                            help="Grouped-query attention: several query heads read the same KV head.")
+        st.plotly_chart(inside_views.attention_figure(view, gen.prompt_pieces + [s.token for s in gen.steps], head),
+                        config=CHART_CONFIG, key=STEP.inside_attention)
+    st.plotly_chart(inside_views.times_figure(view), config=CHART_CONFIG, key=STEP.inside_times)
+    st.markdown(inside_views.bytes_text(view))
+    with st.expander("What this shows"):
+        for lesson in inside_views.LESSONS:
+            st.markdown(lesson)
 
 
 def history_panel(gen: Generation, table_key: str) -> None:

@@ -18,7 +18,7 @@ DEFAULT_PROMPT = "The capital of France is"
 # every default demo began with an unlikely pick; seed 14 draws 0.556, 0.442, 0.636, 0.480, 0.339
 # first: the typical picks a first demo should show.
 DEFAULT_SEED = 14
-DETAIL_VIEWS = ("Termination", "P(sequence)", "KV cache", "History", "Share")  # the Step page's detail views
+DETAIL_VIEWS = ("Termination", "Inside the pass", "P(sequence)", "KV cache", "History", "Share")  # the Step page's
 WIDGET_DEFAULTS: dict[str, Any] = {
     STEP.prompt: DEFAULT_PROMPT, STEP.chat: False, STEP.allow_special: False, STEP.seed: DEFAULT_SEED,
     STEP.temperature: 0.0, STEP.top_k: 0, STEP.top_p: 1.0, STEP.min_p: 0.0, STEP.repetition_penalty: 1.0,

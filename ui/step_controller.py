@@ -18,6 +18,7 @@ from engine import (
     Distribution,
     Generation,
     GenerationFinished,
+    InsideView,
     LoadedModel,
     PromptError,
     Resampled,
@@ -259,6 +260,22 @@ def prompt_html(state: State, gen: Generation) -> str:
     """The prompt's chips: they never change for a prompt, so they are built once."""
     return remember(state, STEP.memo, ("prompt_chips", gen.lm.source, tuple(gen.prompt_ids)),
                     lambda: prompt_chips(gen.prompt_pieces))
+
+
+# ---- inside the forward pass -----------------------------------------------------------------
+
+
+def look_inside(state: State, gen: Generation, open_: bool) -> InsideView | str | None:
+    """While the view is open, every step's own pass is captured (on the model's instrumented
+    twin, engine/inside.py) and the latest step's inside view is given, remembered per step;
+    closed, nothing is captured. The engine's message where it cannot be given; None before a step."""
+    gen.inside = open_
+    if not open_ or not gen.steps:
+        return None
+    try:
+        return remember(state, STEP.memo, ("inside", Same(gen.steps[-1])), gen.inside_view)
+    except (SettingsError, GenerationFinished) as exc:
+        return str(exc)
 
 
 # ---- share links and traces ------------------------------------------------------------------

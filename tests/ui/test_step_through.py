@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+import torch
 from streamlit.testing.v1 import AppTest
 
 from engine import Generation, to_trace
@@ -513,3 +514,24 @@ def test_a_visitor_back_from_an_idle_tab_finds_their_generation_rebuilt() -> Non
     assert not after.closed and len(after.steps) == 4
     assert after.generated_ids[:3] == before.generated_ids
     assert any(as_read(info.value).startswith("Welcome back.") for info in at.info)
+
+
+def test_the_inside_view_opens_the_latest_steps_pass_and_captures_the_next_ones(at: AppTest) -> None:
+    click(at, "st_step")
+    before = generation(at).raw_logits()
+    at.session_state[STEP.tabs] = "Inside the pass"
+    at.run()
+    assert not at.exception
+    gen = generation(at)
+    table = at.dataframe[0].value  # the one table on the page: the lens
+    assert len(table) == gen.lm.geometry.layers + 1 and table["layer"].iloc[0] == "embeddings"
+    assert torch.equal(gen.raw_logits(), before)  # looking inside changed nothing of the step
+    assert gen.inside  # open: the next step captures its own pass
+    click(at, "st_step")
+    assert len(gen.steps) == 2 and gen._captures.get(1) is not None
+    spec = json.loads(at.get("plotly_chart")[-2].proto.spec)  # the heatmap: layers × positions
+    assert len(spec["data"][0]["z"]) == gen.lm.geometry.layers
+    assert len(spec["data"][0]["z"][0]) == gen.steps[-1].position
+    at.session_state[STEP.tabs] = "Termination"
+    at.run()
+    assert not gen.inside  # closed: nothing is captured

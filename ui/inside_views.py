@@ -1,0 +1,121 @@
+"""Inside the forward pass, drawn: the logit lens as a table of layers, the new token's attention
+as a heatmap of layers × positions, and the time per layer. Views of engine.InsideView only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from engine import InsideView, TokenPiece
+from ui.format import nbytes, quoted, visible
+
+MEAN = "mean of the heads"
+ATTENTION_COLOUR, MLP_COLOUR, OTHER_COLOUR = "#1971c2", "#e8590c", "#adb5bd"
+
+
+def lens_table(view: InsideView) -> pd.DataFrame:
+    """One row per layer: what the model would predict if it stopped there, and the pick's place."""
+    rows = []
+    for layer in view.layers:
+        name = "embeddings" if layer.layer == 0 else f"layer {layer.layer}"
+        mark = " ◀ the pick leads from here" if layer.layer == view.first_lead else ""
+        rows.append({"layer": name + mark, "predicts": quoted(layer.top_text), "its p": layer.top_prob,
+                     "the pick's p": layer.pick_prob, "the pick's rank": layer.pick_rank,
+                     "entropy (bits)": layer.entropy_bits,
+                     "ms": layer.ms})
+    return pd.DataFrame(rows)
+
+
+def head_choices(view: InsideView) -> list[str]:
+    """The heatmap's head selector: the mean, then each query head with the KV head it reads."""
+    return [MEAN, *(f"query head {h} (reads KV head {kv})" for h, kv in enumerate(view.kv_head_of))]
+
+
+def attention_rows(view: InsideView, head: str) -> list[list[float]]:
+    """Per layer 1..L, the fed token's attention over positions 0..position for one head (or the mean)."""
+    rows = []
+    for layer in view.layers[1:]:
+        heads = layer.attention or ()
+        if head == MEAN:
+            rows.append([sum(values) / len(heads) for values in zip(*heads, strict=True)] if heads else [])
+        else:
+            rows.append(list(heads[head_choices(view).index(head) - 1]))
+    return rows
+
+
+def attention_figure(view: InsideView, pieces: Sequence[TokenPiece], head: str = MEAN, height: int = 520
+                     ) -> go.Figure:
+    """Layers (rows, the first at the bottom) × context positions (columns, labelled with their
+    tokens): how much of the new token's attention each position takes."""
+    rows = attention_rows(view, head)
+    labels = [f"{i} {visible(p.text)}" for i, p in enumerate(pieces[: view.position + 1])]
+    figure = go.Figure(go.Heatmap(
+        z=rows, x=labels, y=[f"layer {layer.layer}" for layer in view.layers[1:]], colorscale="Blues", zmin=0,
+        zmax=1, colorbar={"title": {"text": "weight"}},
+        hovertemplate="%{y}, position %{x}: %{z:.3f}<extra></extra>"))
+    figure.update_layout(title={"text": f"Where the new token's query looks ({head})"}, height=height,
+                         margin={"l": 10, "r": 10, "t": 50, "b": 10}, xaxis={"tickangle": -60, "type": "category"},
+                         yaxis={"type": "category"})
+    return figure
+
+
+def times_figure(view: InsideView, height: int = 360) -> go.Figure:
+    """Milliseconds per layer, split into attention, MLP and the rest (norms, residuals), and the LM head."""
+    names = ["embed", *(str(layer.layer) for layer in view.layers[1:]), "head"]
+    attention = [0.0, *(layer.attention_ms or 0.0 for layer in view.layers[1:]), 0.0]
+    mlp = [0.0, *(layer.mlp_ms or 0.0 for layer in view.layers[1:]), 0.0]
+    totals = [view.layers[0].ms, *(layer.ms for layer in view.layers[1:]), view.head_ms]
+    other = [max(0.0, t - a - m) for t, a, m in zip(totals, attention, mlp, strict=True)]
+    figure = go.Figure()
+    for label, values, colour in (("attention", attention, ATTENTION_COLOUR), ("MLP", mlp, MLP_COLOUR),
+                                  ("the rest (norms, embedding, head)", other, OTHER_COLOUR)):
+        figure.add_bar(x=names, y=values, name=label, marker_color=colour,
+                       hovertemplate="%{x}: %{y:.2f} ms<extra>" + label + "</extra>")
+    figure.update_layout(barmode="stack", height=height, title={"text": "Time per layer in this pass (ms)"},
+                         margin={"l": 10, "r": 10, "t": 80, "b": 10},
+                         legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
+                         xaxis={"title": {"text": "layer"}, "type": "category"},
+                         yaxis={"title": {"text": "ms"}})
+    return figure
+
+
+def bytes_text(view: InsideView) -> str:
+    """What the pass read, in words: every layer's weights, the KV cache, the LM head."""
+    layers = sum(layer.weight_bytes for layer in view.layers[1:])
+    kv = sum(layer.kv_bytes for layer in view.layers)
+    embeddings, head = view.layers[0].weight_bytes, view.head_bytes
+    total = layers + kv + head  # a tied head is the embedding matrix: read once per step, as the head
+    share = head / total if total else 0.0
+    tied = " (the same matrix as the embeddings: this model ties them)" if embeddings == head else ""
+    return (f"This pass read **{nbytes(layers)}** of layer weights, **{nbytes(kv)}** of cached keys and values, "
+            f"and the LM head's **{nbytes(head)}**{tied}: the head alone is **{share:.0%}** of the bytes a decode "
+            "step reads, because every step scores all of the vocabulary. Reading them, not the arithmetic, is "
+            "what a decode step waits for (the KV cache & speed page measures it).")
+
+
+def lead_text(view: InsideView, pick: TokenPiece) -> str:
+    """Where the step's pick first came to the top, in words."""
+    if view.first_lead is None:
+        return f"{quoted(pick.text)} never leads the lens: it was drawn from the final distribution."
+    if view.first_lead == len(view.layers) - 1:
+        return f"{quoted(pick.text)} comes to the top only at the last layer."
+    return (f"{quoted(pick.text)} leads from **layer {view.first_lead}** on, of {len(view.layers) - 1}: the layers "
+            "after it sharpen what the middle of the network decided.")
+
+
+LESSONS = (
+    "**Layer 0 echoes the input.** Before any layer has worked, the hidden state is just the fed token's "
+    "embedding; this model uses the same matrix as its LM head (tied embeddings), so the lens reads the token "
+    "back with near certainty.",
+    "**The answer appears late.** Early and middle layers favour punctuation and frequent short tokens; the "
+    "specific next word usually takes the lead only in the last few layers.",
+    "**Attention sinks.** Most heads put much of the new token's attention on the very first position: a "
+    "place to park attention that is not needed elsewhere, not a sign the first token matters most.",
+    "**Why the cache exists.** The new token's query must meet the key of every earlier position at every "
+    "layer. Those keys (and values) never change, so the KV cache keeps them and each step computes only the "
+    "new token's own.",
+    "**A raw lens.** This is the plain logit lens: each layer's state through the model's own final norm and "
+    "head. It is not a tuned lens (a trained translator per layer, which this app does not have).",
+)

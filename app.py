@@ -10,8 +10,10 @@ from ui.format import plain
 from ui.frame import app_pages, mark_framed_run
 from ui.keys import APP
 from ui.model import current_model, switch_model
+from ui.theme import theme_css
 
 st.set_page_config(page_title="Token by Token", page_icon="🔤", layout="wide")
+st.html(theme_css())  # the custom HTML's colours for the visitor's light or dark theme
 
 try:
     current_deployment()

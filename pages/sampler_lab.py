@@ -41,6 +41,7 @@ from ui.teaching_charts import (
     temperature_figure,
     token_labels,
 )
+from ui.theme import current_theme
 
 S = st.session_state
 SHOWN_TOKENS = 10
@@ -152,7 +153,7 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         st.markdown(f"At **T = {marked:g}**: entropy **{here.entropy_bits:.2f} bits**, top token "
                     f"**{pct(here.top_prob)}**. Below 1 the top token takes more of the mass and the entropy "
                     "falls towards 0 (greedy); above 1 the mass spreads over more tokens.")
-        figure = lab.rebuildable(S, (*step_key, "temperature_chart", marked),
+        figure = lab.rebuildable(S, (*step_key, "temperature_chart", marked, current_theme()),
                                  lambda: temperature_figure(points, marked))
         st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.temperature_chart)
     with p_tab:
@@ -163,7 +164,7 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         st.markdown(f"Top-p **{marked:g}** keeps **{here.kept:,}** token{'' if here.kept == 1 else 's'}: the fewest "
                     "most-probable tokens whose probabilities add up to at least p (at temperature 1). A confident "
                     "step needs few tokens to reach p; an uncertain one needs many.")
-        figure = lab.rebuildable(S, (*step_key, "top_p_chart", marked),
+        figure = lab.rebuildable(S, (*step_key, "top_p_chart", marked, current_theme()),
                                  lambda: bounded_axes(cut_figure(points, "top-p", marked), FIFTHS))
         st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.top_p_chart)
     with m_tab:
@@ -174,7 +175,7 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
         st.markdown(f"Min-p **{marked:g}** cuts every token below **{marked:g} × the top token's probability = "
                     f"{here.threshold:.3g}** and keeps **{here.kept:,}** token{'' if here.kept == 1 else 's'} (at "
                     "temperature 1). The cut moves with the model's confidence: a sure top token raises it.")
-        figure = lab.rebuildable(S, (*step_key, "min_p_chart", marked),
+        figure = lab.rebuildable(S, (*step_key, "min_p_chart", marked, current_theme()),
                                  lambda: bounded_axes(cut_figure(points, "min-p", marked, log_x=True), DECADES))
         st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.min_p_chart)
 
@@ -242,7 +243,7 @@ def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
     kept_any = sorted(frozenset().union(*(o.kept_ids for o in outcomes.values())), key=lambda i: -float(step.logits[i]))
     ids = kept_any[:SHOWN_TOKENS]
     picks = {name: quoted(lm.texts.piece(o.decision.token_id).text) for name, o in outcomes.items()}
-    st.plotly_chart(lab.rebuildable(S, (*step_key, "chains_chart", settings),
+    st.plotly_chart(lab.rebuildable(S, (*step_key, "chains_chart", settings, current_theme()),
                           lambda: chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes, picks)),
                     config=CHART_CONFIG, key=LAB.chain_chart)
 
@@ -270,7 +271,7 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
     ids = torch.topk(outcome.chain.final_probs, min(12, outcome.decision.final_kept)).indices.tolist()
     labels = token_labels(texts(lm, ids), step.logits, ids)
     shown = sum(counts.get(i, 0) for i in ids)
-    figure = lab.rebuildable(S, (*key, "chart"),
+    figure = lab.rebuildable(S, (*key, "chart", current_theme()),
                              lambda: draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs))
     st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.draws_chart)
     worst = max(abs(counts.get(i, 0) / DRAWS - float(outcome.chain.final_probs[i])) for i in ids)

@@ -17,6 +17,7 @@ import plotly.io as pio
 
 from engine import Candidate, Distribution, StepRecord
 from ui.format import pct, quoted
+from ui.theme import ChartTheme, axis_colours, current_theme, layout_colours
 
 RAW_COLOUR = "#6baed6"  # the model's own softmax, the same blue as the chips
 FINAL_COLOUR = "#e8590c"  # the distribution the sampler actually draws from
@@ -107,7 +108,7 @@ def _row_label(candidate: Candidate, pick_id: int | None) -> str:
 
 def distribution_figure(distribution: Distribution, pick_id: int | None = None, *,
                         mode: str = "probability", top_n: int = 10, height: int | None = None,
-                        font_size: int = 13) -> go.Figure:
+                        font_size: int = 13, theme: ChartTheme | None = None) -> go.Figure:
     """Horizontal bars for the next-token distribution: raw softmax and final sampling
     probability side by side (or raw logits), the pick's row highlighted, one row for all others.
 
@@ -116,7 +117,9 @@ def distribution_figure(distribution: Distribution, pick_id: int | None = None, 
         pick_id: the token to highlight as the pick, if any.
         mode: one of MODES. "logit" shows the raw logits only (the rest has no single logit).
         top_n: candidates shown, by raw probability.
+        theme: the colours of its text and grid; the visitor's theme if not given.
     """
+    theme = theme or current_theme()
     if mode not in MODES:
         raise ValueError(f"mode = {mode!r} is not allowed: one of {', '.join(MODES)}.")
     rows = bar_rows(distribution, top_n, pick_id)
@@ -124,56 +127,61 @@ def distribution_figure(distribution: Distribution, pick_id: int | None = None, 
     ids = [c.token_id for c in rows.shown]
     if mode == "logit":
         values = [c.logit for c in rows.shown]
-        traces = [_bar("raw logit", labels, values, RAW_COLOUR, ids, [f"{v:.2f}" for v in values], font_size)]
+        traces = [_bar("raw logit", labels, values, RAW_COLOUR, ids, [f"{v:.2f}" for v in values], font_size,
+                       theme)]
         axis = dict(title=dict(text="raw logit (the model's score before the softmax)", standoff=4))
     else:
         labels.append(f"all other {rows.others_count:,} tokens")
         ids.append(-1)
         raw = [c.prob for c in rows.shown] + [rows.others_prob]
         final = [c.final_prob for c in rows.shown] + [rows.others_final_prob]
-        traces = [_bar(RAW_NAME, labels, raw, RAW_COLOUR, ids, [pct(p) for p in raw], font_size),
+        traces = [_bar(RAW_NAME, labels, raw, RAW_COLOUR, ids, [pct(p) for p in raw], font_size, theme),
                   _bar(FINAL_NAME, labels, final, FINAL_COLOUR, ids,
-                       [pct(p) if p > 0 else "" for p in final], font_size)]  # no label on filtered tokens
+                       [pct(p) if p > 0 else "" for p in final], font_size, theme)]  # no label on filtered tokens
         log = mode == "log probability"
         largest = max(raw + final)
         axis = dict(title=dict(text="probability" + (" (log scale)" if log else ""), standoff=4),
                     type="log" if log else "linear")
         if not log:
             axis.update(tickformat=".0%", range=[0, largest * 1.18])  # room for the labels outside the bars
+    colours = layout_colours(theme)
     layout = dict(
+        colours,
         barmode="group", bargap=0.2, bargroupgap=0.0,
         # rows, margins and the legend grow with the font so a projector's larger type still fits
         height=height or 3 * font_size + (2.3 * font_size + 4) * len(labels),
         margin=dict(l=4, r=4, t=int(3.2 * font_size), b=int(2.8 * font_size)),
-        font=dict(size=font_size),
-        legend=dict(orientation="h", x=0, y=1.0, yanchor="top", yref="container"),  # in the top margin
+        font=dict(colours["font"], size=font_size),
+        # in the top margin
+        legend=dict(colours["legend"], orientation="h", x=0, y=1.0, yanchor="top", yref="container"),
         uniformtext=dict(minsize=font_size - 2, mode="show"),
-        yaxis=dict(autorange="reversed", automargin=True, type="category"),
-        xaxis=dict(automargin=True, gridcolor="#eeeeee", zerolinecolor="#999999", **axis),
-        plot_bgcolor="white",
+        yaxis=dict(axis_colours(theme), autorange="reversed", automargin=True, type="category"),
+        xaxis=dict(axis_colours(theme), automargin=True, **axis),
     )
+    layout["xaxis"]["title"] = dict(axis["title"], font=colours["font"])
     if pick_id in ids:
-        layout["shapes"] = [_pick_band(ids.index(pick_id))]
+        layout["shapes"] = [_pick_band(ids.index(pick_id), theme)]
     return unchecked_figure(traces, layout)
 
 
-def _pick_band(row: int) -> dict:
+def _pick_band(row: int, theme: ChartTheme) -> dict:
     """A highlight behind the picked token's row (category rows sit at 0, 1, 2, ...)."""
     return dict(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=row - 0.5, y1=row + 0.5,
-                fillcolor="#ffe066", opacity=0.45, line=dict(width=0), layer="below")
+                fillcolor=theme.band, opacity=theme.band_opacity, line=dict(width=0), layer="below")
 
 
 def _bar(name: str, labels: list[str], values: list[float], colour: str, ids: list[int],
-         texts: list[str], font_size: int) -> dict:
+         texts: list[str], font_size: int, theme: ChartTheme) -> dict:
     return dict(type="bar", name=name, y=labels, x=values, orientation="h", marker=dict(color=colour),
                 text=texts, textposition="outside", cliponaxis=False, customdata=ids,
-                textfont=dict(size=font_size - 1),
+                textfont=dict(size=font_size - 1, color=theme.text),
                 hovertemplate="%{y}<br>" + name + ": %{text}<br>id %{customdata}<extra></extra>")
 
 
-def kv_figure(steps: Sequence[StepRecord], height: int = 260) -> go.Figure:
+def kv_figure(steps: Sequence[StepRecord], height: int = 260, theme: ChartTheme | None = None) -> go.Figure:
     """KV cache positions (bars) and bytes (line) after each step's forward pass: a jump at
     step 1 (the whole prompt, prefill), then one position per step."""
+    theme = theme or current_theme()
     x = [s.index for s in steps]
     traces = [
         dict(type="bar", name="positions held", x=x, y=[s.kv.positions for s in steps],
@@ -182,11 +190,17 @@ def kv_figure(steps: Sequence[StepRecord], height: int = 260) -> go.Figure:
              mode="lines+markers", line=dict(color=FINAL_COLOUR),
              hovertemplate="step %{x}: %{y:.3f} MiB<extra></extra>"),
     ]
+    colours = layout_colours(theme)
+
+    def axis(title: str, **rest: object) -> dict:
+        plain = axis_colours(theme)
+        return dict(plain, title=dict(plain["title"], text=title), **rest)
+
     layout = dict(
-        height=height, margin=dict(l=8, r=8, t=8, b=8), plot_bgcolor="white",
-        legend=dict(orientation="h", y=1.12, x=0),
-        xaxis=dict(title=dict(text="step"), dtick=max(1, len(x) // 10) if x else 1),
-        yaxis=dict(title=dict(text="positions"), rangemode="tozero", gridcolor="#eeeeee"),
-        yaxis2=dict(title=dict(text="MiB"), overlaying="y", side="right", rangemode="tozero", showgrid=False),
+        colours, height=height, margin=dict(l=8, r=8, t=8, b=8),
+        legend=dict(colours["legend"], orientation="h", y=1.12, x=0),
+        xaxis=axis("step", dtick=max(1, len(x) // 10) if x else 1),
+        yaxis=axis("positions", rangemode="tozero"),
+        yaxis2=axis("MiB", overlaying="y", side="right", rangemode="tozero", showgrid=False),
     )
     return unchecked_figure(traces, layout)

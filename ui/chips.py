@@ -15,7 +15,7 @@ from engine import StepRecord, TokenPiece
 from ui.format import esc, pct, quoted, visible
 
 # Light to dark blue: a sequential scale that reads on a projector and for colour-blind eyes.
-_SCALE = ("#eef4fb", "#c6dbef", "#9ecae1", "#6baed6", "#3182bd", "#08519c")
+_SCALE = ("#eef4fb", "#c6dbef", "#9ecae1", "#6baed6", "#2171b5", "#08519c")  # white on the 5th: 5.1:1
 ALTERNATIVES_SHOWN = 3
 
 CHIP_CSS = """
@@ -30,7 +30,7 @@ CHIP_CSS = """
 .tbt-newest{outline:3px solid #f08c00;outline-offset:1px}
 .tbt-ws{opacity:.55}
 .tbt-br{flex-basis:100%;height:0}
-.tbt-legend{display:flex;gap:10px;align-items:center;font-size:.8rem;color:#555;margin-top:6px;flex-wrap:wrap}
+.tbt-legend{display:flex;gap:10px;align-items:center;font-size:.8rem;color:var(--tbt-muted,#5f5b57);margin-top:6px;flex-wrap:wrap}
 .tbt-swatch{display:inline-block;width:22px;height:12px;border-radius:3px;vertical-align:middle}
 </style>
 """

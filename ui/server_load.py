@@ -12,6 +12,7 @@ from ui.charts import CHART_CONFIG
 from ui.keys import KV
 from ui.measurement_board import MeasurementBoard
 from ui.model import current_scheduler
+from ui.theme import axis_colours, current_theme, layout_colours
 
 REFRESH_S = 2.0  # the live panel redraws itself this often
 
@@ -29,15 +30,18 @@ def tokens_served() -> int:
 
 def recent_batches_figure(stats: SchedulerStats) -> go.Figure:
     """Requests served by each of the latest forward passes, oldest on the left."""
-    figure = go.Figure()
+    theme = current_theme()
+    figure = go.Figure(layout=layout_colours(theme))
     largest = max(stats.recent_batches)
     figure.add_bar(x=list(range(1 - len(stats.recent_batches), 1)), y=list(stats.recent_batches),
                    marker_color="#2f9e44", hovertemplate="%{y} visitors in this pass<extra></extra>")
     # ticks from the bars' own heights: a scale made for 32 showed only "0" beside bars of 1
     figure.update_yaxes(range=[0, largest + 0.5], title_text="visitors in the pass", dtick=max(1, -(-largest // 4)))
     figure.update_xaxes(title_text="pass (0 = the latest)")
-    figure.update_layout(title=f"The server's latest {len(stats.recent_batches)} forward passes, since it started",
-                         height=300, plot_bgcolor="white", margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    figure.update_xaxes(axis_colours(theme))
+    figure.update_yaxes(axis_colours(theme))
+    figure.update_layout(title_text=f"The server's latest {len(stats.recent_batches)} forward passes, since it started",
+                         height=300, margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return figure
 
 

@@ -16,6 +16,7 @@ from engine.speed import BatchPoint, CachePoint, DecodeIntensity, DeviceSpeed, P
 from ui.charts import FINAL_COLOUR, RAW_COLOUR
 from ui.format import quoted
 from ui.lab import CutPoint, Outcome, TemperaturePoint
+from ui.theme import axis_colours, current_theme, layout_colours
 
 FONT = 16
 SETTING_COLOURS = (FINAL_COLOUR, "#2f9e44", "#7048e8")  # settings A, B, C
@@ -24,16 +25,24 @@ CACHED_COLOUR, RECOMPUTE_COLOUR = "#1971c2", "#c92a2a"
 
 
 def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, height: int = 420) -> go.Figure:
-    """Shared look; sizes are set on every part because Streamlit's chart theme sets its own."""
+    """Shared look; sizes are set on every part because Streamlit's chart theme sets its own.
+    Colours follow the visitor's theme: transparent backgrounds, text and reference lines in
+    the theme's text colours."""
+    theme = current_theme()
+    figure.update_layout(layout_colours(theme))
     figure.update_layout(
         title={"text": title, "font": {"size": FONT + 4}}, height=height, font={"size": FONT},
-        margin={"l": 10, "r": 10, "t": 90, "b": 10}, plot_bgcolor="white",
+        margin={"l": 10, "r": 10, "t": 90, "b": 10},
         # under the title, above the plot: below it, the legend sat on the x axis's title
         legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "font": {"size": FONT}})
+    figure.update_xaxes(axis_colours(theme))
+    figure.update_yaxes(axis_colours(theme))  # a second y axis too
     for axis, text in (("xaxis", x_title), ("yaxis", y_title)):  # primary axes; a second y axis keeps its own
         figure.update_layout({axis: {"title": {"text": text, "font": {"size": FONT}}, "tickfont": {"size": FONT},
-                                     "showgrid": True, "gridcolor": "#e9ecef", "zeroline": False}})
-    figure.update_annotations(font_size=FONT)
+                                     "showgrid": True, "zeroline": False}})
+    figure.update_annotations(font={"size": FONT, "color": theme.text})
+    figure.update_shapes(line_color=theme.muted)  # reference lines (add_vline, add_hline)
+    figure.update_traces(textfont_color=theme.text, selector={"type": "bar"})  # value labels outside the bars
     return figure
 
 
@@ -73,7 +82,7 @@ def temperature_figure(points: Sequence[TemperaturePoint], marked: float) -> go.
                        line={"color": "#7048e8", "width": 4})
     figure.add_scatter(x=temps, y=[p.top_prob for p in points], name="top token's probability",
                        line={"color": FINAL_COLOUR, "width": 4}, yaxis="y2")
-    figure.add_vline(x=marked, line_dash="dash", line_color="#495057",
+    figure.add_vline(x=marked, line_dash="dash",
                      annotation_text=f"T = {marked:g}", annotation_font_size=FONT)
     figure.update_layout(yaxis2={"title": {"text": "top token's probability (0–1)", "font": {"size": FONT}},
                                  "overlaying": "y", "side": "right", "range": [0, 1.05], "tickfont": {"size": FONT},
@@ -91,7 +100,7 @@ def cut_figure(points: Sequence[CutPoint], setting: str, marked: float, log_x: b
     figure.add_scatter(x=[p.value for p in points], y=[p.kept for p in points], mode="lines+markers",
                        customdata=[p.threshold for p in points], hovertemplate=hover,
                        line={"color": "#1971c2", "width": 4, "shape": "hv"}, name="tokens kept")
-    figure.add_vline(x=marked, line_dash="dash", line_color="#495057",
+    figure.add_vline(x=marked, line_dash="dash",
                      annotation_text=f"{setting} = {marked:g}", annotation_font_size=FONT)
     figure.update_yaxes(type="log")
     if log_x:
@@ -149,7 +158,7 @@ def ratio_figure(points: Sequence[CachePoint]) -> go.Figure:
     figure.add_bar(x=[f"{p.context_tokens:,}" for p in points], y=[p.ratio for p in points],
                    text=[f"{p.ratio:.1f}×" for p in points], textposition="outside", marker_color=RECOMPUTE_COLOUR,
                    textfont={"size": FONT}, cliponaxis=False)
-    figure.add_hline(y=1, line_dash="dot", line_color="#495057")
+    figure.add_hline(y=1, line_dash="dot")
     figure.update_xaxes(type="category")
     figure.update_yaxes(rangemode="tozero")
     return _layout(figure, "Recompute ÷ cached", "context length (tokens)", "times slower (×)", height=380)
@@ -187,16 +196,16 @@ def roofline_figure(device: DeviceSpeed, intensity: DecodeIntensity) -> go.Figur
     achieved = intensity.achieved_flops_per_s / 1e9
     figure = go.Figure()
     figure.add_scatter(x=xs, y=ys, name="the most this device can do (measured)", mode="lines",
-                       line={"color": "#495057", "width": 4})
+                       line={"color": current_theme().muted, "width": 4})
     figure.add_scatter(x=[intensity.flops_per_byte], y=[achieved], mode="markers",
                        name="one decode step, batch 1 (measured)", marker={"size": 20, "color": RECOMPUTE_COLOUR})
-    figure.add_vline(x=ridge, line_dash="dash", line_color="#868e96")
+    figure.add_vline(x=ridge, line_dash="dash")
     for x, text, anchor in ((ridge / 1.5, "← memory-bound", "right"), (ridge * 1.5, "compute-bound →", "left")):
         figure.add_annotation(x=math.log10(x), y=math.log10(peak * 2.2), text=text, showarrow=False,
                               xanchor=anchor, font={"size": FONT})
     low = min(ys[0], achieved) / 3
     figure.add_annotation(x=math.log10(ridge * 1.15), y=math.log10(low * 1.6), text=f"balance point {ridge:.1f}",
-                          showarrow=False, xanchor="left", font={"size": FONT, "color": "#495057"})
+                          showarrow=False, xanchor="left", font={"size": FONT})
     figure.update_xaxes(type="log", dtick=1, range=[math.log10(xs[0]), math.log10(xs[-1])])
     figure.update_yaxes(type="log", dtick=1, range=[math.log10(low), math.log10(peak * 4)])
     return _layout(figure, "Memory-bound or compute-bound?", "arithmetic intensity (FLOPs per byte read)",

@@ -27,33 +27,33 @@ from ui.format import esc, logp, nbytes, pct, prob, quoted
 PANEL_CSS = """
 <style>
 .tbt-table{border-collapse:collapse;width:100%;font-size:.9rem}
-.tbt-table th{text-align:left;font-weight:600;border-bottom:2px solid #ddd;padding:3px 6px}
-.tbt-table td{border-bottom:1px solid #eee;padding:3px 6px;vertical-align:top}
+.tbt-table th{text-align:left;font-weight:600;border-bottom:2px solid var(--tbt-rule,#dee2e6);padding:3px 6px}
+.tbt-table td{border-bottom:1px solid var(--tbt-rule,#dee2e6);padding:3px 6px;vertical-align:top}
 .tbt-table td.num{text-align:right;font-variant-numeric:tabular-nums}
-.tbt-off td{color:#999}
-.tbt-fired td{background:#fff3bf;font-weight:600}
-.tbt-note{color:#666;font-size:.85rem}
+.tbt-off td{color:var(--tbt-muted,#5f5b57)}
+.tbt-fired td{background:#fff3bf;color:#212529;font-weight:600}
+.tbt-note{color:var(--tbt-muted,#5f5b57);font-size:.85rem}
 .tbt-heading{font-size:1.5rem;font-weight:600;line-height:1.2;margin:0;padding:.5rem 0 .6rem 0}
 .tbt-heading:not(:first-child){margin-top:1rem}
 .tbt-caption{font-size:.875rem;line-height:1.6;opacity:.7;margin:0 0 .75rem 0}
 .tbt-pick{font-size:1.15rem;margin:.2rem 0 .4rem 0}
-.tbt-pick b{background:#fff3bf;padding:0 4px;border-radius:4px;font-family:ui-monospace,monospace}
+.tbt-pick b{background:#fff3bf;color:#212529;padding:0 4px;border-radius:4px;font-family:ui-monospace,monospace}
 .tbt-cdf{position:relative;height:30px;border:1px solid #bbb;border-radius:4px;
  overflow:visible;margin:20px 0 22px 0;font-size:.75rem}
 .tbt-seg{position:absolute;top:0;bottom:0;overflow:hidden;white-space:nowrap;text-overflow:clip;
  border-right:1px solid #fff;color:#fff;padding:6px 3px 0 3px;box-sizing:border-box}
 .tbt-seg-pick{outline:3px solid #111;outline-offset:-3px;z-index:1}
 .tbt-seg-tail{color:#212529;padding-left:8px;background:repeating-linear-gradient(45deg,#ced4da 0 4px,#e9ecef 4px 8px)}
-.tbt-u{position:absolute;top:-18px;bottom:-4px;border-left:2px solid #111}
+.tbt-u{position:absolute;top:-18px;bottom:-4px;border-left:2px solid currentColor}
 .tbt-u span{position:absolute;top:-2px;left:3px;white-space:nowrap;font-weight:600}
 .tbt-u-left span{left:auto;right:5px}
-.tbt-scale{position:absolute;bottom:-18px;color:#666}
+.tbt-scale{position:absolute;bottom:-18px;color:var(--tbt-muted,#5f5b57)}
 .tbt-text{white-space:pre-wrap;font-size:1.05rem;line-height:1.5;border-left:4px solid #ccc;
  padding:4px 10px;margin-top:6px}
-.tbt-text-prompt{color:#777}
-.tbt-text mark{background:#ffd43b}
-.tbt-text s{color:#aaa}
-.tbt-badge{display:inline-block;background:#fff3bf;border:1px solid #f08c00;border-radius:10px;
+.tbt-text-prompt{color:var(--tbt-muted,#5f5b57)}
+.tbt-text mark{background:#ffd43b;color:#212529}
+.tbt-text s{color:var(--tbt-muted,#5f5b57)}
+.tbt-badge{display:inline-block;background:#fff3bf;color:#212529;border:1px solid #f08c00;border-radius:10px;
  padding:0 8px;font-size:.85rem;margin-left:6px}
 .tbt-formula{font-family:ui-monospace,monospace;font-size:.95rem;line-height:1.7}
 </style>
@@ -63,8 +63,8 @@ PANEL_CSS = """
 LINE_CSS = """<style>
 .tbt-title{font-weight:700;font-size:1.05rem;margin-bottom:.25rem}
 .tbt-line{font-size:1.1rem;line-height:1.4}
-.tbt-line b{background:#fff3bf;padding:0 .2em;border-radius:4px;font-family:ui-monospace,monospace}
-.tbt-line-stop{background:#fff3bf;border-left:.3rem solid #f08c00;padding:.1rem .5rem;font-weight:700}
+.tbt-line b{background:#fff3bf;color:#212529;padding:0 .2em;border-radius:4px;font-family:ui-monospace,monospace}
+.tbt-line-stop{background:#fff3bf;color:#212529;border-left:.3rem solid #f08c00;padding:.1rem .5rem;font-weight:700}
 </style>"""
 
 FINISH_LABELS = {

@@ -23,6 +23,7 @@ from ui.panels import draw_text
 from ui.presets import load_presets
 from ui.share import SharedState, SharedStep, ShareError, from_generation, from_params, replay_trace, to_params
 from ui.state import format_stop_sequences, parse_stop_sequences
+from ui.theme import CLEAR, DARK, LIGHT, ChartTheme
 from ui.views import cdf_bands, cdf_strip_html, decision_html, factorisation_html, sequence_stats, termination_html
 
 GREEDY = SamplerSettings(temperature=0.0)
@@ -173,16 +174,18 @@ def _validated_json(figure: go.Figure) -> dict:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("font_size", [13, 20])
+@pytest.mark.parametrize(("font_size", "theme"), [(13, LIGHT), (20, DARK)])
 def test_unvalidated_charts_are_exactly_what_plotly_validation_would_send(sampled: Generation, mode: str,
-                                                                          font_size: int) -> None:
+                                                                          font_size: int, theme: ChartTheme) -> None:
     """The charts skip Plotly's validation for speed: a misspelt property, a bare-string title
     (plotly.js 3 ignores it) or a None would make the validated JSON differ (or raise)."""
     record = sampled.steps[-1]
-    figure = distribution_figure(record.distribution, record.token_id, mode=mode, font_size=font_size)
+    figure = distribution_figure(record.distribution, record.token_id, mode=mode, font_size=font_size, theme=theme)
     assert json.loads(pio.to_json(figure, validate=False)) == _validated_json(figure)
     assert figure.layout.shapes, "the pick's row is highlighted"
-    kv = kv_figure(sampled.steps)
+    assert figure.layout.plot_bgcolor == CLEAR and figure.data[0].textfont.color == theme.text
+    assert figure.layout.xaxis.title.font.color == theme.text
+    kv = kv_figure(sampled.steps, theme=theme)
     assert json.loads(pio.to_json(kv, validate=False)) == _validated_json(kv)
 
 

@@ -15,6 +15,7 @@ from ui.charts import FINAL_COLOUR, RAW_COLOUR
 from ui.chips import CHIP_CSS, chip_window
 from ui.format import esc, pct, quoted, visible
 
+TOKEN_HEAD = '<th class="tok"><span class="bc-sr">token</span></th>'  # a header a screen reader reads, unseen
 KIND_COLOURS = {"accepted": "#b2f2bb", "replaced": "#ffc078", "bonus": "#d0bfff", "plain": "#dee2e6"}
 KIND_WORDS = {"accepted": "guess kept", "replaced": "target's token after a rejected guess",
               "bonus": "bonus token (every guess kept)", "plain": "plain decode step (no guess)"}
@@ -38,11 +39,12 @@ CHAIN_CSS = """
 <style>
 .bc-round{display:inline;border-bottom:3px solid #868e96;padding-bottom:2px;margin-right:2px}
 .bc-guesses{display:flex;flex-wrap:wrap;gap:8px;align-items:stretch;margin:4px 0}
-.bc-pos{border:1px solid #dee2e6;border-radius:6px;padding:4px 6px;min-width:0;flex:1 1 220px;max-width:420px;
- font-size:.8rem}
+.bc-pos{border:1px solid var(--tbt-rule,#dee2e6);border-radius:6px;padding:4px 6px;min-width:0;flex:1 1 220px;
+ max-width:420px;font-size:.8rem}
 .bc-pos h5{margin:0 0 2px 0;font-size:.85rem;overflow-wrap:anywhere}
 .bc-pos.bc-no{opacity:.45}
-.bc-ok{color:#2b8a3e;font-weight:700}.bc-bad{color:#c92a2a;font-weight:700}.bc-bonus{color:#6741d9;font-weight:700}
+.bc-ok{color:var(--tbt-ok,#2b7a3b);font-weight:700}.bc-bad{color:var(--tbt-bad,#b02525);font-weight:700}
+.bc-bonus{color:var(--tbt-bonus,#6741d9);font-weight:700}
 .bc-plain{font-weight:700}
 .bc-bar{display:block;height:5px;border-radius:2px;margin-top:1px}
 .bc-dist{width:100%;border-collapse:collapse;table-layout:fixed}
@@ -59,12 +61,13 @@ CHAIN_CSS = """
 .bc-sw{display:inline-block;width:14px;height:12px;border-radius:2px;vertical-align:middle;margin-right:3px}
 .bc-flat .bc-round{display:contents}
 .bc-flat .bc-r0 .tbt-chip{box-shadow:0 3px 0 #495057}.bc-flat .bc-r1 .tbt-chip{box-shadow:0 3px 0 #adb5bd}
-.bc-line{border:1px solid #dee2e6;border-radius:6px;padding:.3rem .6rem}
+.bc-line{border:1px solid var(--tbt-rule,#dee2e6);border-radius:6px;padding:.3rem .6rem}
 .bc-line-title{font-weight:700;font-size:1.05rem;margin-bottom:.2rem}
 .bc-line-chips{gap:.3rem .25rem}
-.bc-mark{font-family:system-ui,sans-serif;margin-right:.5rem;color:#495057}
+.bc-mark{font-family:system-ui,sans-serif;margin-right:.5rem;color:var(--tbt-muted,#5f5b57)}
 .bc-rejected{text-decoration:line-through;text-decoration-color:#c92a2a}
 .bc-skip{opacity:.5}
+.bc-sr{position:absolute;width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap}
 .bc-arrow{font-family:system-ui,sans-serif;margin:0 .4rem 0 .2rem;font-weight:700}
 </style>
 """
@@ -184,7 +187,7 @@ def _final_table(view: PositionView, greedy: bool) -> tuple[str, float]:
             cells += f'<td class="num">{pct(row.residual or 0.0)}</td>'
         rows.append(f'<tr class="{"bc-guess" if row.token_id == view.drafted_id else ""}">{cells}</tr>')
     p_head = "p after greedy" if greedy else "p target"
-    head = ('<tr><th class="tok"></th>' + ('<th class="num">q draft</th>' if with_q else "")
+    head = (f'<tr>{TOKEN_HEAD}' + ('<th class="num">q draft</th>' if with_q else "")
             + f'<th class="num">{p_head}</th>' + ('<th class="num">residual</th>' if residual else "") + "</tr>")
     hidden = sum(r.p for r in view.top if r not in shown)
     return f'<table class="bc-dist">{head}{"".join(rows)}</table>', view.others_p + hidden
@@ -203,7 +206,7 @@ def _raw_table(view: PositionView) -> tuple[str, float]:
         rows.append(f'<tr class="{"bc-guess" if row.token_id == view.drafted_id else ""}">'
                     f'<td class="tok" title="{esc(quoted(row.text))}">{esc(quoted(row.text))}{star}</td>'
                     f"{_number(row.p_raw or 0.0, TARGET_COLOUR)}</tr>")
-    head = ('<tr><th class="tok"></th><th class="num" title="the model\'s softmax, before the sampler">raw p</th>'
+    head = (f'<tr>{TOKEN_HEAD}<th class="num" title="the model\'s softmax, before the sampler">raw p</th>'
             "</tr>")
     hidden = sum(r.p_raw or 0.0 for r in view.top if r not in shown)
     return f'<table class="bc-dist">{head}{"".join(rows)}</table>', (view.others_p_raw or 0.0) + hidden

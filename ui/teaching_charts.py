@@ -31,8 +31,10 @@ def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, height: i
     theme = current_theme()
     figure.update_layout(layout_colours(theme))
     figure.update_layout(
-        title={"text": title, "font": {"size": FONT + 4}}, height=height, font={"size": FONT},
-        margin={"l": 10, "r": 10, "t": 90, "b": 10},
+        # the title at the top, the legend under it: in a half-width chart the legend takes two lines
+        title={"text": title, "font": {"size": FONT + 4}, "yref": "container", "y": 1, "yanchor": "top",
+               "pad": {"t": 8}},
+        height=height, font={"size": FONT}, margin={"l": 10, "r": 10, "t": 110, "b": 10},
         # under the title, above the plot: below it, the legend sat on the x axis's title
         legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "font": {"size": FONT}})
     figure.update_xaxes(axis_colours(theme))

@@ -51,7 +51,7 @@ PAGE_COLOURS = {
 # slider's values and a selected segment's label (its primary colour: 3.6-4.5:1)
 STREAMLIT_FIXES = ("[data-testid='stCaptionContainer'],[data-testid='stCaptionContainer'] p"
                    "{color:var(--tbt-muted);opacity:1}"
-                   "[data-testid='stSliderThumbValue'],[data-selected='true'] [data-testid='stMarkdownContainer'] p"
+                   "[data-testid='stSliderThumbValue'],[data-testid='stButtonGroup'] [data-selected='true'] p"
                    "{color:var(--tbt-accent)}")
 
 

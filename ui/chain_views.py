@@ -13,7 +13,7 @@ from engine import RoundRecord, SpeculativeGeneration, TokenPiece, TokenTexts
 from engine.speculative import Check, PositionView
 from ui.charts import FINAL_COLOUR, RAW_COLOUR
 from ui.chips import CHIP_CSS, chip_window
-from ui.format import esc, pct, quoted, visible
+from ui.format import esc, pct, pct_cell, quoted, visible
 
 TOKEN_HEAD = '<th class="tok"><span class="bc-sr">token</span></th>'  # a header a screen reader reads, unseen
 KIND_COLOURS = {"accepted": "#b2f2bb", "replaced": "#ffc078", "bonus": "#d0bfff", "plain": "#dee2e6"}
@@ -146,7 +146,7 @@ def _bar(value: float, colour: str) -> str:
 
 
 def _number(value: float, colour: str) -> str:
-    return f'<td class="num">{pct(value)}{_bar(value, colour)}</td>'
+    return f'<td class="num">{pct_cell(value)}{_bar(value, colour)}</td>'
 
 
 def _verdict(check: Check | None, view: PositionView, greedy: bool, plain_step: bool) -> str:
@@ -184,7 +184,7 @@ def _final_table(view: PositionView, greedy: bool) -> tuple[str, float]:
         cells = f'<td class="tok" title="{esc(quoted(row.text))}">{esc(quoted(row.text))}{star}</td>'
         cells += (_number(row.q, DRAFT_COLOUR) if with_q else "") + _number(row.p, TARGET_COLOUR)
         if residual:
-            cells += f'<td class="num">{pct(row.residual or 0.0)}</td>'
+            cells += f'<td class="num">{pct_cell(row.residual or 0.0)}</td>'
         rows.append(f'<tr class="{"bc-guess" if row.token_id == view.drafted_id else ""}">{cells}</tr>')
     p_head = "p after greedy" if greedy else "p target"
     head = (f'<tr>{TOKEN_HEAD}' + ('<th class="num">q draft</th>' if with_q else "")

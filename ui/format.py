@@ -65,6 +65,12 @@ def pct(p: float, digits: int = 1) -> str:
     return f"{value:.{digits}f}%"
 
 
+def pct_cell(p: float) -> str:
+    """A probability for a narrow table cell: as `pct`, but below a thousandth of a percent
+    just "< 0.001%" (the odds do not fit a cell)."""
+    return "< 0.001%" if 0 < p < 1e-5 else pct(p)
+
+
 ODDS_WORDS = ((1e12, "trillion"), (1e9, "billion"), (1e6, "million"))
 
 

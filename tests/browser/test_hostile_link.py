@@ -16,12 +16,13 @@ EVIL = "evil.example"
 MARKDOWN = f"[Log in again](https://{EVIL}/login) ![x](https://{EVIL}/pixel.png) www.{EVIL} <img src=x>"
 
 
-@pytest.mark.parametrize(("name", "params"), [
-    ("seed", {"prompt": "Hello", "seed": MARKDOWN}),
-    ("model", {"prompt": "Hello", "model": MARKDOWN}),
-    ("stop", {"prompt": "Hello", "stop": [MARKDOWN[:150]] * 5}),
+@pytest.mark.parametrize(("name", "params", "shown"), [
+    ("seed", {"prompt": "Hello", "seed": MARKDOWN}, "Log in again"),
+    ("model", {"prompt": "Hello", "model": MARKDOWN}, "Log in again"),
+    ("stop", {"prompt": "Hello", "stop": [MARKDOWN * 3]}, "Log in again"),  # too long: its start is quoted
+    ("stops", {"prompt": "Hello", "stop": [MARKDOWN[:150]] * 5}, "5 sequences"),  # too many: counted, not quoted
 ])
-def test_a_crafted_link_shows_its_text_without_any_anchor_or_image(browser, app_url, name, params):
+def test_a_crafted_link_shows_its_text_without_any_anchor_or_image(browser, app_url, name, params, shown):
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     try:
@@ -31,6 +32,6 @@ def test_a_crafted_link_shows_its_text_without_any_anchor_or_image(browser, app_
         page.screenshot(path=str(ARTIFACTS / f"hostile_link_{name}.png"))
         assert page.locator(f"a[href*='{EVIL}']").count() == 0
         assert page.locator(f"img[src*='{EVIL}'], img[src='x']").count() == 0
-        assert "Log in again" in warning.first.inner_text()  # the text is there, as text
+        assert shown in warning.first.inner_text()  # the text is there, as text
     finally:
         context.close()

@@ -42,9 +42,9 @@ from ui.state import set_message, step_generation
 
 State = MutableMapping[str, Any]
 
-# A Run shows each token for at least this long. The server makes a token in ~60 ms, but a
-# browser on a small machine needs ~250 ms of main-thread work to draw the workspace: unpaced,
-# tokens queued up in the browser, it fell seconds behind the server, and Stop seemed ignored.
+# A Run shows each token for at least this long. The server makes a token several times faster
+# than a browser on a small machine draws the workspace: unpaced, tokens queued up in the
+# browser, it fell seconds behind the server, and Stop seemed ignored (`bench.ui_bench`).
 RUN_FRAME_S = 0.3
 
 

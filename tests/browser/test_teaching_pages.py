@@ -51,6 +51,9 @@ def test_sampler_lab_shows_three_samplers_and_draws_a_thousand_times(page):
     # every table is as tall as its rows: no empty row below the last (a grid row is 35 px)
     tables = page.locator("[data-testid='stDataFrame']")
     tables.first.wait_for(timeout=SLOW)
+    # a table's grid (which carries its row count) draws a moment after its frame
+    page.wait_for_function("[...document.querySelectorAll(\"[data-testid='stDataFrame']\")]"
+                           ".every(f => f.querySelector('[aria-rowcount]'))", timeout=SLOW)
     heights = tables.evaluate_all("frames => frames.map(f => [f.getBoundingClientRect().height, "
                                   "Number(f.querySelector('[aria-rowcount]').getAttribute('aria-rowcount'))])")
     assert all(height <= 35 * rows + 4 for height, rows in heights), heights

@@ -37,7 +37,6 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from engine.errors import SettingsError
 from engine.forward import cache_length, crop_cache, new_cache, on_cpu, plain_head
 from engine.loading import LoadedModel
-from engine.sampling import entropy_bits
 
 INSIDE_ATTENTION = "token_by_token_inside"  # the twin's attention implementation
 PROBE_IDS = (1, 2, 3, 4, 5, 6)  # a short prompt for the twin's probe
@@ -101,6 +100,9 @@ class Capture:
 
     hidden: list[torch.Tensor] = field(default_factory=list)  # [hidden] each: the decoder's input, each layer's output
     attention: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [heads, positions]
+    # layer -> (the last query, the keys, the mask, the scaling) as the pass gave them, until the
+    # pass ends: the weights are computed then, outside the timed layers
+    queries: dict[int, tuple] = field(default_factory=dict)
     kv_bytes: dict[int, int] = field(default_factory=dict)
     marks: list[tuple[str, int, float]] = field(default_factory=list)  # (part, layer, perf_counter)
     forward_ms: float = 0.0
@@ -121,13 +123,12 @@ def inside_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     out = lone(module, query, key, value, attention_mask, *args, **kwargs)
     capture: Capture | None = getattr(_capturing, "capture", None)
     if capture is not None:
-        capture.attention[module.layer_idx] = _last_query_weights(module, query, key, attention_mask,
-                                                                  kwargs.get("scaling"))
+        capture.queries[module.layer_idx] = (query[:, :, -1:], key, attention_mask, kwargs.get("scaling"))
         capture.kv_bytes[module.layer_idx] = sum(t.numel() * t.element_size() for t in (key, value))
     return out
 
 
-def _last_query_weights(module: nn.Module, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None,
+def _last_query_weights(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None,
                         scaling: object) -> torch.Tensor:
     """softmax(q Kᵀ · scaling + mask) for the last query position: `[heads, keys]`, float32."""
     q = query[0, :, -1].float()  # [heads, head_dim]
@@ -257,6 +258,9 @@ def inside_pass(lm: LoadedModel, token_ids: list[int], cache: DynamicCache) -> t
         _capturing.capture = None
     capture.forward_ms = (time.perf_counter() - started) * 1e3
     capture.marks.insert(0, ("start", -1, started))
+    with torch.inference_mode():
+        capture.attention = {layer: _last_query_weights(*parts) for layer, parts in capture.queries.items()}
+    capture.queries = {}  # no reference to the cache's tensors is kept
     return logits, capture
 
 
@@ -277,47 +281,65 @@ def inside_view(lm: LoadedModel, capture: Capture, logits: torch.Tensor, pick: i
         with torch.inference_mode():
             hidden = torch.stack(capture.hidden[:-1]).to(lm.device, lm.dtype)  # [layers, hidden]; the last: the step's
             normed = norm(hidden.unsqueeze(0))[0]  # each row with its own statistics
-            lens = on_cpu(lm, (head.weight @ normed.T).T)  # [layers, vocab]: W hᵀ, one product for every row
-            lens = torch.cat([lens, logits.unsqueeze(0)])  # the last layer's lens is the step's distribution
+            rows = on_cpu(lm, (head.weight @ normed.T).T)  # [layers, vocab]: W hᵀ, one product for every row
+            lens = _lens_stats(rows, pick) + _lens_stats(logits.unsqueeze(0), pick)  # the last: the step's own
     attention_missing = not capture.attention
     if attention_missing:
         unavailable.append(f"attention: {lm.model.config._attn_implementation} attention gives no weights here")
     times = _times(capture)
-    layers = _layers(lm.model)
     views = []
     count = len(capture.hidden)
+    sizes = _weight_bytes(lm)
     for index in range(count):
-        row = lens[index] if lens is not None else None
+        stats = lens[index] if lens is not None else None
         weights = capture.attention.get(index - 1) if index else None
-        views.append(_layer_view(lm, index, row, pick, times, weights, layers, capture))
+        views.append(_layer_view(lm, index, stats, times, weights, sizes[index], capture))
     kv_heads = lm.geometry.kv_heads
     heads = next(iter(capture.attention.values())).shape[0] if capture.attention else kv_heads
     group = max(1, heads // max(1, kv_heads))
-    head_module = lm.model.get_output_embeddings()
     return InsideView(step=step, position=capture.position, layers=tuple(views),
                       first_lead=_first_lead(views, pick) if lens is not None else None,
                       kv_head_of=tuple(h // group for h in range(heads)), head_ms=times.get(("head", -1), 0.0),
-                      head_bytes=sum(p.numel() * p.element_size() for p in head_module.parameters()),
+                      head_bytes=sizes[-1],
                       forward_ms=capture.forward_ms, unavailable=tuple(unavailable))
 
 
-def _layer_view(lm: LoadedModel, index: int, row: torch.Tensor | None, pick: int, times: dict,
-                weights: torch.Tensor | None, layers: Sequence[nn.Module], capture: Capture) -> LayerView:
-    if row is not None:
-        probs = row.softmax(dim=-1)
-        top = int(torch.argmax(row))
-        top_text, top_prob = lm.texts.piece(top).text, float(probs[top])
-        pick_prob, pick_rank, entropy = float(probs[pick]), int((row > row[pick]).sum()) + 1, entropy_bits(probs)
+def _lens_stats(rows: torch.Tensor, pick: int) -> list[tuple[int, float, float, int, float]]:
+    """Per lens row `[layers, vocab]`: (top token, its p, the pick's p, the pick's rank, entropy
+    in bits), every row at once."""
+    probs = rows.softmax(dim=-1)
+    tops = probs.argmax(dim=-1)
+    top_probs = probs.gather(1, tops[:, None])[:, 0]
+    ranks = (rows > rows[:, pick : pick + 1]).sum(dim=-1) + 1
+    entropies = torch.special.entr(probs.double()).sum(dim=-1) / math.log(2)  # entr(0) = 0, as entropy_bits
+    return list(zip(tops.tolist(), top_probs.tolist(), probs[:, pick].tolist(), ranks.tolist(), entropies.tolist(),
+                    strict=True))
+
+
+_sizes: weakref.WeakKeyDictionary[PreTrainedModel, list[int]] = weakref.WeakKeyDictionary()
+
+
+def _weight_bytes(lm: LoadedModel) -> list[int]:
+    """Bytes of the embeddings, of each decoder layer, and of the LM head (counted once per model)."""
+    if lm.model not in _sizes:
+        modules = [lm.model.get_input_embeddings(), *_layers(lm.model), lm.model.get_output_embeddings()]
+        _sizes[lm.model] = [sum(p.numel() * p.element_size() for p in m.parameters()) for m in modules]
+    return _sizes[lm.model]
+
+
+def _layer_view(lm: LoadedModel, index: int, stats: tuple | None, times: dict, weights: torch.Tensor | None,
+                weight_bytes: int, capture: Capture) -> LayerView:
+    if stats is not None:
+        top, top_prob, pick_prob, pick_rank, entropy = stats
+        top_text = lm.texts.piece(top).text
     else:
         top, top_text, top_prob, pick_prob, pick_rank, entropy = -1, "", math.nan, math.nan, 0, math.nan
-    module = layers[index - 1] if index else lm.model.get_input_embeddings()
     return LayerView(
         layer=index, top_token_id=top, top_text=top_text, top_prob=top_prob, pick_prob=pick_prob,
         pick_rank=pick_rank, entropy_bits=entropy,
         attention_ms=times.get(("attention", index)) if index else None,
         mlp_ms=times.get(("mlp", index)) if index else None, ms=times.get(("layer", index), 0.0),
-        weight_bytes=sum(p.numel() * p.element_size() for p in module.parameters()),
-        kv_bytes=capture.kv_bytes.get(index - 1, 0) if index else 0,
+        weight_bytes=weight_bytes, kv_bytes=capture.kv_bytes.get(index - 1, 0) if index else 0,
         attention=tuple(tuple(h) for h in weights.tolist()) if weights is not None else None)
 
 

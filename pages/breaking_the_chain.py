@@ -121,7 +121,8 @@ def button_row(lanes: bc.Lanes) -> None:
                help="Fix the prompt and settings above first." if unusable else
                "One round: guess k tokens, check them all in one forward pass, keep the agreed prefix.")
     row.button("Stop" if running else "Run", key=CHAIN.run, on_click=bc.stop_run if running else bc.start_run,
-               args=(S,), disabled=(finished or unusable) and not running, help="Rounds until a stop condition fires.")
+               args=(S,) if running else (S, make_draft), disabled=(finished or unusable) and not running,
+               help="Rounds until a stop condition fires.")
     row.button("Reset", key=CHAIN.reset, on_click=on_reset, disabled=running, help="Start both lanes over.")
     finish = lanes.speculative.finish_reason
     row.markdown(f"round **{len(lanes.speculative.rounds)}**"

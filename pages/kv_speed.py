@@ -58,12 +58,10 @@ def measured(lm: LoadedModel, what: str, run: Callable[[], T]) -> T:
 
     def shared() -> T:
         board = measurement_board()
-        if board.kept(key) is None:
+        if (result := board.kept(key)) is None:
             waiting = "another visitor's measurement to finish, then measuring" if board.busy else "Measuring"
             with st.spinner(f"{waiting} {what} on {lm.device}, once for everyone on this server…"):
                 result = board.get(key, run, tokens_served)
-        else:
-            result = board.get(key, run, tokens_served)
         st.session_state.setdefault(KV.taken, {})[key] = result
         return result.value
 

@@ -280,14 +280,21 @@ def step(state: MutableMapping[str, Any], make_draft: MakeDraft) -> None:
     with this very click (it takes the focus from the field): the lanes are brought up to the
     widgets first, so the round is the new prompt's; while the setup cannot be used, nothing
     steps and the message says why."""
+    if current_for_round(state, make_draft):
+        _round(state)
+
+
+def current_for_round(state: MutableMapping[str, Any], make_draft: MakeDraft) -> bool:
+    """Whether the visitor's lanes, kept open and brought up to the setup widgets, can take a
+    round; if not, the reason is beside the buttons."""
     lanes = keep_open(state, make_draft, clicked=True)
     if lanes is None:  # (the message says why)
-        return
+        return False
     sync(state, lanes.speculative.lm, make_draft)
     if problem := message(state, "setup"):
         set_message(state, "buttons", f"Fix the prompt and settings above first: {problem}")
-        return
-    _round(state)
+        return False
+    return True
 
 
 def _round(state: MutableMapping[str, Any]) -> None:
@@ -323,8 +330,10 @@ def reset(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraf
 # ---- Run: one round per rerun, paced ----------------------------------------------------------
 
 
-def start_run(state: MutableMapping[str, Any]) -> None:
-    state[CHAIN.running] = True
+def start_run(state: MutableMapping[str, Any], make_draft: MakeDraft) -> None:
+    """Run: rounds until a stop condition fires, from the prompt in the field now (as Step)."""
+    if current_for_round(state, make_draft):
+        state[CHAIN.running] = True
 
 
 def stop_run(state: MutableMapping[str, Any]) -> None:

@@ -149,11 +149,10 @@ def keep_open(state: State, progress: Callable[[int, int], bool] | None = None, 
 
 
 def start_run(state: State) -> None:
-    """Run: step until a stop condition fires (refused, like Step, while the prompt is unusable)."""
-    if (problem := prompt_problem(state)) is not None:
-        set_message(state, "buttons", problem)
-        return
-    state[STEP.running] = True
+    """Run: step until a stop condition fires. Like Step, it takes the prompt in the field now
+    (a prompt typed and Run clicked at once) and is refused while the prompt is unusable."""
+    if current_for_step(state) is not None:
+        state[STEP.running] = True
 
 
 def stop_run(state: State) -> None:

@@ -57,17 +57,19 @@ def test_a_prompt_typed_and_stepped_in_one_click_takes_its_round(state) -> None:
     assert pair.speculative.prompt == "xyz xyz xyz" and len(pair.speculative.rounds) == 1 and pair.identical
 
 
-def test_while_the_prompt_is_empty_step_does_nothing_and_says_why(state, tiny_lm) -> None:
+def test_while_the_prompt_is_empty_step_and_run_do_nothing_and_say_why(state, tiny_lm) -> None:
     bc.step(state, lookup)
     old = lanes(state)
     state[CHAIN.prompt] = "  "
+    bc.start_run(state, lookup)
+    assert not bc.is_running(state)
     bc.step(state, lookup)
     assert lanes(state) is old and len(old.speculative.rounds) == 1
     assert bc.message(state, "buttons").startswith("Fix the prompt and settings above first: The prompt is empty")
 
 
 def test_a_run_goes_round_by_round_and_ends_when_the_lanes_finish(state) -> None:
-    bc.start_run(state)
+    bc.start_run(state, lookup)
     rounds = 0
     while bc.is_running(state):
         bc.advance_run(state)
@@ -88,7 +90,7 @@ def test_a_run_keeps_each_round_on_screen_for_a_frame() -> None:
 def test_reset_starts_both_lanes_over_and_stops_a_run(state, tiny_lm) -> None:
     bc.step(state, lookup)
     before = lanes(state)
-    bc.start_run(state)
+    bc.start_run(state, lookup)
     bc.reset(state, tiny_lm, lookup)
     assert lanes(state) is not before and lanes(state).speculative.rounds == () and not bc.is_running(state)
 

@@ -218,6 +218,18 @@ def test_the_address_bar_is_rewritten_whenever_it_does_not_hold_the_link(state) 
     assert control.needs_publishing({**address, "tokens": ["1"]}, params)  # a stale link is replaced
 
 
+def test_a_prompt_typed_and_run_in_one_click_runs_the_new_prompt(state) -> None:
+    """Run's callback also comes before the page reads the widgets: empty, the field used to let
+    a Run start on the stale generation (the refusal read the previous run's message)."""
+    control.step(state)
+    state[STEP.prompt] = ""  # cleared, then Run clicked at once
+    control.start_run(state)
+    assert not control.is_running(state) and len(generation(state).steps) == 1
+    state[STEP.prompt] = "A new prompt"
+    control.start_run(state)
+    assert control.is_running(state) and generation(state).prompt == "A new prompt"
+
+
 def test_a_prompt_typed_and_stepped_in_one_click_makes_its_first_token(state) -> None:
     """The click on Step is what takes the focus from the prompt field: its callback runs
     with the new prompt in the widgets before the page reads them. It must step the new

@@ -281,7 +281,8 @@ def inside_view(lm: LoadedModel, capture: Capture, logits: torch.Tensor, pick: i
         with torch.inference_mode():
             hidden = torch.stack(capture.hidden[:-1]).to(lm.device, lm.dtype)  # [layers, hidden]; the last: the step's
             normed = norm(hidden.unsqueeze(0))[0]  # each row with its own statistics
-            rows = on_cpu(lm, (head.weight @ normed.T).T)  # [layers, vocab]: W hᵀ, one product for every row
+            # [layers, vocab], one product for every row; rows contiguous, so each softmax reads one run
+            rows = on_cpu(lm, torch.nn.functional.linear(normed, head.weight, head.bias))
             lens = _lens_stats(rows, pick) + _lens_stats(logits.unsqueeze(0), pick)  # the last: the step's own
     attention_missing = not capture.attention
     if attention_missing:
@@ -307,11 +308,12 @@ def inside_view(lm: LoadedModel, capture: Capture, logits: torch.Tensor, pick: i
 def _lens_stats(rows: torch.Tensor, pick: int) -> list[tuple[int, float, float, int, float]]:
     """Per lens row `[layers, vocab]`: (top token, its p, the pick's p, the pick's rank, entropy
     in bits), every row at once."""
-    probs = rows.softmax(dim=-1)
-    tops = probs.argmax(dim=-1)
-    top_probs = probs.gather(1, tops[:, None])[:, 0]
+    rows = rows.float()
+    probs = rows.softmax(dim=-1)  # the probabilities as the step computes its own (the last row is equal)
+    top_probs, tops = probs.max(dim=-1)  # the first of equal maxima, as argmax
     ranks = (rows > rows[:, pick : pick + 1]).sum(dim=-1) + 1
-    entropies = torch.special.entr(probs.double()).sum(dim=-1) / math.log(2)  # entr(0) = 0, as entropy_bits
+    # H = -Σ p log p from the log-softmax: a quarter of entr's time on 31 rows; 0 · log 0 counts 0
+    entropies = -(probs * rows.log_softmax(dim=-1)).nansum(dim=-1).double() / math.log(2)
     return list(zip(tops.tolist(), top_probs.tolist(), probs[:, pick].tolist(), ranks.tolist(), entropies.tolist(),
                     strict=True))
 

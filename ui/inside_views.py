@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine import InsideView, TokenPiece
-from ui.format import nbytes, quoted, visible
+from ui.format import esc, nbytes, pct, quoted, visible
 
 MEAN = "mean of the heads"
 ATTENTION_COLOUR, MLP_COLOUR, OTHER_COLOUR = "#1971c2", "#e8590c", "#adb5bd"
@@ -105,10 +105,76 @@ def lead_text(view: InsideView, pick: TokenPiece) -> str:
             "after it sharpen what the middle of the network decided.")
 
 
+def echo_lesson(view: InsideView) -> str:
+    """Why layer 0 predicts what it does, true to this model (tied embeddings or not)."""
+    tied = view.layers[0].weight_bytes == view.head_bytes
+    return ("**Layer 0 echoes the input.** Before any layer has worked, the hidden state is just the fed token's "
+            + ("embedding; this model uses the same matrix as its LM head (tied embeddings), so the lens reads the "
+               "token back with near certainty." if tied else
+               "embedding; this model's LM head is a separate matrix, so what layer 0 predicts is not the input "
+               "token itself but whatever that embedding happens to score highest."))
+
+
+# ---- the Lesson's stage: the same view, compact enough for one projector screen -------------
+
+LENS_CSS = """<style>
+.tbt-lens{display:grid;grid-template-columns:repeat(auto-fill,minmax(7.2rem,1fr));gap:.25rem;margin:.3rem 0 .6rem}
+.tbt-lens-cell{border:1px solid #c9ced6;border-radius:5px;padding:.1rem .35rem;background:#f1f3f5;color:#212529;
+ line-height:1.2;font-size:.9rem}
+.tbt-lens-cell b{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;white-space:pre}
+.tbt-lens-pick{background:#fff3bf;border-color:#e67700}
+.tbt-lens-lead{outline:3px solid #e67700;outline-offset:-1px}
+.tbt-lens-key{font-size:.85rem;margin-bottom:.2rem}
+</style>"""
+
+
+def lens_cells_html(view: InsideView, pick: TokenPiece, pick_id: int) -> str:
+    """Every layer as one small cell (its number, the token it would predict, that token's
+    probability), wrapping into a few rows; the cells that predict the step's pick are shaded and
+    say so in text (▶), the layer from which it leads is outlined and starred (★)."""
+    cells = []
+    for layer in view.layers:
+        name = "embeddings" if layer.layer == 0 else f"layer {layer.layer}"
+        picks = layer.top_token_id == pick_id
+        lead = layer.layer == view.first_lead
+        marks = ("★ " if lead else "") + ("▶ " if picks else "")
+        classes = "tbt-lens-cell" + (" tbt-lens-pick" if picks else "") + (" tbt-lens-lead" if lead else "")
+        said = f"{name}: predicts {quoted(layer.top_text)} at {pct(layer.top_prob)}" + (
+            ", the step's pick" if picks else "") + (", the pick leads from here" if lead else "")
+        cells.append(f'<div class="{classes}" role="listitem" aria-label="{esc(said)}">{esc(marks)}'
+                     f'{esc("emb" if layer.layer == 0 else f"L{layer.layer}")} <b>{esc(visible(layer.top_text))}'
+                     f'</b> {esc(pct(layer.top_prob, 0))}</div>')
+    key = (f'<div class="tbt-lens-key">Each cell: a layer, the token it would predict, its probability. '
+           f'▶ shaded: predicts the step\'s pick {esc(quoted(pick.text))} · ★ outlined: the pick leads from here on'
+           '</div>')
+    return LENS_CSS + key + f'<div class="tbt-lens" role="list">{"".join(cells)}</div>'
+
+
+def attention_by_position(view: InsideView) -> list[float]:
+    """The fed token's attention on each context position, averaged over every layer and query
+    head (each layer's heads sum to 1 over the positions, so the averages do too)."""
+    rows = [[sum(values) / len(heads) for values in zip(*heads, strict=True)]
+            for layer in view.layers[1:] if (heads := layer.attention)]
+    return [sum(column) / len(rows) for column in zip(*rows, strict=True)] if rows else []
+
+
+def sink_text(view: InsideView, pieces: Sequence[TokenPiece]) -> str:
+    """How much of the new token's attention lands on the first position, in words."""
+    weights = attention_by_position(view)
+    if not weights:
+        return ""
+    first, latest = weights[0], weights[-1]
+    heads = len(view.kv_head_of)
+    kv_heads = len(set(view.kv_head_of))
+    shared = (f" Its {heads} query heads read {kv_heads} KV heads ({heads // kv_heads} query heads share each "
+              "cached key and value: grouped-query attention)." if kv_heads < heads else "")
+    return (f"Averaged over the {len(view.layers) - 1} layers and every head, the new token's query puts "
+            f"**{pct(first, 0)}** of its attention on the very first token {quoted(pieces[0].text)} (an attention "
+            f"sink) and **{pct(latest, 0)}** on itself; the other {max(0, len(weights) - 2)} positions share "
+            f"the rest.{shared}")
+
+
 LESSONS = (
-    "**Layer 0 echoes the input.** Before any layer has worked, the hidden state is just the fed token's "
-    "embedding; this model uses the same matrix as its LM head (tied embeddings), so the lens reads the token "
-    "back with near certainty.",
     "**The answer appears late.** Early and middle layers favour punctuation and frequent short tokens; the "
     "specific next word usually takes the lead only in the last few layers.",
     "**Attention sinks.** Most heads put much of the new token's attention on the very first position: a "
@@ -119,3 +185,14 @@ LESSONS = (
     "**A raw lens.** This is the plain logit lens: each layer's state through the model's own final norm and "
     "head. It is not a tuned lens (a trained translator per layer, which this app does not have).",
 )
+
+
+def lessons(view: InsideView) -> tuple[str, ...]:
+    """What the view teaches, in the app's words, true to the model it shows."""
+    layers = sum(layer.weight_bytes for layer in view.layers[1:])
+    kv = sum(layer.kv_bytes for layer in view.layers)
+    total = layers + kv + view.head_bytes
+    head = (f"**The LM head is {view.head_bytes / total:.0%} of the bytes.** One matrix of vocabulary × hidden "
+            f"size ({nbytes(view.head_bytes)}) turns the last state into a score for every token, and each step "
+            "reads all of it, while each of the layers is much smaller." if total else "")
+    return (echo_lesson(view), *LESSONS, *((head,) if head else ()))

@@ -243,7 +243,7 @@ def inside_panel(gen: Generation, view: InsideView | str | None, head_key: str) 
     st.plotly_chart(inside_views.times_figure(view), config=CHART_CONFIG, key=STEP.inside_times)
     st.markdown(inside_views.bytes_text(view))
     with st.expander("What this shows"):
-        for lesson in inside_views.LESSONS:
+        for lesson in inside_views.lessons(view):
             st.markdown(lesson)
 
 

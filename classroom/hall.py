@@ -1,0 +1,392 @@
+"""The live rooms of one server process: the presenter's generation, what students see, guesses.
+
+A room's one Generation is the presenter's (the Class page drives it with the Step page's
+controller); after every change the presenter's page hands it to `publish`, which saves its
+trace and, when what a student sees changed, makes a new `Snapshot` with the next version.
+Students only read snapshots (plain, frozen records), so a follower never touches the model and
+never waits for the presenter. A room missing from memory (the server restarted) is rebuilt
+from its stored trace with the engine's exact replay, once, however many students ask at once.
+
+Before each reveal the room can `peek`: the next step is taken and rewound (the KV cache
+cropped, the random generator restored, so the Step that follows makes the same token), which
+gives the presenter the model's distribution to set beside the class's guesses, and the
+students the candidates to pick from, in alphabetical order so their order gives nothing away.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from classroom.codes import new_code, new_secret, normalise_code, secret_digest, secret_matches
+from classroom.store import GuessRow, RoomStore
+from classroom.tally import Guess, LessonScore, Tally, guess_as_typed, lesson_score, tally
+from engine import (
+    Candidate,
+    Distribution,
+    Generation,
+    GenerationFinished,
+    Limits,
+    LoadedModel,
+    PassQueue,
+    SettingsError,
+    StepRecord,
+    TokenPiece,
+    TraceError,
+    replay,
+    to_trace,
+)
+
+PRESENCE_S = 5.0  # a student seen this recently is connected (a follower checks every half second)
+EXPIRE_EVERY_S = 60.0  # how often idle rooms are looked for
+CANDIDATES = 6  # candidate chips a student may pick from
+REFUSED = ("No open room has that code, or the link is not (or no longer) valid. Check the code on the "
+           "projector, or ask for a new link.")
+
+
+class AccessRefused(Exception):
+    """A wrong or expired code or secret: one message for all, so it tells nothing of which rooms exist."""
+
+    def __init__(self) -> None:
+        super().__init__(REFUSED)
+
+
+class RoomFull(Exception):
+    """A cap was reached (rooms, students, a guess's or a name's length); the message names it."""
+
+
+@dataclass(frozen=True)
+class ClassLimits:
+    """What rooms may cost one server. Checked when a room, a student or a guess arrives."""
+
+    max_rooms: int = 50  # open rooms at once
+    max_students: int = 100  # students who have joined one room
+    max_guess_chars: int = 40
+    max_name_chars: int = 40
+    idle_hours: float = 12.0  # a room nobody used for this long is deleted
+
+    def __post_init__(self) -> None:
+        for name in ("max_rooms", "max_students", "max_guess_chars", "max_name_chars"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SettingsError(name, value, "a whole number >= 1")
+        if not isinstance(self.idle_hours, int | float) or not 0 < self.idle_hours < float("inf"):
+            raise SettingsError("idle_hours", self.idle_hours, "a number of hours > 0")
+
+
+@dataclass(frozen=True)
+class Reveal:
+    """The latest step as the class sees it once revealed: the pick and how the guesses did."""
+
+    index: int
+    pick: TokenPiece
+    pick_prob: float
+    tally: Tally  # with the model's probability for every guess
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What every student sees at one version of a room."""
+
+    code: str
+    version: int
+    steps: tuple[StepRecord, ...]
+    prompt_pieces: tuple[TokenPiece, ...]
+    prompt_text: str
+    output_text: str
+    stop_sequences: tuple[str, ...]
+    finish_reason: str | None
+    eos_text: str  # the model's end token(s), as text
+    context: str  # the key the next token's guesses are stored under
+    context_text: str  # the text so far, which a typed guess continues
+    lesson: LessonScore  # the class against the model over the revealed steps
+    candidates: tuple[Candidate, ...] = ()  # to pick from, alphabetical; () until the room has peeked
+    reveal: Reveal | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(frozen=True)
+class Peek:
+    """The next step, taken and rewound: the model's distribution before the reveal."""
+
+    context: str
+    distribution: Distribution
+    probs: torch.Tensor  # [vocab], the raw softmax
+
+
+@dataclass(eq=False)
+class LiveRoom:
+    """One open room in this process."""
+
+    code: str
+    secret_digest: str
+    generation: Generation
+    snapshot: Snapshot
+    stored: tuple  # what the stored trace was made from (`_signature`)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    peek: Peek | None = None
+    guesses_version: int = 0  # grows with each guess: the presenter's class panel redraws
+    seen: dict[str, float] = field(default_factory=dict)  # student -> last time seen
+
+    @property
+    def version(self) -> int:
+        return self.snapshot.version
+
+
+def context_key(token_ids: list[int]) -> str:
+    """The key guesses for the token after `token_ids` (prompt and output) are stored under."""
+    return hashlib.sha256(json.dumps(token_ids).encode()).hexdigest()[:32]
+
+
+def _visible(generation: Generation) -> tuple:
+    """What a student sees of a generation (a change makes a new snapshot)."""
+    return (id(generation), tuple(generation.prompt_ids), tuple(generation.generated_ids),
+            tuple(step.decision.forced for step in generation.steps), generation.finish_reason, generation.stop)
+
+
+def _signature(generation: Generation) -> tuple:
+    """What its stored trace holds (the sampler too, which a student does not see)."""
+    return (*_visible(generation), generation.sampler)
+
+
+class ClassHall:
+    """Every room of one server: made, opened with a code (students) or a secret (presenter),
+    published, peeked, joined and guessed in. `clock` is time.time (a test moves its own)."""
+
+    def __init__(self, store: RoomStore, lm: LoadedModel, limits: ClassLimits | None = None,
+                 replay_limits: Limits | None = None, scheduler: PassQueue | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store, self.lm, self.limits = store, lm, limits or ClassLimits()
+        self.replay_limits, self.scheduler, self.clock = replay_limits or Limits(), scheduler, clock
+        self._rooms: dict[str, LiveRoom] = {}
+        self._opening: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._expired_at = float("-inf")
+
+    # ---- rooms -----------------------------------------------------------------------------
+
+    def start(self, generation: Generation) -> tuple[LiveRoom, str]:
+        """A new room on `generation`; returns it and its presenter secret (shown once, kept
+        by the store only as a digest). Raises RoomFull at the cap on open rooms."""
+        self.expire(force=True)
+        if (count := self.store.open_count()) >= self.limits.max_rooms:
+            raise RoomFull(f"This server already has {count} open rooms, its limit ({self.limits.max_rooms}). "
+                           f"A room closes after {self.limits.idle_hours:g} hours unused.")
+        code, secret = new_code(self.store.exists), new_secret()
+        digest = secret_digest(secret)
+        self.store.create(code, digest, json.dumps(to_trace(generation)), self.clock())
+        room = LiveRoom(code, digest, generation, self._snapshot(code, generation, 0), _signature(generation))
+        with self._lock:
+            self._rooms[code] = room
+        return room, secret
+
+    def room(self, code_text: str) -> LiveRoom:
+        """The open room with this code (typed as a student may type it). Raises AccessRefused."""
+        code = normalise_code(code_text or "")
+        if code is None:
+            raise AccessRefused
+        self.expire()
+        with self._lock:
+            room = self._rooms.get(code)
+            if room is not None:
+                return room
+            opening = self._opening.setdefault(code, threading.Lock())
+        with opening:  # one replay, however many students reconnect at once
+            with self._lock:
+                if (room := self._rooms.get(code)) is not None:
+                    return room
+            room = self._rebuilt(code)
+            with self._lock:
+                self._rooms[code] = room
+                self._opening.pop(code, None)
+            return room
+
+    def presenter(self, code_text: str, secret: str) -> LiveRoom:
+        """The room, for the one who holds its secret. Raises AccessRefused (the same as for a
+        code that does not exist)."""
+        room = self.room(code_text)
+        if not isinstance(secret, str) or not secret_matches(room.secret_digest, secret):
+            raise AccessRefused
+        return room
+
+    def _rebuilt(self, code: str) -> LiveRoom:
+        """A stored room made live again: its generation replayed exactly from its trace."""
+        row = self.store.room(code)
+        if row is None:
+            raise AccessRefused
+        try:
+            generation = replay(self.lm, json.loads(row.trace), self.replay_limits, scheduler=self.scheduler).generation
+        except (TraceError, ValueError) as exc:
+            raise TraceError(f"Room {code}'s generation could not be rebuilt from its stored trace: {exc}") from exc
+        return LiveRoom(code, row.secret_digest, generation, self._snapshot(code, generation, row.version),
+                        _signature(generation))
+
+    def expire(self, force: bool = False) -> list[str]:
+        """Delete rooms unused for the idle time (looked for at most once a minute)."""
+        now = self.clock()
+        if not force and now - self._expired_at < EXPIRE_EVERY_S:
+            return []
+        self._expired_at = now
+        codes = self.store.delete_idle(now - self.limits.idle_hours * 3600)
+        with self._lock:
+            for code in codes:
+                if (room := self._rooms.pop(code, None)) is not None:
+                    room.generation.close()
+        return codes
+
+    # ---- the presenter's changes -----------------------------------------------------------
+
+    def publish(self, room: LiveRoom, generation: Generation) -> bool:
+        """Make `generation` the room's (the presenter's page calls this after each action):
+        its trace is saved when it changed, and a new snapshot is made when what students see
+        changed. Returns whether it did."""
+        with room.lock:
+            signature = _signature(generation)
+            if generation is room.generation and signature == room.stored:
+                return False
+            visible_changed = _visible(generation) != room.stored[:-1]  # the stored signature ends with the sampler
+            room.generation, room.stored = generation, signature
+            version = room.version + 1
+            self.store.save(room.code, json.dumps(to_trace(generation)), version, self.clock())
+            if visible_changed:
+                room.peek = None
+                room.snapshot = self._snapshot(room.code, generation, version)
+            else:
+                room.snapshot = replace(room.snapshot, version=version)
+            return True
+
+    def peek(self, room: LiveRoom) -> Peek | None:
+        """The model's distribution for the next token, before the reveal (taken once per
+        context: the step is made and rewound). None when the generation cannot step."""
+        with room.lock:
+            generation, snapshot = room.generation, room.snapshot
+            if room.peek is not None and room.peek.context == snapshot.context:
+                return room.peek
+            if generation.finished or generation.closed or generation is not room.generation:
+                return None
+            try:
+                record = generation.step()
+            except (GenerationFinished, SettingsError):
+                return None
+            probs = torch.softmax(generation.raw_logits(), dim=-1)  # [vocab]
+            generation.rewind(len(generation.steps) - 1)
+            room.peek = Peek(snapshot.context, record.distribution, probs)
+            candidates = sorted(record.distribution.top[:CANDIDATES], key=lambda c: (c.text.strip().lower(), c.text))
+            room.snapshot = replace(snapshot, version=snapshot.version + 1, candidates=tuple(candidates))
+            return room.peek
+
+    # ---- students --------------------------------------------------------------------------
+
+    def join(self, room: LiveRoom, student: str, name: str) -> None:
+        """Note a student (and their display name, which may be empty). Raises RoomFull."""
+        name = name.strip()
+        if len(name) > self.limits.max_name_chars:
+            raise RoomFull(f"A name may have up to {self.limits.max_name_chars} characters; this one has {len(name)}.")
+        if not self.store.is_student(room.code, student) and (
+                count := self.store.student_count(room.code)) >= self.limits.max_students:
+            raise RoomFull(f"This room already has {count} students, its limit ({self.limits.max_students}).")
+        self.store.join(room.code, student, name, self.clock())
+        self.seen(room, student)
+
+    def seen(self, room: LiveRoom, student: str) -> None:
+        room.seen[student] = time.monotonic()
+
+    def connected(self, room: LiveRoom) -> int:
+        """Students whose page checked the room in the last PRESENCE_S seconds."""
+        now = time.monotonic()
+        for student, last in list(room.seen.items()):
+            if now - last > PRESENCE_S * 12:
+                room.seen.pop(student, None)
+        return sum(now - last <= PRESENCE_S for last in list(room.seen.values()))
+
+    def guess(self, room: LiveRoom, student: str, text: str | None = None, token_id: int | None = None) -> TokenPiece:
+        """A student's guess for the next token: typed `text` (its first token counts) or a
+        candidate's `token_id`. It replaces their earlier guess for this step. Returns the
+        token that counts. Raises RoomFull for a guess too long, ValueError for one that
+        cannot be a guess now (the message says why)."""
+        snapshot = room.snapshot
+        if snapshot.finished:
+            raise ValueError("The generation has finished: there is no next token to guess.")
+        if not self.store.is_student(room.code, student):
+            raise ValueError("Join the room first.")
+        if token_id is not None:
+            if token_id not in {c.token_id for c in snapshot.candidates}:
+                raise ValueError("That candidate is not one of this step's.")
+            shown = self.lm.texts.piece(token_id).text
+        else:
+            shown = (text or "").strip()
+            if not shown:
+                raise ValueError("Type a word or a few characters, or pick a candidate.")
+            if len(shown) > self.limits.max_guess_chars:
+                raise RoomFull(f"A guess may have up to {self.limits.max_guess_chars} characters; "
+                               f"this one has {len(shown)}.")
+            ids = self.lm.tokenizer.encode(guess_as_typed(shown, snapshot.context_text), add_special_tokens=False)
+            if not ids:
+                raise ValueError("That guess has no token.")
+            token_id = ids[0]
+        self.store.guess(room.code, snapshot.context, student, shown, token_id, self.clock())
+        with room.lock:
+            room.guesses_version += 1
+        return self.lm.texts.piece(token_id)
+
+    def own_guess(self, room: LiveRoom, student: str) -> str | None:
+        """The student's guess for the next token (the token's text), or None."""
+        rows = self.store.guesses(room.code, (room.snapshot.context,))
+        mine = [row for row in rows if row.student == student]
+        return self.lm.texts.piece(mine[-1].token_id).text if mine else None
+
+    def class_tally(self, room: LiveRoom) -> Tally:
+        """The presenter's view of the next token's guesses, with the model's probability for
+        each (from the peek, when there is one)."""
+        peek = room.peek if room.peek is not None and room.peek.context == room.snapshot.context else None
+        rows = self.store.guesses(room.code, (room.snapshot.context,))
+        return tally(_guesses(rows), self._text, None if peek is None else (lambda t: float(peek.probs[t])))
+
+    def _text(self, token_id: int) -> str:
+        return self.lm.texts.piece(token_id).text
+
+    # ---- the snapshot ----------------------------------------------------------------------
+
+    def _snapshot(self, code: str, generation: Generation, version: int) -> Snapshot:
+        ids = list(generation.prompt_ids) + list(generation.generated_ids)
+        steps = generation.steps
+        prompt_length = len(generation.prompt_ids)
+        contexts = [context_key(ids[:prompt_length + i]) for i in range(len(steps))]
+        rows = self.store.guesses(code, tuple(contexts)) if steps else []
+        grouped: dict[str, list[GuessRow]] = {}
+        for row in rows:
+            grouped.setdefault(row.context, []).append(row)
+        per_step = [_guesses(grouped.get(context, [])) for context in contexts]
+        reveal = None
+        if steps:
+            latest = steps[-1]
+            probs = self._latest_probs(generation)
+            reveal = Reveal(latest.index, latest.token, latest.prob,
+                            tally(per_step[-1], self._text, None if probs is None else (lambda t: float(probs[t]))))
+        return Snapshot(
+            code=code, version=version, steps=steps, prompt_pieces=tuple(generation.prompt_pieces),
+            prompt_text=generation.prompt_text, output_text=generation.output_text,
+            stop_sequences=generation.stop.stop_sequences, finish_reason=generation.finish_reason,
+            eos_text=" ".join(self._text(i) for i in self.lm.eos_ids), context=context_key(ids),
+            context_text=generation.prompt_text + generation.output_text, reveal=reveal,
+            lesson=lesson_score([(s.token_id, s.prob) for s in steps], per_step))
+
+    @staticmethod
+    def _latest_probs(generation: Generation) -> torch.Tensor | None:
+        """The latest step's raw softmax `[vocab]`, for every guess's probability."""
+        if generation.closed:
+            return None
+        return torch.softmax(generation.raw_logits(), dim=-1)
+
+
+def _guesses(rows: list[GuessRow]) -> list[Guess]:
+    return [Guess(row.student, row.name, row.text, row.token_id) for row in rows]

@@ -1,0 +1,181 @@
+"""The rooms' embedded database: SQLite from the standard library, in WAL mode.
+
+One file holds every room: its code, the digest of its presenter secret, when it was made and
+last used, its version, and its generation as the engine's trace (settings included); the
+students who joined (a display name each, optional); and every guess, keyed by the context it
+was a guess for. WAL lets the students' reads go on while the presenter writes.
+
+One connection, shared by the server's threads behind a lock: every statement here is short.
+Any SQLite error becomes a StoreError that says what could not be done, so a corrupt or
+unreadable file is reported and never crashes a page.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rooms (
+    code TEXT PRIMARY KEY,
+    secret_digest TEXT NOT NULL,
+    created REAL NOT NULL,
+    touched REAL NOT NULL,
+    version INTEGER NOT NULL,
+    trace TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS students (
+    code TEXT NOT NULL REFERENCES rooms(code) ON DELETE CASCADE,
+    student TEXT NOT NULL,
+    name TEXT NOT NULL,
+    joined REAL NOT NULL,
+    PRIMARY KEY (code, student)
+);
+CREATE TABLE IF NOT EXISTS guesses (
+    code TEXT NOT NULL REFERENCES rooms(code) ON DELETE CASCADE,
+    context TEXT NOT NULL,
+    student TEXT NOT NULL,
+    text TEXT NOT NULL,
+    token_id INTEGER NOT NULL,
+    made REAL NOT NULL,
+    PRIMARY KEY (code, context, student)
+);
+"""
+
+
+class StoreError(RuntimeError):
+    """The class database cannot be opened, read or written (the message says which)."""
+
+
+@dataclass(frozen=True)
+class RoomRow:
+    """One room as stored."""
+
+    code: str
+    secret_digest: str
+    created: float
+    touched: float
+    version: int
+    trace: str  # the engine's trace, as JSON
+
+
+@dataclass(frozen=True)
+class GuessRow:
+    """One student's guess for one context."""
+
+    context: str
+    student: str
+    name: str  # the student's display name, "" when none was given
+    text: str  # as typed
+    token_id: int  # its first token, the one that counts
+
+
+class RoomStore:
+    """The rooms of one server (or of several, sharing the file on one machine)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=5.0)
+            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise StoreError(f"The class database is of schema version {version}; this app reads "
+                                 f"version {SCHEMA_VERSION}.")
+            self._db.executescript(SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"The class database cannot be opened: {exc}.") from exc
+        self.journal_mode = mode
+
+    @contextmanager
+    def _run(self, doing: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.Error as exc:
+                raise StoreError(f"The class database could not {doing}: {exc}.") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ---- rooms -----------------------------------------------------------------------------
+
+    def create(self, code: str, secret_digest: str, trace: str, now: float) -> None:
+        with self._run("save a new room") as db:
+            db.execute("INSERT INTO rooms VALUES (?, ?, ?, ?, 0, ?)", (code, secret_digest, now, now, trace))
+
+    def room(self, code: str) -> RoomRow | None:
+        with self._run("read a room") as db:
+            row = db.execute("SELECT code, secret_digest, created, touched, version, trace FROM rooms WHERE code = ?",
+                             (code,)).fetchone()
+        return RoomRow(*row) if row else None
+
+    def exists(self, code: str) -> bool:
+        with self._run("look up a room") as db:
+            return db.execute("SELECT 1 FROM rooms WHERE code = ?", (code,)).fetchone() is not None
+
+    def save(self, code: str, trace: str, version: int, now: float) -> None:
+        """The room's generation after the presenter changed it."""
+        with self._run("save the room's generation") as db:
+            db.execute("UPDATE rooms SET trace = ?, version = ?, touched = ? WHERE code = ?",
+                       (trace, version, now, code))
+
+    def touch(self, code: str, now: float) -> None:
+        with self._run("note the room's use") as db:
+            db.execute("UPDATE rooms SET touched = ? WHERE code = ?", (now, code))
+
+    def open_count(self) -> int:
+        with self._run("count the rooms") as db:
+            return db.execute("SELECT COUNT(*) FROM rooms").fetchone()[0]
+
+    def delete_idle(self, before: float) -> list[str]:
+        """Delete every room last used before `before`, with its students and guesses."""
+        with self._run("remove expired rooms") as db:
+            codes = [row[0] for row in db.execute("SELECT code FROM rooms WHERE touched < ?", (before,))]
+            db.execute("DELETE FROM rooms WHERE touched < ?", (before,))
+        return codes
+
+    # ---- students and guesses --------------------------------------------------------------
+
+    def join(self, code: str, student: str, name: str, now: float) -> None:
+        """A student in the room (again: the name is updated)."""
+        with self._run("note a student") as db:
+            db.execute("INSERT INTO students VALUES (?, ?, ?, ?) ON CONFLICT (code, student) DO UPDATE SET "
+                       "name = excluded.name", (code, student, name, now))
+
+    def student_count(self, code: str) -> int:
+        with self._run("count the students") as db:
+            return db.execute("SELECT COUNT(*) FROM students WHERE code = ?", (code,)).fetchone()[0]
+
+    def is_student(self, code: str, student: str) -> bool:
+        with self._run("look up a student") as db:
+            return db.execute("SELECT 1 FROM students WHERE code = ? AND student = ?",
+                              (code, student)).fetchone() is not None
+
+    def guess(self, code: str, context: str, student: str, text: str, token_id: int, now: float) -> None:
+        """A student's guess for `context`, replacing their earlier one for it."""
+        with self._run("save a guess") as db:
+            db.execute("INSERT INTO guesses VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (code, context, student) DO UPDATE "
+                       "SET text = excluded.text, token_id = excluded.token_id, made = excluded.made",
+                       (code, context, student, text, token_id, now))
+
+    def guesses(self, code: str, contexts: tuple[str, ...] | None = None) -> list[GuessRow]:
+        """The room's guesses (for these contexts only, when given), each with the student's name."""
+        query = ("SELECT g.context, g.student, COALESCE(s.name, ''), g.text, g.token_id FROM guesses g "
+                 "LEFT JOIN students s ON s.code = g.code AND s.student = g.student WHERE g.code = ?")
+        params: list[object] = [code]
+        if contexts is not None:
+            query += f" AND g.context IN ({','.join('?' * len(contexts))})"
+            params += contexts
+        with self._run("read the guesses") as db:
+            return [GuessRow(*row) for row in db.execute(query + " ORDER BY g.made", params)]

@@ -1,0 +1,90 @@
+"""The class's guesses for one next token, their tally, and the lesson's score.
+
+A guess is a word or a few characters; the token that counts is its first one, read as the
+model would continue the context: a guess that starts with a letter or digit after text that
+does not end in a space is a new word, so it gets the leading space the model's word tokens
+carry (" Paris"). Pick a candidate chip for anything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+def guess_as_typed(guess: str, context_text: str) -> str:
+    """The text whose first token is the guess: trimmed, and a new word after a word."""
+    text = guess.strip()
+    if text and text[0].isalnum() and context_text and not context_text[-1].isspace():
+        return " " + text
+    return text
+
+
+@dataclass(frozen=True)
+class Guess:
+    """One student's guess, as the tally reads it."""
+
+    student: str
+    name: str  # "" when the student gave none
+    text: str  # as typed
+    token_id: int
+
+
+@dataclass(frozen=True)
+class GuessCount:
+    """One token the class guessed: how many, who, and the model's probability for it."""
+
+    token_id: int
+    text: str  # the token's text
+    count: int
+    names: tuple[str, ...]  # the display names of those who gave one
+    model_prob: float | None  # the model's raw softmax probability; None while hidden
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The class's guesses for one step, the most guessed first."""
+
+    counts: tuple[GuessCount, ...]
+    total: int
+
+    def right(self, token_id: int) -> int:
+        """How many guessed `token_id`."""
+        return next((c.count for c in self.counts if c.token_id == token_id), 0)
+
+
+def tally(guesses: Sequence[Guess], token_text: Callable[[int], str],
+          model_prob: Callable[[int], float] | None = None) -> Tally:
+    """Count the guesses by token; `model_prob` (token id -> probability) where it may be shown."""
+    by_token: dict[int, list[Guess]] = {}
+    for guess in guesses:
+        by_token.setdefault(guess.token_id, []).append(guess)
+    counts = [GuessCount(token_id, token_text(token_id), len(group), tuple(g.name for g in group if g.name),
+                         model_prob(token_id) if model_prob else None)
+              for token_id, group in by_token.items()]
+    counts.sort(key=lambda c: (-c.count, -(c.model_prob or 0.0), c.token_id))
+    return Tally(tuple(counts), len(guesses))
+
+
+@dataclass(frozen=True)
+class LessonScore:
+    """Over the steps the class guessed: the class's top-1 accuracy against the model's average
+    probability for the tokens it actually produced."""
+
+    steps: int  # steps with at least one guess
+    guesses: int
+    right: int
+    model_mean_prob: float  # mean raw probability of each of those steps' pick
+
+    @property
+    def class_accuracy(self) -> float:
+        return self.right / self.guesses if self.guesses else 0.0
+
+
+def lesson_score(steps: Sequence[tuple[int, float]], guesses: Sequence[Sequence[Guess]]) -> LessonScore:
+    """`steps`: each revealed step's (pick, its raw probability); `guesses`: each step's guesses."""
+    guessed = [(pick, prob, group) for (pick, prob), group in zip(steps, guesses, strict=True) if group]
+    total = sum(len(group) for _, _, group in guessed)
+    right = sum(sum(g.token_id == pick for g in group) for pick, _, group in guessed)
+    mean = sum(prob for _, prob, _ in guessed) / len(guessed) if guessed else 0.0
+    return LessonScore(len(guessed), total, right, mean)

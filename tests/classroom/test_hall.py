@@ -1,0 +1,176 @@
+"""The live rooms on a tiny random model: the presenter's secret, publishing, peeking, guesses,
+caps, expiry, and a restart that brings every room back with the same tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from classroom import AccessRefused, ClassHall, ClassLimits, RoomFull, RoomStore
+from classroom.hall import REFUSED
+from engine import Generation, SamplerSettings, SettingsError, StopSettings, TraceError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_hall(tiny_lm, path: Path, clock: Clock | None = None, **limits) -> ClassHall:
+    return ClassHall(RoomStore(path), tiny_lm, ClassLimits(**limits), clock=clock or Clock())
+
+
+def new_generation(tiny_lm, seed: int = 3) -> Generation:
+    return Generation(tiny_lm, "hello there", seed=seed, sampler=SamplerSettings(temperature=0.9),
+                      stop=StopSettings(max_new_tokens=12, ignore_eos=True))
+
+
+def test_the_presenter_secret_opens_the_room_and_a_wrong_one_reads_as_no_room_at_all(tiny_lm, tmp_path) -> None:
+    hall = make_hall(tiny_lm, tmp_path / "c.db")
+    room, secret = hall.start(new_generation(tiny_lm))
+    assert hall.presenter(room.code, secret) is room
+    assert hall.room(room.code.lower()) is room  # as a student types it
+    messages = set()
+    for code, key in ((room.code, secret[:-2] + "xx"), (room.code, ""), ("ZZZZZZ", secret), ("nonsense!", secret)):
+        with pytest.raises(AccessRefused) as refused:
+            hall.presenter(code, key)
+        messages.add(str(refused.value))
+    assert messages == {REFUSED}  # no hint of which rooms exist
+
+
+def test_the_secret_is_in_no_stored_trace(tiny_lm, tmp_path) -> None:
+    hall = make_hall(tiny_lm, tmp_path / "c.db")
+    room, secret = hall.start(new_generation(tiny_lm))
+    room.generation.step()
+    hall.publish(room, room.generation)
+    stored = hall.store.room(room.code)
+    assert secret not in stored.trace and secret not in stored.secret_digest
+    assert secret.encode() not in (tmp_path / "c.db").read_bytes()
+
+
+def test_publishing_bumps_the_version_only_when_students_would_see_a_change(tiny_lm, tmp_path) -> None:
+    hall = make_hall(tiny_lm, tmp_path / "c.db")
+    room, _ = hall.start(new_generation(tiny_lm))
+    assert room.version == 0 and not hall.publish(room, room.generation)
+    room.generation.step()
+    assert hall.publish(room, room.generation) and room.version == 1
+    assert len(room.snapshot.steps) == 1
+    before = room.snapshot
+    room.generation.sampler = SamplerSettings(temperature=0.5)  # saved, but nothing new to see
+    assert hall.publish(room, room.generation)
+    assert room.snapshot.steps == before.steps and room.snapshot.context == before.context
+    assert '"temperature": 0.5' in hall.store.room(room.code).trace
+
+
+def test_a_peek_shows_the_next_distribution_and_the_step_after_it_makes_the_same_token(tiny_lm, tmp_path) -> None:
+    hall = make_hall(tiny_lm, tmp_path / "c.db")
+    room, _ = hall.start(new_generation(tiny_lm))
+    room.generation.step()
+    hall.publish(room, room.generation)
+    peek = hall.peek(room)
+    assert peek is not None and len(room.generation.steps) == 1  # taken and rewound
+    assert hall.peek(room) is peek  # once per context
+    assert len(room.snapshot.candidates) == 6
+    texts = [c.text.strip().lower() for c in room.snapshot.candidates]
+    assert texts == sorted(texts)  # alphabetical: the order gives nothing away
+    record = room.generation.step()
+    assert record.distribution == peek.distribution
+    twin = new_generation(tiny_lm)
+    assert [twin.step().token_id for _ in range(2)] == room.generation.generated_ids  # as without a peek
+
+
+def test_guesses_count_their_first_token_once_per_student_and_are_revealed_with_the_models_probability(
+        tiny_lm, tmp_path) -> None:
+    hall = make_hall(tiny_lm, tmp_path / "c.db")
+    room, _ = hall.start(new_generation(tiny_lm))
+    hall.peek(room)
+    candidate = room.snapshot.candidates[0]
+    for student in ("a", "b", "c"):
+        hall.join(room, student, f"name {student}")
+    hall.guess(room, "a", token_id=candidate.token_id)
+    hall.guess(room, "b", text="abc")
+    hall.guess(room, "b", text="xyz")  # changed before the reveal: one guess each
+    first = tiny_lm.tokenizer.encode(" xyz", add_special_tokens=False)[0]  # a new word: its leading space
+    hidden = hall.class_tally(room)
+    assert hidden.total == 2 and {c.token_id for c in hidden.counts} == {candidate.token_id, first}
+    pick = room.generation.step()
+    hall.publish(room, room.generation)
+    reveal = room.snapshot.reveal
+    assert reveal is not None and reveal.index == 1 and reveal.pick.token_id == pick.token_id
+    probs = {c.token_id: c.model_prob for c in reveal.tally.counts}
+    assert probs[candidate.token_id] == pytest.approx(candidate.prob, rel=1e-5)
+    assert room.snapshot.lesson.guesses == 2
+    assert hall.class_tally(room).total == 0  # the next token's guesses start empty
+
+
+def test_a_guess_needs_a_joined_student_and_a_step_to_come(tiny_lm, tmp_path) -> None:
+    hall = make_hall(tiny_lm, tmp_path / "c.db", max_guess_chars=5)
+    room, _ = hall.start(new_generation(tiny_lm))
+    with pytest.raises(ValueError, match="Join the room"):
+        hall.guess(room, "stranger", text="hi")
+    hall.join(room, "a", "")
+    with pytest.raises(RoomFull, match="up to 5 characters; this one has 6"):
+        hall.guess(room, "a", text="abcdef")
+    with pytest.raises(ValueError, match="not one of this step's"):
+        hall.guess(room, "a", token_id=12345)
+
+
+def test_caps_on_rooms_students_and_names_are_refused_with_the_limit_named(tiny_lm, tmp_path) -> None:
+    hall = make_hall(tiny_lm, tmp_path / "c.db", max_rooms=1, max_students=2, max_name_chars=4)
+    room, _ = hall.start(new_generation(tiny_lm))
+    with pytest.raises(RoomFull, match=r"1 open rooms, its limit \(1\)"):
+        hall.start(new_generation(tiny_lm))
+    with pytest.raises(RoomFull, match="up to 4 characters"):
+        hall.join(room, "a", "Alexandra")
+    hall.join(room, "a", "Al")
+    hall.join(room, "b", "Bo")
+    hall.join(room, "a", "Al")  # a student coming back is no new student
+    with pytest.raises(RoomFull, match=r"2 students, its limit \(2\)"):
+        hall.join(room, "c", "Cy")
+
+
+def test_rooms_unused_for_the_idle_time_expire(tiny_lm, tmp_path) -> None:
+    clock = Clock()
+    hall = make_hall(tiny_lm, tmp_path / "c.db", clock, idle_hours=1)
+    room, secret = hall.start(new_generation(tiny_lm))
+    clock.now += 3601
+    assert hall.expire(force=True) == [room.code]
+    with pytest.raises(AccessRefused):
+        hall.presenter(room.code, secret)
+
+
+def test_after_a_restart_every_room_comes_back_with_the_same_tokens_and_both_links(tiny_lm, tmp_path) -> None:
+    hall = make_hall(tiny_lm, tmp_path / "c.db")
+    room, secret = hall.start(new_generation(tiny_lm))
+    for _ in range(5):
+        room.generation.step()
+        hall.publish(room, room.generation)
+    room.generation.branch(7)  # a forced token survives too
+    hall.publish(room, room.generation)
+    tokens, version = room.generation.generated_ids, room.version
+    hall.store.close()
+    restarted = make_hall(tiny_lm, tmp_path / "c.db")
+    again = restarted.room(room.code)
+    assert again.generation.generated_ids == tokens and again.version == version
+    assert restarted.presenter(room.code, secret) is again
+    assert again.generation.step().index == 6  # and it goes on
+
+
+def test_a_room_whose_stored_trace_is_damaged_is_reported(tiny_lm, tmp_path) -> None:
+    hall = make_hall(tiny_lm, tmp_path / "c.db")
+    room, _ = hall.start(new_generation(tiny_lm))
+    hall.store.save(room.code, "{not json", 1, 0.0)
+    restarted = make_hall(tiny_lm, tmp_path / "c.db")
+    with pytest.raises(TraceError, match="could not be rebuilt"):
+        restarted.room(room.code)
+
+
+def test_limits_are_validated_by_name() -> None:
+    with pytest.raises(SettingsError, match="max_students"):
+        ClassLimits(max_students=0)
+    with pytest.raises(SettingsError, match="idle_hours"):
+        ClassLimits(idle_hours=-1)

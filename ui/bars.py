@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine import Distribution
-from ui.charts import FINAL_COLOUR, FINAL_NAME, RAW_COLOUR, RAW_NAME, bar_rows
-from ui.format import esc, pct, quoted
+from ui.charts import FINAL_COLOUR, FINAL_NAME, FINAL_STRIPES, RAW_COLOUR, RAW_NAME, bar_rows, final_label
+from ui.format import esc, pct, quoted, sr_only
 
 BARS_CSS = """
 <style>
@@ -34,11 +34,13 @@ ROOM_FOR_TEXT = 0.78  # the longest bar takes this share of the track; its value
 
 @dataclass(frozen=True)
 class Bar:
-    """One bar of a row: its value, the text written after it, its colour."""
+    """One bar of a row: its value, the text written after it, its colour (a CSS background:
+    a colour, or a colour with a pattern over it)."""
 
     value: float
     text: str
     colour: str
+    name: str = ""  # its series, said to a screen reader before the value (the colour says it on screen)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def _bar_html(bar: Bar, low: float, span: float) -> str:
     length = abs(bar.value) / span
     return (f'<div class="tbt-bars-bar"><span class="tbt-bars-fill" style="margin-left:{100 * start:.2f}%;'
             f'width:{100 * length:.2f}%;background:{bar.colour}"></span>'
-            f'<span class="tbt-bars-value">{esc(bar.text)}</span></div>')
+            f'<span class="tbt-bars-value">{sr_only(bar.name + ": ") if bar.name else ""}{esc(bar.text)}</span></div>')
 
 
 def bars_html(rows: Sequence[BarRow], legend: Sequence[tuple[str, str]] = ()) -> str:
@@ -76,20 +78,18 @@ def bars_html(rows: Sequence[BarRow], legend: Sequence[tuple[str, str]] = ()) ->
             + f'<div class="tbt-bars">{"".join(cells)}</div>')
 
 
-def _final_text(p: float) -> str:
-    return pct(p) if p > 0 else ""  # no label on a token the sampler filtered out, as in the Plotly chart
-
-
 def distribution_bars_html(distribution: Distribution, pick_id: int | None, top_n: int = 8) -> str:
     """The next-token distribution as the Plotly chart shows it in probability mode: raw softmax
     and final probability per candidate, the pick's row highlighted, one row for all others."""
     rows = bar_rows(distribution, top_n, pick_id)
+    final = f"{FINAL_STRIPES},{FINAL_COLOUR}"  # striped as well as orange, as in the Plotly chart
     shown = [BarRow(("▶ " if c.token_id == pick_id else "") + f"#{c.rank} {quoted(c.text)}",
-                    (Bar(c.prob, pct(c.prob), RAW_COLOUR), Bar(c.final_prob, _final_text(c.final_prob), FINAL_COLOUR)),
+                    (Bar(c.prob, pct(c.prob), RAW_COLOUR, "raw"),
+                     Bar(c.final_prob, final_label(c.final_prob), final, "final")),
                     highlight=c.token_id == pick_id)
              for c in rows.shown]
     others = BarRow(f"all other {rows.others_count:,}",
-                    (Bar(rows.others_prob, pct(rows.others_prob), RAW_COLOUR),
-                     Bar(rows.others_final_prob, _final_text(rows.others_final_prob), FINAL_COLOUR)))
-    legend = ((RAW_COLOUR, RAW_NAME), (FINAL_COLOUR, FINAL_NAME), ("#ffe066", "▶ the pick"))
+                    (Bar(rows.others_prob, pct(rows.others_prob), RAW_COLOUR, "raw"),
+                     Bar(rows.others_final_prob, final_label(rows.others_final_prob), final, "final")))
+    legend = ((RAW_COLOUR, RAW_NAME), (final, FINAL_NAME), ("#ffe066", "▶ the pick"))
     return bars_html([*shown, others], legend)

@@ -13,10 +13,16 @@ from engine import RoundRecord, SpeculativeGeneration, TokenPiece, TokenTexts
 from engine.speculative import Check, PositionView
 from ui.charts import FINAL_COLOUR, RAW_COLOUR
 from ui.chips import CHIP_CSS, chip_window
-from ui.format import esc, pct, pct_cell, quoted, visible
+from ui.format import esc, pct, pct_cell, quoted, sr_only, visible
 
 TOKEN_HEAD = '<th class="tok"><span class="bc-sr">token</span></th>'  # a header a screen reader reads, unseen
 KIND_COLOURS = {"accepted": "#b2f2bb", "replaced": "#ffc078", "bonus": "#d0bfff", "plain": "#dee2e6"}
+# A rejected guess: a light magenta, which a red-green colour-blind eye still tells from the kept
+# guess's green (a pink did not: tests/ui/test_colour_vision.py); it is struck through and marked ✗ too
+REJECTED_COLOUR = "#f3d9fa"
+# Not colour alone: a replacement's chip has a dashed frame, a bonus token's a double one, in the
+# lane and in its legend; a screen reader hears the kind after each chip
+KIND_BORDERS = {"accepted": "", "replaced": "2px dashed #a34a00", "bonus": "3px double #5f3dc4", "plain": ""}
 KIND_WORDS = {"accepted": "guess kept", "replaced": "target's token after a rejected guess",
               "bonus": "bonus token (every guess kept)", "plain": "plain decode step (no guess)"}
 DRAFT_COLOUR = RAW_COLOUR  # q: the draft's distribution
@@ -41,7 +47,7 @@ CHAIN_CSS = """
 .bc-guesses{display:flex;flex-wrap:wrap;gap:8px;align-items:stretch;margin:4px 0}
 .bc-pos{border:1px solid var(--tbt-rule,#dee2e6);border-radius:6px;padding:4px 6px;min-width:0;flex:1 1 220px;
  max-width:420px;font-size:.8rem}
-.bc-pos h5{margin:0 0 2px 0;font-size:.85rem;overflow-wrap:anywhere}
+.bc-pos h4{margin:0 0 2px 0;padding:0;font-size:.85rem;font-weight:600;line-height:1.3;overflow-wrap:anywhere}
 .bc-pos.bc-no{opacity:.45}
 .bc-ok{color:var(--tbt-ok,#2b7a3b);font-weight:700}.bc-bad{color:var(--tbt-bad,#b02525);font-weight:700}
 .bc-bonus{color:var(--tbt-bonus,#6741d9);font-weight:700}
@@ -73,12 +79,20 @@ CHAIN_CSS = """
 """
 
 
-def _chip(piece: TokenPiece, background: str, title: str, css: str = "") -> str:
+def _chip(piece: TokenPiece, background: str, title: str, css: str = "", border: str = "") -> str:
     text = esc(piece.text) if piece.special else esc(visible(piece.text))
+    frame = f"border:{border};" if border else ""
     # dark text on every light chip colour, in the dark theme too
     return (f'<span class="tbt-chip{" tbt-special" if piece.special else ""}{css}" '
-            f'style="background:{background};color:#212529" '
+            f'style="{frame}background:{background};color:#212529" '
             f'title="{esc(title)}">{text}</span>')
+
+
+def _kind_chip(piece: TokenPiece, kind: str, title: str, css: str = "") -> str:
+    """A token of the lane as its kind draws it (colour and frame), its kind in words for a screen
+    reader (only where it is not a kept guess: the common case goes unsaid)."""
+    spoken = "" if kind == "accepted" else sr_only(f"({KIND_WORDS[kind]})")
+    return _chip(piece, KIND_COLOURS[kind], title, css, KIND_BORDERS[kind]) + spoken
 
 
 def speculative_chips_html(prompt_html: str, generation: SpeculativeGeneration, window_lines: int | None = None
@@ -89,11 +103,12 @@ def speculative_chips_html(prompt_html: str, generation: SpeculativeGeneration, 
     groups = []
     for record in generation.rounds:
         chips = "".join(
-            _chip(piece, KIND_COLOURS[kind], f"round {record.index} · {KIND_WORDS[kind]} · id {piece.token_id}")
+            _kind_chip(piece, kind, f"round {record.index} · {KIND_WORDS[kind]} · id {piece.token_id}")
             for piece, kind in zip(record.emitted, round_kinds(record), strict=True))
         groups.append(f'<span class="bc-round bc-r{record.index % 2}" title="round {record.index}: one forward pass">'
                       f"{chips}</span>")
-    legend = "".join(f'<span><span class="bc-sw" style="background:{c}"></span>{KIND_WORDS[k]}</span>'
+    legend = "".join(f'<span><span class="bc-sw" style="background:{c}'
+                     f'{";border:" + KIND_BORDERS[k] if KIND_BORDERS[k] else ""}"></span>{KIND_WORDS[k]}</span>'
                      for k, c in KIND_COLOURS.items())
     # in a window every chip is a row item of its own (rows of one height, so none shows cut); each
     # chip then carries its round's underline, alternating in shade from round to round
@@ -111,7 +126,7 @@ def _guess_chip(piece: TokenPiece, check: Check | None) -> str:
             '<span class="bc-mark">–</span>')
     if check.accepted:
         return _chip(piece, KIND_COLOURS["accepted"], "guess kept") + '<span class="bc-mark bc-ok">✓</span>'
-    return _chip(piece, "#ffc9c9", "guess rejected", " bc-rejected") + '<span class="bc-mark bc-bad">✗</span>'
+    return _chip(piece, REJECTED_COLOUR, "guess rejected", " bc-rejected") + '<span class="bc-mark bc-bad">✗</span>'
 
 
 def round_line_html(record: RoundRecord) -> str:
@@ -124,11 +139,11 @@ def round_line_html(record: RoundRecord) -> str:
     if record.drafted:
         kept = len(record.emitted) > record.accepted  # not when a stop fired before it
         label = ("replaces ✗" if kind == "replaced" else "bonus") + ("" if kept else ", dropped at the stop")
-        chip = "" if own is None else _chip(own, KIND_COLOURS[kind], KIND_WORDS[kind], "" if kept else " bc-skip")
+        chip = "" if own is None else _kind_chip(own, kind, KIND_WORDS[kind], "" if kept else " bc-skip")
         target = f'<span class="bc-arrow">→</span>{chip}<span class="bc-mark">{label}</span>' if chip else ""
     else:
         target = ('<span class="bc-mark">a plain step:</span>'
-                  + "".join(_chip(p, KIND_COLOURS[k], KIND_WORDS[k])
+                  + "".join(_kind_chip(p, k, KIND_WORDS[k])
                             for p, k in zip(record.emitted, round_kinds(record), strict=True)))
     guessed = (f"{record.accepted} of {counted(len(record.drafted), 'guess', 'guesses')} kept" if record.drafted
                else "no guess")
@@ -228,7 +243,7 @@ def position_html(view: PositionView, check: Check | None, greedy: bool, number:
     raw = greedy and view.others_p_raw is not None  # a record from a trace written before raw p was kept has none
     table, others = _raw_table(view) if raw else _final_table(view, greedy)
     return (f'<div class="bc-pos{"" if view.reached else " bc-no"}" data-position="{view.position}">'
-            f"<h5>{number}. position {view.position}: {title}</h5>"
+            f"<h4>{number}. position {view.position}: {title}</h4>"
             f"<div>{_verdict(check, view, greedy, plain_step)}</div>{table}"
             f'<div class="tbt-note">other tokens: {"raw p" if raw else "p"} '
             f"{pct(others)}</div></div>")

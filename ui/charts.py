@@ -23,6 +23,12 @@ RAW_COLOUR = "#6baed6"  # the model's own softmax, the same blue as the chips
 FINAL_COLOUR = "#e8590c"  # the distribution the sampler actually draws from
 RAW_NAME = "raw softmax (the model)"
 FINAL_NAME = "final (after the sampler, drawn from)"
+# Not colour alone: the final bars are striped as well as orange, in the chart and its legend
+# (presentation mode's HTML bars draw the same stripes: FINAL_STRIPES)
+FINAL_PATTERN = {"shape": "/", "fillmode": "overlay", "fgcolor": "#ffffff", "fgopacity": 0.55, "size": 7,
+                 "solidity": 0.3}
+FINAL_STRIPES = "repeating-linear-gradient(-45deg,rgba(255,255,255,.5) 0 2px,transparent 2px 6px)"
+CUT = "cut"  # the value label of a token the sampler removed: its final bar has no length to show
 MODES = ("probability", "log probability", "logit")
 CHART_CONFIG = {"displayModeBar": False}
 
@@ -135,10 +141,10 @@ def distribution_figure(distribution: Distribution, pick_id: int | None = None, 
         ids.append(-1)
         raw = [c.prob for c in rows.shown] + [rows.others_prob]
         final = [c.final_prob for c in rows.shown] + [rows.others_final_prob]
+        log = mode == "log probability"
         traces = [_bar(RAW_NAME, labels, raw, RAW_COLOUR, ids, [pct(p) for p in raw], font_size, theme),
                   _bar(FINAL_NAME, labels, final, FINAL_COLOUR, ids,
-                       [pct(p) if p > 0 else "" for p in final], font_size, theme)]  # no label on filtered tokens
-        log = mode == "log probability"
+                       [final_label(p, log) for p in final], font_size, theme, FINAL_PATTERN)]
         largest = max(raw + final)
         axis = dict(title=dict(text="probability" + (" (log scale)" if log else ""), standoff=4),
                     type="log" if log else "linear")
@@ -164,6 +170,14 @@ def distribution_figure(distribution: Distribution, pick_id: int | None = None, 
     return unchecked_figure(traces, layout)
 
 
+def final_label(p: float, log: bool = False) -> str:
+    """A final bar's value label: its percentage, or 'cut' where the sampler removed the token (on a
+    log axis a zero has no place, so no label)."""
+    if p > 0:
+        return pct(p)
+    return "" if log else CUT
+
+
 def _pick_band(row: int, theme: ChartTheme) -> dict:
     """A highlight behind the picked token's row (category rows sit at 0, 1, 2, ...)."""
     return dict(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=row - 0.5, y1=row + 0.5,
@@ -171,8 +185,9 @@ def _pick_band(row: int, theme: ChartTheme) -> dict:
 
 
 def _bar(name: str, labels: list[str], values: list[float], colour: str, ids: list[int],
-         texts: list[str], font_size: int, theme: ChartTheme) -> dict:
-    return dict(type="bar", name=name, y=labels, x=values, orientation="h", marker=dict(color=colour),
+         texts: list[str], font_size: int, theme: ChartTheme, pattern: dict | None = None) -> dict:
+    marker = dict(color=colour, pattern=pattern) if pattern else dict(color=colour)
+    return dict(type="bar", name=name, y=labels, x=values, orientation="h", marker=marker,
                 text=texts, textposition="outside", cliponaxis=False, customdata=ids,
                 textfont=dict(size=font_size - 1, color=theme.text),
                 hovertemplate="%{y}<br>" + name + ": %{text}<br>id %{customdata}<extra></extra>")
@@ -204,3 +219,98 @@ def kv_figure(steps: Sequence[StepRecord], height: int = 260, theme: ChartTheme 
         yaxis2=axis("MiB", overlaying="y", side="right", rangemode="tozero", showgrid=False),
     )
     return unchecked_figure(traces, layout)
+
+
+# ---- the charts in words, for a screen reader ------------------------------------------------
+
+
+def distribution_words(distribution: Distribution, pick_id: int | None = None, *, mode: str = "probability",
+                       top_n: int = 10) -> str:
+    """What `distribution_figure` draws, row by row in the same numbers: a chart's text alternative."""
+    rows = bar_rows(distribution, top_n, pick_id)
+    pick = next((c for c in rows.shown if c.token_id == pick_id), None)
+
+    def name(c: Candidate) -> str:
+        return f"#{c.rank} {quoted(c.text)}" + (" (the pick)" if c.token_id == pick_id else "")
+
+    if mode == "logit":
+        values = [f"{name(c)}: raw logit {c.logit:.2f}" for c in rows.shown]
+        what = "raw logits"
+    else:
+        log = mode == "log probability"
+        values = [f"{name(c)}: raw {pct(c.prob)}, final {final_label(c.final_prob, log) or '0%'}" for c in rows.shown]
+        values.append(f"all other {rows.others_count:,} tokens: raw {pct(rows.others_prob)}, final "
+                      f"{final_label(rows.others_final_prob, log) or '0%'}")
+        what = "raw softmax and final probability"
+    picked = f" The pick is {quoted(pick.text)}." if pick is not None else ""
+    return (f"Chart of the next-token distribution, the top {len(rows.shown)} tokens by raw probability, "
+            f"{what}:{picked} " + "; ".join(values) + ".")
+
+
+def kv_words(steps: Sequence[StepRecord]) -> str:
+    """What `kv_figure` draws, in words: positions and MiB after each step (the first and the latest
+    few when there are many)."""
+    values = [f"step {s.index}: {s.kv.positions} positions, {s.kv.bytes / 1024 ** 2:.3f} MiB" for s in steps]
+    if len(values) > 6:
+        values = [*values[:2], "…", *values[-3:]]
+    return f"Chart of the KV cache after each of {len(steps)} steps: {'; '.join(values)}."
+
+
+def _value(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _axis_title(layout: dict, axis: str) -> str:
+    title = (layout.get(axis) or {}).get("title") or {}
+    return title.get("text", "") if isinstance(title, dict) else str(title)
+
+
+def _heatmap_words(trace: dict) -> str:
+    """A heatmap in words: for each row, the column with the largest value."""
+    rows = list(trace.get("z") or [])
+    columns, names = list(trace.get("x") or []), list(trace.get("y") or [])
+    best = []
+    for name, row in zip(names, rows, strict=False):
+        values = list(row)
+        if values and columns:
+            top = max(range(len(values)), key=lambda i: values[i])
+            best.append(f"{name}: {columns[top]} ({_value(float(values[top]))})")
+    return "the largest in each row: " + ", ".join(best) if best else ""
+
+
+def _trace_words(trace: dict, layout: dict) -> str:
+    """One trace of a figure in words: its name, then each category or point with its value (its
+    value label where the chart writes one). A long line is its ends and its range."""
+    if trace.get("type") == "heatmap":
+        return _heatmap_words(trace)
+    horizontal = trace.get("orientation") == "h"
+    where, values = (trace.get("y"), trace.get("x")) if horizontal else (trace.get("x"), trace.get("y"))
+    if where is None or values is None:
+        return ""
+    texts = trace.get("text")
+    labels = list(texts) if isinstance(texts, list | tuple) and len(texts) == len(values) else None
+    pairs = [(w, labels[i] if labels and labels[i] else _value(v)) for i, (w, v) in enumerate(zip(where, values,
+                                                                                                strict=False))]
+    if horizontal and (layout.get("yaxis") or {}).get("autorange") != "reversed":
+        pairs.reverse()  # the rows as they read, top down: a horizontal bar chart's first category is at the bottom
+    name = trace.get("name") or _axis_title(layout, "xaxis" if horizontal else "yaxis") or "values"
+    if len(pairs) > 12:
+        numbers = [v for v in values if isinstance(v, int | float)]
+        ends = f"{_value(where[0])}: {pairs[0][1]}, …, {_value(where[-1])}: {pairs[-1][1]}"
+        span = f" (from {_value(min(numbers))} to {_value(max(numbers))})" if numbers else ""
+        return f"{name}, {len(pairs)} points: {ends}{span}"
+    return f"{name}: " + ", ".join(f"{_value(w)} {v}" for w, v in pairs)
+
+
+def figure_words(figure: go.Figure) -> str:
+    """A teaching chart in words, read from the figure's own data: its title, each trace's values,
+    its notes (a marked setting, a balance point)."""
+    spec = figure.to_dict()
+    layout = spec.get("layout", {})
+    title = ((layout.get("title") or {}).get("text") or "a chart")
+    axes = ", ".join(f"{name} {text}" for name, axis in (("across:", "xaxis"), ("up:", "yaxis"))
+                     if (text := _axis_title(layout, axis)))
+    traces = [words for trace in spec.get("data", []) if (words := _trace_words(trace, layout))]
+    notes = [note["text"] for note in layout.get("annotations", []) if note.get("text")]
+    return (f"Chart: {title}" + (f" ({axes})" if axes else "") + ". " + ". ".join(traces) + "."
+            + (f" Marked: {', '.join(notes)}." if notes else ""))

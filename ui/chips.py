@@ -3,7 +3,8 @@
 Prompt tokens are grey; generated tokens are coloured by the raw probability the model gave
 them (the model's own confidence, before any sampler reshaping); the newest has a ring.
 Special tokens (dashed) and partial UTF-8 bytes (dotted) stay visible, and whitespace is
-drawn (␣ ↵ ⇥). Hovering a chip shows its id, position and probabilities.
+drawn (␣ ↵ ⇥). Hovering a chip shows its id, position and probabilities; a screen reader
+reads each generated chip's probability after it (the shading in words).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import weakref
 from collections.abc import Sequence
 
 from engine import StepRecord, TokenPiece
-from ui.format import esc, pct, quoted, visible
+from ui.format import esc, pct, quoted, sr_only, visible
 
 # Light to dark blue: a sequential scale that reads on a projector and for colour-blind eyes.
 _SCALE = ("#eef4fb", "#c6dbef", "#9ecae1", "#6baed6", "#2171b5", "#08519c")  # white on the 5th: 5.1:1
@@ -98,7 +99,13 @@ def generated_chip(step: StepRecord, newest: bool = False) -> str:
     if not step.token.special:
         background, colour = probability_colours(step.prob)
         style = f"background:{background};color:{colour}"
-    return _chip(step.token, classes, step_tooltip(step), style)
+    # beside the chip, not in it: the chip's own text stays the token's
+    return _chip(step.token, classes, step_tooltip(step), style) + sr_only(spoken_probability(step, newest))
+
+
+def spoken_probability(step: StepRecord, newest: bool = False) -> str:
+    """What the chip's shading says, in words: the raw probability the model gave the token."""
+    return f"(raw p {pct(step.prob)}{', forced' if step.decision.forced else ''}{', newest' if newest else ''})"
 
 
 def legend_html() -> str:

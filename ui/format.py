@@ -116,3 +116,14 @@ def duration(seconds: float) -> str:
     """30 minutes, 1 minute, 3 seconds."""
     value, unit = (seconds / 60, "minute") if seconds >= 60 else (seconds, "second")
     return f"{value:g} {unit}{'' if value == 1 else 's'}"
+
+
+# Text a screen reader reads and the screen does not show (the usual visually-hidden pattern);
+# styled inline so it stays hidden wherever the HTML is drawn, with or without a page's CSS.
+SR_ONLY_STYLE = ("position:absolute;width:1px;height:1px;margin:-1px;padding:0;border:0;overflow:hidden;"
+                 "clip-path:inset(50%);white-space:nowrap")
+
+
+def sr_only(text: str, tag: str = "span") -> str:
+    """`text` as HTML for a screen reader only."""
+    return f'<{tag} class="tbt-sr" style="{SR_ONLY_STYLE}">{esc(text)}</{tag}>'

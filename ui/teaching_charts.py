@@ -19,8 +19,10 @@ from ui.lab import CutPoint, Outcome, TemperaturePoint
 from ui.theme import axis_colours, current_theme, layout_colours
 
 FONT = 16
-SETTING_COLOURS = (FINAL_COLOUR, "#2f9e44", "#7048e8")  # settings A, B, C
-CHAIN_COLOURS = {"transformers": "#e8590c", "vllm": "#1971c2", "llama.cpp": "#2f9e44"}
+# A blue-green, not a green, beside the orange: the two stay apart for red-green colour-blind
+# eyes (tests/ui/test_colour_vision.py)
+SETTING_COLOURS = (FINAL_COLOUR, "#0ca678", "#7048e8")  # settings A, B, C
+CHAIN_COLOURS = {"transformers": "#e8590c", "vllm": "#1971c2", "llama.cpp": "#0ca678"}
 CACHED_COLOUR, RECOMPUTE_COLOUR = "#1971c2", "#c92a2a"
 
 

@@ -41,10 +41,12 @@ DARK = ChartTheme("dark", text="#fafafa", muted="#ced4da", grid="#3a3d4a", zerol
 # Text on the page's own background in the custom HTML, per theme, each ≥ 4.5:1 on Streamlit's
 # page and secondary background there (light #ffffff / #f8f8f7, dark #171614 / #2d2b27):
 # notes and legends, accepted / rejected / bonus marks, rules between rows, the slider's values.
+# "ok" is a blue-green, not a green: red and green text look alike to a red-green colour-blind
+# eye (tests/ui/test_colour_vision.py simulates it); the marks carry ✓ and ✗ besides.
 PAGE_COLOURS = {
-    "light": {"muted": "#5f5b57", "ok": "#2b7a3b", "bad": "#b02525", "bonus": "#6741d9", "rule": "#dee2e6",
+    "light": {"muted": "#5f5b57", "ok": "#0b7285", "bad": "#b02525", "bonus": "#6741d9", "rule": "#dee2e6",
               "accent": "#9e303b"},
-    "dark": {"muted": "#b8b3a8", "ok": "#7ed5b0", "bad": "#f2919a", "bonus": "#bf8ef7", "rule": "#4a4742",
+    "dark": {"muted": "#b8b3a8", "ok": "#66d9e8", "bad": "#f2919a", "bonus": "#bf8ef7", "rule": "#4a4742",
              "accent": "#f2919a"},
 }
 # Streamlit's own pieces under 4.5:1: captions (faded body text, 3.9:1 in either theme), the

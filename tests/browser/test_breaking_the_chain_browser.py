@@ -40,7 +40,7 @@ def test_steps_then_run_show_rounds_beside_plain_decoding(page):
 # what in an accept / reject card reaches past its border, or a number wider than its cell
 CARD_OVERFLOW = """() => [...document.querySelectorAll('.bc-pos')].flatMap(card => {
   const edge = card.getBoundingClientRect().right + 0.5;
-  return [...card.querySelectorAll('h5, div, table, th, td')]
+  return [...card.querySelectorAll('h4, div, table, th, td')]
     .filter(e => e.getBoundingClientRect().right > edge || (e.matches('.num') && e.scrollWidth > e.clientWidth))
     .map(e => `${card.dataset.position}: ${e.textContent.trim()}`);
 })"""

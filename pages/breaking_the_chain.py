@@ -186,11 +186,11 @@ def round_view(lanes: bc.Lanes) -> None:
         guessed = plain(" ".join(quoted(p.text) for p in record.drafted))  # copied from the visitor's prompt
         source = ("copied from the context: a deterministic guess, so q = 1 for each guessed token"
                   if record.deterministic_draft else "the draft model's own distribution q at each position")
-        st.markdown(f"#### Round {record.index}: {counted(len(record.drafted), 'guess', 'guesses')}, "
+        st.markdown(f"### Round {record.index}: {counted(len(record.drafted), 'guess', 'guesses')}, "
                     f"{record.accepted} kept, {added} added, one forward pass")
         st.markdown(f"**1 · Draft** ({record.method}, {record.timing.draft_ms:.1f} ms): {guessed} — {source}.")
     else:
-        st.markdown(f"#### Round {record.index}: no guess, a plain decode step ({added}, one forward pass)")
+        st.markdown(f"### Round {record.index}: no guess, a plain decode step ({added}, one forward pass)")
         st.markdown(f"**1 · Draft** ({record.method}): no guess this round: "
                     f"{no_guess_reason(record, spec.draft)}. So the round is a plain decode step.")
     returned = (f"{counted(len(record.positions), 'distribution')}, one per guessed position plus one after the "

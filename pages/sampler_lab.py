@@ -16,7 +16,6 @@ import torch
 
 from engine import CHAINS, LoadedModel, SamplerSettings
 from ui import lab_controller as lab
-from ui.charts import CHART_CONFIG
 from ui.format import chain_name, pct, plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import LAB
@@ -32,6 +31,7 @@ from ui.lab import (
 )
 from ui.lab_controller import COLUMNS, DRAWS, Column
 from ui.model import current_model, current_scheduler
+from ui.panels import described_chart
 from ui.teaching import page_style
 from ui.teaching_charts import (
     chains_figure,
@@ -115,7 +115,7 @@ def kept_table(lm: LoadedModel, step: FrozenStep, ids: list[int], named: dict[st
 
 def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str, Outcome]:
     """Three sampler columns on the frozen logits: their picks, a chart and the kept sets."""
-    st.subheader("Three samplers on the same logits")
+    st.header("Three samplers on the same logits")
     draw = "the step's own random draw" if u is None else f"the random number u = {u:.3f}"
     st.markdown(f"Each column reshapes **the same raw logits** with its own settings, then picks with **{draw}**. "
                 "Only the settings differ, so any difference in the pick comes from them. A draw near 1 reaches "
@@ -123,7 +123,7 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
     named: dict[str, Outcome] = {}
     for column, slot in zip(COLUMNS, st.columns(len(COLUMNS)), strict=True):
         with slot:
-            st.markdown(f"#### Sampler {column.name}")
+            st.subheader(f"Sampler {column.name}")
             settings = column_settings(column, lm.vocab_size)
             if settings is not None:
                 named[f"Sampler {column.name}"] = outcome = apply(step, settings, u)
@@ -133,8 +133,8 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
     ids = shown_tokens(step, list(named.values()))
     labels = token_labels(texts(lm, ids), step.logits, ids)
     picks = [quoted(lm.texts.piece(o.decision.token_id).text) for o in named.values()]
-    st.plotly_chart(settings_figure(labels, step.logits.softmax(dim=-1), ids, list(named.items()), picks),
-                    config=CHART_CONFIG, key=LAB.settings_chart)
+    described_chart(settings_figure(labels, step.logits.softmax(dim=-1), ids, list(named.items()), picks),
+                    key=LAB.settings_chart)
     st.markdown("**Kept sets.** ‘cut’ means the sampler set that token's probability to zero; ★ marks the pick.")
     st.dataframe(kept_table(lm, step, ids, named), hide_index=True, height="content")
     return named
@@ -143,7 +143,7 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
 @st.fragment
 def sweeps(step: FrozenStep, step_key: tuple) -> None:
     """Temperature, top-p and min-p swept one at a time over the frozen logits."""
-    st.subheader("Sweeps: one knob at a time")
+    st.header("Sweeps: one knob at a time")
     t_tab, p_tab, m_tab = st.tabs(["Temperature", "Top-p (nucleus)", "Min-p"])
     with t_tab:
         marked = st.slider("temperature to read off", 0.1, 3.0, 0.7, 0.05, key=LAB.sweep_temperature)
@@ -155,7 +155,7 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
                     "falls towards 0 (greedy); above 1 the mass spreads over more tokens.")
         figure = lab.rebuildable(S, (*step_key, "temperature_chart", marked, current_theme()),
                                  lambda: temperature_figure(points, marked))
-        st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.temperature_chart)
+        described_chart(figure, key=LAB.temperature_chart)
     with p_tab:
         marked = st.slider("top-p to read off", 0.05, 1.0, 0.9, 0.01, key=LAB.sweep_top_p)
         ps = [round(0.05 * i, 2) for i in range(1, 20)] + [0.97, 0.99, 1.0]
@@ -166,7 +166,7 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
                     "step needs few tokens to reach p; an uncertain one needs many.")
         figure = lab.rebuildable(S, (*step_key, "top_p_chart", marked, current_theme()),
                                  lambda: bounded_axes(cut_figure(points, "top-p", marked), FIFTHS))
-        st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.top_p_chart)
+        described_chart(figure, key=LAB.top_p_chart)
     with m_tab:
         marked = st.slider("min-p to read off", 0.01, 1.0, 0.1, 0.01, key=LAB.sweep_min_p)
         ms = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0]
@@ -177,7 +177,7 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
                     "temperature 1). The cut moves with the model's confidence: a sure top token raises it.")
         figure = lab.rebuildable(S, (*step_key, "min_p_chart", marked, current_theme()),
                                  lambda: bounded_axes(cut_figure(points, "min-p", marked, log_x=True), DECADES))
-        st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.min_p_chart)
+        described_chart(figure, key=LAB.min_p_chart)
 
 
 def bounded_axes(figure: go.Figure, x_ticks: list[float]) -> go.Figure:
@@ -210,7 +210,7 @@ def chain_settings(vocab_size: int) -> SamplerSettings | None:
 @st.fragment
 def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
     """The same settings under transformers', vLLM's and llama.cpp's stage orders."""
-    st.subheader("Same settings, three engines' chain orders")
+    st.header("Same settings, three engines' chain orders")
     st.markdown("Engines apply the same stages in different orders. **transformers**: temperature → top-k → "
                 "top-p → min-p. **vLLM**: temperature → min-p → top-k → top-p. **llama.cpp**: top-k → top-p → "
                 "min-p → temperature last. A filter sees the distribution left by the stages before it, "
@@ -243,14 +243,14 @@ def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
     kept_any = sorted(frozenset().union(*(o.kept_ids for o in outcomes.values())), key=lambda i: -float(step.logits[i]))
     ids = kept_any[:SHOWN_TOKENS]
     picks = {name: quoted(lm.texts.piece(o.decision.token_id).text) for name, o in outcomes.items()}
-    st.plotly_chart(lab.rebuildable(S, (*step_key, "chains_chart", settings, current_theme()),
+    described_chart(lab.rebuildable(S, (*step_key, "chains_chart", settings, current_theme()),
                           lambda: chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes, picks)),
-                    config=CHART_CONFIG, key=LAB.chain_chart)
+                    key=LAB.chain_chart)
 
 
 def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: dict[str, Outcome]) -> None:
     """1,000 draws with the engine's own draw, against the final distribution."""
-    st.subheader(f"Check: {DRAWS:,} draws from the engine's sampler")
+    st.header(f"Check: {DRAWS:,} draws from the engine's sampler")
     st.markdown(f"The engine draws one uniform number u from a seeded generator and picks the token whose band "
                 f"of the cumulative distribution contains u. Done {DRAWS:,} times, the share of draws each token "
                 "gets should sit close to its final probability: typically within 1–3 percentage points at this count.")
@@ -273,7 +273,7 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
     shown = sum(counts.get(i, 0) for i in ids)
     figure = lab.rebuildable(S, (*key, "chart", current_theme()),
                              lambda: draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs))
-    st.plotly_chart(figure, config=CHART_CONFIG, key=LAB.draws_chart)
+    described_chart(figure, key=LAB.draws_chart)
     worst = max(abs(counts.get(i, 0) / DRAWS - float(outcome.chain.final_probs[i])) for i in ids)
     came_up = f"{len(counts):,} different tokens came up" if len(counts) > 1 else "Only one token came up"
     st.markdown(f"{came_up}; the {len(ids)} shown took {shown:,} draws. "

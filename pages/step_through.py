@@ -291,6 +291,7 @@ def workspace() -> None:
     if control.is_running(S):
         control.advance_run(S, gen, time.monotonic())
     button_row(gen)
+    panels.step_announcement(gen)  # a screen reader hears the new token
     if presentation():  # one screen: chips, chart, decision and check; the rest below the fold
         panels.context_window_panel(gen, control.prompt_html(S, gen))
         sampler_view()
@@ -321,7 +322,7 @@ def presentation() -> bool:
 
 def sampler_controls() -> None:
     """The sampler's controls; each move reruns the sampler view (`on_sampler_change`)."""
-    st.markdown("#### Sampler")
+    st.markdown("### Sampler")
     moved = {"persist_state": "session", "on_change": on_sampler_change}
     st.slider("Temperature", **slider_range(STEP.temperature, S), key=STEP.temperature, **moved,
               help="0 = greedy (argmax). Below 1 sharpens the distribution, above 1 flattens it.")

@@ -23,9 +23,19 @@ from engine import (
 )
 from ui import inside_views
 from ui.bars import distribution_bars_html
-from ui.charts import CHART_CONFIG, FINAL_NAME, MODES, RAW_NAME, distribution_figure, kv_figure
+from ui.charts import (
+    CHART_CONFIG,
+    FINAL_NAME,
+    MODES,
+    RAW_NAME,
+    distribution_figure,
+    distribution_words,
+    figure_words,
+    kv_figure,
+    kv_words,
+)
 from ui.chips import chip_window, context_html
-from ui.format import chain_name, esc, pct, plain, quoted
+from ui.format import SR_ONLY_STYLE, chain_name, esc, pct, plain, quoted, sr_only
 from ui.keys import STEP
 from ui.views import (
     LINE_CSS,
@@ -85,22 +95,38 @@ def context_window_panel(gen: Generation, prompt_html: str) -> None:
         html(chip_window(context_html(prompt_html, gen.steps, legend=False)))
 
 
-def heading(title: str, caption: str) -> None:
-    """A panel's title and its plain-words caption as one element (each element costs the
-    browser a re-render on every rerun, so panels keep their count low)."""
-    st.markdown(f"#### {title}\n:small[:gray[{caption}]]")
+def heading(title: str, caption: str, words: str = "") -> None:
+    """A panel's title (a level-3 heading) and its plain-words caption (HTML) as one element (each
+    element costs the browser a re-render on every rerun, so panels keep their count low); `words`,
+    a chart's text alternative, goes with them for a screen reader."""
+    html(heading_html(title, caption) + (sr_only(words, "div") if words else ""))
+
+
+# An element holding only screen-reader text takes no room in the page's column (no gap for it)
+ALONE_CSS = '<style>[data-testid="stElementContainer"]:has(.tbt-sr-alone){position:absolute}</style>'
+
+
+def described_chart(figure: object, *, key: str, words: str | None = None, where: object = st) -> None:
+    """A Plotly chart and, for a screen reader, what it shows in words (read from the figure unless
+    given), in `where` (the page, or a column)."""
+    where.plotly_chart(figure, config=CHART_CONFIG, key=key)
+    where.html(_AsWritten(ALONE_CSS + f'<div class="tbt-sr-alone" style="{SR_ONLY_STYLE}">'
+                          f"{esc(words or figure_words(figure))}</div>"))
 
 
 def distribution_panel(record: StepRecord, decision: Decision, distribution: Distribution, *,
                        mode_key: str, chart_key: str) -> None:
-    """The next-token distribution of the latest step: raw and final side by side."""
+    """The next-token distribution of the latest step: raw and final side by side, and the same
+    rows in words for a screen reader."""
     vocabulary = record.distribution.others_count + len(record.distribution.top)
-    heading(f"Next-token distribution at step {record.index}",
-            f"The model scores all {vocabulary:,} tokens of its vocabulary. **Blue: {RAW_NAME}**, the softmax "
-            f"of its logits. **Orange: {FINAL_NAME}**, after the sampler chain reshaped it. The highlighted row "
-            f"(▶) is the pick. Entropy (uncertainty, 0 = certain): raw {distribution.raw_entropy_bits:.2f} bits, "
-            f"final {distribution.final_entropy_bits:.2f} bits.")
     mode = st.session_state.get(mode_key) or MODES[0]  # the switch is drawn under the chart, read first
+    heading(f"Next-token distribution at step {record.index}",
+            f"The model scores all {vocabulary:,} tokens of its vocabulary. <b>Blue: {RAW_NAME}</b>, the softmax "
+            f"of its logits. <b>Orange, striped: {FINAL_NAME}</b>, after the sampler chain reshaped it ('cut': "
+            f"the sampler removed that token). The highlighted row (▶) is the pick. Entropy (uncertainty, "
+            f"0 = certain): raw {distribution.raw_entropy_bits:.2f} bits, final "
+            f"{distribution.final_entropy_bits:.2f} bits.",
+            distribution_words(distribution, decision.token_id, mode=mode, top_n=10))
     figure = distribution_figure(distribution, decision.token_id, mode=mode, top_n=10)
     st.plotly_chart(figure, config=CHART_CONFIG, key=chart_key)
     st.segmented_control("Scale", list(MODES), key=mode_key, label_visibility="collapsed", persist_state="session")
@@ -210,7 +236,7 @@ def kv_panel(gen: Generation, chart_key: str) -> None:
                f"The latest step fed {fed} token{'' if fed == 1 else 's'} (forward pass "
                f"{record.timing.forward_ms:.0f} ms).")
     st.plotly_chart(kv_figure(gen.steps), config=CHART_CONFIG, key=chart_key)
-    html(kv_check_html(record.kv))
+    html(sr_only(kv_words(gen.steps), "div") + kv_check_html(record.kv))
 
 
 def inside_panel(gen: Generation, view: InsideView | str | None, head_key: str) -> None:
@@ -238,9 +264,9 @@ def inside_panel(gen: Generation, view: InsideView | str | None, head_key: str) 
     if view.layers[-1].attention is not None:
         head = st.selectbox("Attention of", inside_views.head_choices(view), key=head_key,
                             help="Grouped-query attention: several query heads read the same KV head.")
-        st.plotly_chart(inside_views.attention_figure(view, gen.prompt_pieces + [s.token for s in gen.steps], head),
-                        config=CHART_CONFIG, key=STEP.inside_attention)
-    st.plotly_chart(inside_views.times_figure(view), config=CHART_CONFIG, key=STEP.inside_times)
+        described_chart(inside_views.attention_figure(view, gen.prompt_pieces + [s.token for s in gen.steps], head),
+                        key=STEP.inside_attention)
+    described_chart(inside_views.times_figure(view), key=STEP.inside_times)
     st.markdown(inside_views.bytes_text(view))
     with st.expander("What this shows"):
         for lesson in inside_views.lessons(view):
@@ -273,3 +299,25 @@ def draw_text(decision: Decision) -> str:
     if decision.draw is None:
         return "greedy"
     return f"{decision.draw.u:.4f}" if decision.draw.u is not None else "multinomial"
+
+
+# The live region keeps its element from run to run (the same place in the fragment, Markdown's
+# same <div>), so a screen reader hears each new text, politely, after what it is reading.
+LIVE_CSS = '<style>[data-testid="stElementContainer"]:has(.tbt-live){position:absolute}</style>'
+
+
+def step_words(gen: Generation) -> str:
+    """What the live region says after a Step, Back or Reset: the latest token, how likely it was,
+    and whether generation has ended."""
+    if not gen.steps:
+        return f"No token generated yet. The prompt is {len(gen.prompt_ids)} tokens."
+    step = gen.steps[-1]
+    how = "forced by you" if step.decision.forced else f"raw p {pct(step.prob)}, final p {pct(step.final_prob)}"
+    ended = f" Finished: {gen.finish_reason.replace('_', ' ')}." if gen.finished else ""
+    return f"Step {step.index}: {quoted(step.token.text)}, {how}. {len(gen.steps)} tokens generated.{ended}"
+
+
+def step_announcement(gen: Generation) -> None:
+    """A visually hidden live region (role status: polite) that announces the latest token."""
+    st.markdown(LIVE_CSS + f'<div class="tbt-live" role="status" aria-live="polite" aria-atomic="true" '
+                f'style="{SR_ONLY_STYLE}">{esc(step_words(gen))}</div>', unsafe_allow_html=True)

@@ -36,6 +36,7 @@ PANEL_CSS = """
 .tbt-heading{font-size:1.5rem;font-weight:600;line-height:1.2;margin:0;padding:.5rem 0 .6rem 0}
 .tbt-heading:not(:first-child){margin-top:1rem}
 .tbt-caption{font-size:.875rem;line-height:1.6;opacity:.7;margin:0 0 .75rem 0}
+.st-key-sampler_controls h3{font-size:1.5rem}
 .tbt-pick{font-size:1.15rem;margin:.2rem 0 .4rem 0}
 .tbt-pick b{background:#fff3bf;color:#212529;padding:0 4px;border-radius:4px;font-family:ui-monospace,monospace}
 .tbt-cdf{position:relative;height:30px;border:1px solid #bbb;border-radius:4px;
@@ -96,9 +97,9 @@ def token_name(texts: TokenTexts, token_id: int) -> str:
 
 
 def heading_html(title: str, caption: str) -> str:
-    """A panel's title and caption inside a larger HTML element, styled as ui/panels.py's
-    `heading` draws them with Markdown (`caption` is HTML)."""
-    return f'<h4 class="tbt-heading">{esc(title)}</h4><p class="tbt-caption">{caption}</p>'
+    """A panel's title and caption (HTML) inside a larger HTML element. The title is a level-3
+    heading, under the page's title (level 2) with no level skipped, sized as Streamlit's level 4."""
+    return f'<h3 class="tbt-heading">{esc(title)}</h3><p class="tbt-caption">{caption}</p>'
 
 
 def stages_html(decision: Decision) -> str:

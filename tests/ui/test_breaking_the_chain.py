@@ -65,7 +65,7 @@ def test_step_runs_one_round_and_the_plain_lane_catches_up(at: AppTest) -> None:
     assert metric(at, "forward passes: speculative") == "2"
     assert metric(at, "tokens produced") == str(len(spec.generated_ids))
     assert 'data-rounds="2"' in html_with(at, "data-rounds=")
-    assert any(m.value.startswith("#### Round 2:") for m in at.markdown)
+    assert any(m.value.startswith("### Round 2:") for m in at.markdown)
     assert html_with(at, "<div class=\"bc-guesses\">").count('class="bc-pos') == len(spec.rounds[-1].positions)
 
 

@@ -67,6 +67,7 @@ class InsideView:
 
     step: int
     position: int  # the fed token's place (its query is the one shown)
+    hidden_size: int  # the numbers in the state each layer adds to (the residual stream)
     layers: tuple[LayerView, ...]  # 0 .. L
     first_lead: int | None  # the first layer from which on the pick is the lens's top token
     kv_head_of: tuple[int, ...]  # per query head, the KV head it reads
@@ -83,7 +84,8 @@ class InsideView:
 
     def to_dict(self) -> dict:
         """Plain JSON-ready data, as traces and the CLI write it."""
-        return {"step": self.step, "position": self.position, "first_lead": self.first_lead,
+        return {"step": self.step, "position": self.position, "hidden_size": self.hidden_size,
+                "first_lead": self.first_lead,
                 "kv_head_of": list(self.kv_head_of), "head_ms": self.head_ms, "head_bytes": self.head_bytes,
                 "forward_ms": self.forward_ms, "unavailable": list(self.unavailable),
                 "layers": [{"layer": v.layer, "top_token_id": v.top_token_id, "top_text": v.top_text,
@@ -298,7 +300,8 @@ def inside_view(lm: LoadedModel, capture: Capture, logits: torch.Tensor, pick: i
     kv_heads = lm.geometry.kv_heads
     heads = next(iter(capture.attention.values())).shape[0] if capture.attention else kv_heads
     group = max(1, heads // max(1, kv_heads))
-    return InsideView(step=step, position=capture.position, layers=tuple(views),
+    return InsideView(step=step, position=capture.position, hidden_size=int(capture.hidden[0].numel()),
+                      layers=tuple(views),
                       first_lead=_first_lead(views, pick) if lens is not None else None,
                       kv_head_of=tuple(h // group for h in range(heads)), head_ms=times.get(("head", -1), 0.0),
                       head_bytes=sizes[-1],

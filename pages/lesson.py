@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import Candidate, Generation, LoadedModel, StepRecord
+from ui import inside_views
 from ui import lesson_controller as lesson
 from ui.bars import Bar, BarRow, bars_html
 from ui.charts import CHART_CONFIG, RAW_COLOUR
@@ -135,8 +136,36 @@ def stage_logits(lm: LoadedModel, generation: Generation, step: StepRecord) -> N
     st.markdown("Logits can be any real number, negative too, and they do not add up to anything yet.")
 
 
+def stage_inside(lm: LoadedModel, generation: Generation, step: StepRecord) -> None:
+    """Screen 3: inside that forward pass: what each layer would predict, where the new token looks."""
+    view = lesson.inside(S, generation)
+    if isinstance(view, str):
+        st.warning(plain(view), icon=":material/back_hand:")
+        return
+    fed = "the last prompt token" if step.index == 1 else "the newest token"
+    st.markdown(
+        f"Inside the pass, {fed} is a vector of {view.hidden_size:,} numbers that each of the "
+        f"{len(view.layers) - 1} layers adds to. Read that vector after any layer through the model's own final "
+        "norm and LM head and you get the distribution the model would give **if it stopped there**: the "
+        f"(raw) **logit lens**. {inside_views.lead_text(view, step.token)}")
+    st.html(inside_views.lens_cells_html(view, step.token, step.token_id))
+    pieces = generation.prompt_pieces + [s.token for s in generation.steps[: step.index - 1]]
+    if view.layers[-1].attention is not None:
+        st.markdown(inside_views.sink_text(view, pieces) + " Its query meets the cached key of **every** earlier "
+                    "position at every layer: that is why the KV cache keeps them.")
+        if not presenting():
+            st.plotly_chart(inside_views.attention_figure(view, pieces, height=420), config=CHART_CONFIG,
+                            key=LESSON.inside_chart)
+    for part in view.unavailable:
+        st.caption(plain(f"Not shown for this model: {part}."))
+    with st.expander("What this shows"):
+        for text in inside_views.lessons(view):
+            st.markdown(text)
+        st.markdown(inside_views.bytes_text(view))
+
+
 def stage_softmax(lm: LoadedModel, step: StepRecord) -> None:
-    """Screen 3: softmax turns the logits into probabilities."""
+    """Screen 4: softmax turns the logits into probabilities."""
     st.markdown("**Softmax** turns the logits into probabilities: raise e to each logit, then divide by the sum "
                 "over the whole vocabulary, so every probability is positive and they add up to 1.")
     st.latex(rf"p_i = \frac{{e^{{z_i}}}}{{\sum_{{j=1}}^{{{lm.vocab_size:,}}} e^{{z_j}}}}")
@@ -150,7 +179,7 @@ def stage_softmax(lm: LoadedModel, step: StepRecord) -> None:
 
 
 def stage_sampling(lm: LoadedModel, step: StepRecord) -> None:
-    """Screen 4: the decoder picks one token (greedily here)."""
+    """Screen 5: the decoder picks one token (greedily here)."""
     st.markdown(
         "The **decoder** now picks one token. This lesson decodes **greedily** (temperature 0): it takes the most "
         "probable token, so the same prompt always gives the same text. With a temperature above 0 it would "
@@ -163,7 +192,7 @@ def stage_sampling(lm: LoadedModel, step: StepRecord) -> None:
 
 
 def stage_append(lm: LoadedModel, generation: Generation, step: StepRecord) -> None:
-    """Screen 5: the pick joins the context; what the KV cache holds."""
+    """Screen 6: the pick joins the context; what the KV cache holds."""
     kv = step.kv
     st.markdown(
         f"The pick joins the context, which is now **{len(generation.prompt_ids) + step.index} tokens** (the ringed "
@@ -183,7 +212,7 @@ def stage_append(lm: LoadedModel, generation: Generation, step: StepRecord) -> N
 
 
 def stage_check(generation: Generation, step: StepRecord) -> None:
-    """Screen 6: the four termination conditions, and the result once one fires."""
+    """Screen 7: the four termination conditions, and the result once one fires."""
     term = step.termination
     stops = ", ".join(f"“{s.sequence}”: " + ("found" if s.matched else f"{s.partial} character(s) started")
                       for s in term.stops) or "none set"
@@ -234,10 +263,12 @@ def stage_screen(lm: LoadedModel, generation: Generation, stage: int) -> None:
     elif stage == 1:
         stage_logits(lm, generation, step)
     elif stage == 2:
-        stage_softmax(lm, step)
+        stage_inside(lm, generation, step)
     elif stage == 3:
-        stage_sampling(lm, step)
+        stage_softmax(lm, step)
     elif stage == 4:
+        stage_sampling(lm, step)
+    elif stage == 5:
         stage_append(lm, generation, step)
     else:
         stage_check(generation, step)

@@ -55,7 +55,7 @@ def attention_figure(view: InsideView, pieces: Sequence[TokenPiece], head: str =
         z=rows, x=labels, y=[f"layer {layer.layer}" for layer in view.layers[1:]], colorscale="Blues", zmin=0,
         zmax=1, colorbar={"title": {"text": "weight"}},
         hovertemplate="%{y}, position %{x}: %{z:.3f}<extra></extra>"))
-    figure.update_layout(title={"text": f"Where the new token's query looks ({head})"}, height=height,
+    figure.update_layout(title={"text": f"The new token's attention ({head})"}, height=height,
                          margin={"l": 10, "r": 10, "t": 50, "b": 10}, xaxis={"tickangle": -60, "type": "category"},
                          yaxis={"type": "category"})
     return figure
@@ -118,9 +118,9 @@ def echo_lesson(view: InsideView) -> str:
 # ---- the Lesson's stage: the same view, compact enough for one projector screen -------------
 
 LENS_CSS = """<style>
-.tbt-lens{display:grid;grid-template-columns:repeat(auto-fill,minmax(7.2rem,1fr));gap:.25rem;margin:.3rem 0 .6rem}
+.tbt-lens{display:grid;grid-template-columns:repeat(auto-fill,minmax(8rem,1fr));gap:.25rem;margin:.3rem 0 .6rem}
 .tbt-lens-cell{border:1px solid #c9ced6;border-radius:5px;padding:.1rem .35rem;background:#f1f3f5;color:#212529;
- line-height:1.2;font-size:.9rem}
+ line-height:1.3;font-size:.95rem;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 .tbt-lens-cell b{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;white-space:pre}
 .tbt-lens-pick{background:#fff3bf;border-color:#e67700}
 .tbt-lens-lead{outline:3px solid #e67700;outline-offset:-1px}

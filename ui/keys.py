@@ -165,6 +165,8 @@ class LessonKeys(PageKeys):
     run: str = "lesson_run"
     logits_chart: str = "lesson_logits_chart"
     probs_chart: str = "lesson_probs_chart"
+    inside_chart: str = "lesson_inside_chart"  # the inside stage's attention heatmap
+    memo: str = "lesson_memo"  # ui/memo.py store: the inside views of the walk's steps
     walk_messages: str = "lesson_walk_messages"  # control name -> message shown beside that control
     # the prediction exercise
     predict_prompt: str = "lesson_predict_prompt"

@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
-from engine import Generation, GenerationFinished, LoadedModel, PromptError, StepRecord
+from engine import Generation, GenerationFinished, InsideView, LoadedModel, PromptError, SettingsError, StepRecord
 from engine.serving import ForwardScheduler
 from ui import idle_rebuild
 from ui.keys import LESSON
 from ui.lesson_flow import GREEDY, PRESETS, STAGES, Guess, score, start
+from ui.memo import Same, remember
 from ui.presets import preset_named
 from ui.state import message, set_message
 
@@ -103,6 +104,18 @@ def go_next(state: State) -> None:
         state[LESSON.stage] = 1
     else:
         state[LESSON.stage] = shown + 1
+
+
+def inside(state: State, generation: Generation) -> InsideView | str:
+    """Inside the walk's latest step's forward pass: its pass repeated exactly on the model's
+    instrumented twin the first time the stage is shown (engine/inside.py), then remembered for
+    that step. The engine's message where this model cannot be looked inside."""
+    step = generation.steps[-1]
+    try:
+        return remember(state, LESSON.memo, ("inside", Same(step)), lambda: generation.inside_view(step.index),
+                        bound=4)
+    except (SettingsError, GenerationFinished) as exc:
+        return str(exc)
 
 
 def go_previous(state: State) -> None:

@@ -53,6 +53,7 @@ PRESETS: tuple[LessonPreset, ...] = (
 STAGES: tuple[str, ...] = (
     "Prompt → tokens",
     "Forward pass → logits",
+    "Inside the pass → each layer's guess",
     "Softmax → probabilities",
     "Sampling → one token",
     "Append → context and KV cache",

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from tests.browser.conftest import ARTIFACTS
+from ui.lesson_flow import STAGES
 
 pytestmark = pytest.mark.browser
 SIZES = [(1280, 720), (1920, 1080)]
@@ -115,19 +116,20 @@ def test_lesson_shows_each_stage_on_one_screen_and_follows_the_keys(browser, app
         page.get_by_role("heading", name="Prompt → tokens").wait_for(timeout=SLOW)
         settle(page)
         presentation_on(page)
-        stage = page.get_by_role("heading", name=re.compile(r"^Stage \d of 6"))
-        for number in range(1, 7):
-            assert stage.inner_text().startswith(f"Stage {number} of 6"), stage.inner_text()
+        total = len(STAGES)
+        stage = page.get_by_role("heading", name=re.compile(rf"^Stage \d of {total}"))
+        for number in range(1, total + 1):
+            assert stage.inner_text().startswith(f"Stage {number} of {total}"), stage.inner_text()
             # the whole stage sits above the folded preset, and that starts on screen
             assert page.get_by_text("Preset and prompt").bounding_box()["y"] < height
             page.mouse.move(width - 5, height - 5)
             page.screenshot(path=str(ARTIFACTS / f"presentation_lesson_stage{number}_{width}x{height}.png"))
-            if number < 6:
+            if number < total:
                 page.keyboard.press("PageDown" if number % 2 else "ArrowRight")
-                page.get_by_role("heading", name=re.compile(f"^Stage {number + 1} of 6")).wait_for(timeout=SLOW)
+                page.get_by_role("heading", name=re.compile(f"^Stage {number + 1} of {total}")).wait_for(timeout=SLOW)
                 settle(page)
         page.keyboard.press("ArrowLeft")
-        page.get_by_role("heading", name=re.compile("^Stage 5 of 6")).wait_for(timeout=SLOW)
+        page.get_by_role("heading", name=re.compile(f"^Stage {total - 1} of {total}")).wait_for(timeout=SLOW)
     finally:
         context.close()
 

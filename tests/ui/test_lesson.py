@@ -1,9 +1,10 @@
 """The Lesson: every preset really fires its termination condition on the real model, the
-walk steps through the six stages, and the prediction exercise scores against the model."""
+walk steps through the seven stages, and the prediction exercise scores against the model."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -58,7 +59,7 @@ def stage(at: AppTest) -> str:
     return at.subheader[0].value
 
 
-def test_next_and_previous_walk_the_six_stages_on_the_real_model(lm):
+def test_next_and_previous_walk_the_seven_stages_on_the_real_model(lm):
     at = lesson()
     seen = [stage(at)]
     for _ in range(len(STAGES) - 1):
@@ -73,8 +74,39 @@ def test_next_and_previous_walk_the_six_stages_on_the_real_model(lm):
     shown = {m.label: m.value for m in at.metric}
     assert shown["positions in the cache"] == f"{expected.kv.positions:,}"
     at.button(key="lesson_previous").click().run()
-    assert stage(at) == STAGES[3]
+    assert stage(at) == STAGES[4]
     assert {m.label: m.value for m in at.metric}["picked"] == quoted(expected.token.text)
+
+
+def test_the_inside_stage_shows_each_layers_guess_and_the_attention_of_the_step_it_follows(lm):
+    """The stage after the forward pass opens that very pass up: one lens cell per layer with the
+    engine's own numbers, the pick's cells marked in text, the attention heatmap of the step's
+    fed token; in presentation mode the heatmap gives way so the stage fits one screen."""
+    at = lesson()
+    at.button(key="lesson_next").click().run()
+    at.button(key="lesson_next").click().run()
+    assert not at.exception and stage(at) == STAGES[2] == "Inside the pass → each layer's guess"
+    generation = at.session_state[LESSON.walk][1]
+    view = Generation(lm, generation.prompt, chat=generation.chat, sampler=GREEDY)
+    view.step()
+    expected = view.inside_view()
+    cells = next(h.proto.body for h in at.get("html") if "tbt-lens" in h.proto.body)
+    assert cells.count('role="listitem"') == lm.geometry.layers + 1
+    for layer in (expected.layers[0], expected.layers[-1]):
+        assert f"predicts {quoted(layer.top_text)}".replace("'", "&#x27;") in cells
+    marked = re.findall(r'role="listitem" aria-label="[^"]*">(★ )?(▶ )?', cells)
+    assert [bool(pick) for _, pick in marked] == [layer.top_token_id == generation.steps[0].token_id
+                                                  for layer in expected.layers]
+    assert [bool(lead) for lead, _ in marked] == [layer.layer == expected.first_lead for layer in expected.layers]
+    heatmap = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    assert len(heatmap["z"]) == lm.geometry.layers and len(heatmap["x"]) == len(generation.prompt_ids)
+    last = expected.layers[-1].attention  # per head, over positions: the heatmap's row is their mean
+    assert heatmap["z"][-1] == pytest.approx([sum(h) / len(h) for h in zip(*last, strict=True)])
+    assert any("attention sink" in m.value for m in at.markdown)
+    at.session_state[APP.presentation] = True
+    at.run()
+    assert not at.exception and not at.get("plotly_chart")
+    assert any("tbt-lens" in h.proto.body for h in at.get("html"))
 
 
 def test_running_the_stop_sequence_preset_to_the_end_reports_it(lm):
@@ -129,7 +161,8 @@ def test_presentation_mode_sizes_type_from_the_viewport_and_wires_the_presenter_
         assert f"&quot;{key}&quot;: &quot;{button}&quot;" in keys
     at.button(key=LESSON.next).click().run()
     assert not at.exception
-    assert at.markdown[0].value.startswith("#### Stage 2 of 6: " + STAGES[1])  # the stage named in the button row
+    # the stage named in the button row
+    assert at.markdown[0].value.startswith(f"#### Stage 2 of {len(STAGES)}: " + STAGES[1])
     assert not at.get("plotly_chart")  # bars sized from the viewport instead
 
 

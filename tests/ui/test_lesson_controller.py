@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine import Generation, LoadedModel, TraceError
+from engine import Generation, InsideView, LoadedModel, TraceError
 from ui import idle_rebuild
 from ui import lesson_controller as lesson
 from ui.keys import LESSON
@@ -30,7 +30,7 @@ def walking(state: dict[str, Any], lm: LoadedModel, name: str = CAPPED.name) -> 
     return chosen
 
 
-def test_next_walks_the_six_screens_and_steps_the_loop_leaving_the_first_and_the_last(state, tiny_lm) -> None:
+def test_next_walks_the_seven_screens_and_steps_the_loop_leaving_the_first_and_the_last(state, tiny_lm) -> None:
     generation, shown = walking(state, tiny_lm)
     assert shown == 0 and generation.steps == ()
     lesson.go_next(state)
@@ -43,6 +43,23 @@ def test_next_walks_the_six_screens_and_steps_the_loop_leaving_the_first_and_the
     lesson.go_previous(state)
     lesson.go_previous(state)
     assert lesson.stage(state) == 0 and len(generation.steps) == 2
+
+
+def test_the_inside_stage_repeats_the_latest_steps_pass_once_and_says_why_when_it_cannot(state, tiny_lm) -> None:
+    generation, _ = walking(state, tiny_lm)
+    lesson.go_next(state)
+    view = lesson.inside(state, generation)
+    assert isinstance(view, InsideView) and view.step == 1
+    assert view.layers[-1].pick_prob == generation.steps[0].prob  # the step's own distribution
+    assert lesson.inside(state, generation) is view  # remembered for the step, not recomputed
+    lesson.go_next(state)
+    for _ in range(len(STAGES) - 2):
+        lesson.go_next(state)
+    assert len(generation.steps) == 2 and lesson.inside(state, generation).step == 2
+    other, _ = walking(state, tiny_lm, PRESETS[1].name)
+    lesson.go_next(state)
+    other.close()  # put away before its stage was shown: the engine's own message, no traceback
+    assert "closed to free its memory" in lesson.inside(state, other)
 
 
 def test_another_preset_or_start_over_starts_the_walk_afresh(state, tiny_lm) -> None:

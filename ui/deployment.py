@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 from typing import Any
 
-from engine import Limits, TraceError
+from classroom import ClassLimits
+from engine import Limits, SettingsError, TraceError
 from engine.serving import Deployment, IdleReleaser, deployment_from_env
 from ui.format import duration
 
@@ -52,3 +55,50 @@ def upload_problem(name: str, size: int) -> str | None:
     except TraceError as exc:
         return f"{name}: {exc}"
     return None
+
+
+# ---- the Class page's rooms (classroom/) ------------------------------------------------------
+#   TBT_CLASS_DB=PATH           the rooms' SQLite file (default: class.sqlite3 in the app's data folder)
+#   TBT_CLASS_MAX_ROOMS=N       open rooms at once
+#   TBT_CLASS_MAX_STUDENTS=N    students who may join one room
+#   TBT_CLASS_IDLE_HOURS=H      a room unused this long is deleted
+
+CLASS_LIMITS = {"local": ClassLimits(max_rooms=50, max_students=100, idle_hours=12.0),
+                "public": ClassLimits(max_rooms=20, max_students=80, idle_hours=4.0)}
+CLASS_VARIABLES = ("TBT_CLASS_DB", "TBT_CLASS_MAX_ROOMS", "TBT_CLASS_MAX_STUDENTS", "TBT_CLASS_IDLE_HOURS")
+
+
+def data_folder() -> Path:
+    """Where the app keeps what it must not lose: TOKEN_BY_TOKEN_DATA, else the same folder as
+    the model cache when TOKEN_BY_TOKEN_CACHE names one (the Docker image's volume), else the
+    user's data folder."""
+    for variable in ("TOKEN_BY_TOKEN_DATA", "TOKEN_BY_TOKEN_CACHE"):
+        if folder := os.environ.get(variable):
+            return Path(folder).expanduser()
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "token-by-token"
+
+
+def _class_number(environ: dict[str, str], name: str, whole: bool) -> dict[str, float]:
+    """{field: value} for TBT_CLASS_<name> when it is set (raises SettingsError naming it)."""
+    variable = f"TBT_CLASS_{name}"
+    if variable not in environ:
+        return {}
+    text = environ[variable].strip()
+    try:
+        value: float = int(text) if whole else float(text)
+    except ValueError:
+        value = -1
+    if not 0 < value < float("inf"):
+        raise SettingsError(variable, text, "a whole number >= 1" if whole else "a number of hours > 0")
+    return {name.lower(): value}
+
+
+@cache
+def class_settings() -> tuple[Path, ClassLimits]:
+    """The rooms' database file and the caps on rooms, from TBT_CLASS_* and the preset."""
+    environ = dict(os.environ)
+    limits = replace(CLASS_LIMITS[current_deployment().preset], **_class_number(environ, "MAX_ROOMS", True),
+                     **_class_number(environ, "MAX_STUDENTS", True), **_class_number(environ, "IDLE_HOURS", False))
+    given = environ.get("TBT_CLASS_DB")
+    path = Path(given).expanduser() if given else data_folder() / "class.sqlite3"
+    return path, limits

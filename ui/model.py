@@ -66,3 +66,10 @@ def switch_model(source: str) -> bool:
     st.session_state[APP.model_source] = source
     st.session_state.pop(APP.model_error, None)
     return True
+
+
+def shared_model_and_scheduler(source: str) -> tuple[LoadedModel, ForwardScheduler]:
+    """The shared model `source` and its queue, whoever this visitor is (the Class page's rooms
+    all run on the bundled model, whatever model a visitor's sidebar has chosen)."""
+    with st.spinner("Loading the bundled model…" if source == BUNDLED else f"Loading {plain(source)}…"):
+        return _load_shared(source, None), _shared_scheduler(source, None)

@@ -23,7 +23,7 @@ from classroom import (
     tally,
 )
 from classroom.codes import secret_digest, secret_matches
-from classroom.throttle import FREE_TRIES, FORGET_S, MAX_S
+from classroom.throttle import FORGET_S, FREE_TRIES, MAX_S
 
 
 def test_codes_are_random_short_and_from_the_unambiguous_alphabet() -> None:

@@ -1,0 +1,352 @@
+"""Class: one room, one generation. The presenter steps it with the Step page's controls; every
+student's screen follows within a second; the class guesses each next token before the reveal.
+
+The page is layout only. Who may change the room is decided in ui/class_controller.py from this
+session's own state (the presenter showed the room's secret; a student only its code), the
+rooms are classroom/'s, and a student's whole view of one room version is built once for every
+student (ui/class_views.py). A follower's page checks for a new version every FOLLOW_EVERY_S
+with a fragment timer: a check that finds nothing new sends the same view again, which the
+browser already holds (`bench.class_bench` measures what that costs the server).
+"""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+from streamlit.errors import StreamlitAPIException
+
+from classroom import ClassHall, StoreError
+from engine import CHAINS
+from ui import class_controller as control
+from ui import class_views as views
+from ui import panels
+from ui import step_controller as stepper
+from ui.bars import distribution_bars_html
+from ui.class_server import browser_key, current_hall, store_problem, wrong_codes
+from ui.format import chain_name, plain, quoted
+from ui.frame import ensure_app_frame
+from ui.keys import CLASS, STEP
+from ui.presets import load_presets, preset_named
+from ui.state import message, slider_range, widget_range
+from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys, presenting
+from ui.views import PANEL_CSS
+
+S = st.session_state
+P = control.presenter_state(S)
+FOLLOW_EVERY_S = 0.5  # a student's check for the presenter's next step (p95 follow delay <= 1 s)
+CLASS_PANEL_EVERY_S = 1.0  # the presenter's count of students and guesses
+
+
+def hall() -> ClassHall:
+    return current_hall()
+
+
+# ---- callbacks -------------------------------------------------------------------------------
+
+
+def presenter_does(action) -> None:
+    """A presenter control's callback: the Step page's action on the room, then publish."""
+    control.as_presenter(S, hall(), action)
+
+
+def on_branch_choice(key: str, picked: int) -> None:
+    chosen = S.get(key)
+    if chosen is None or chosen == picked:
+        S[key] = picked
+        return
+    presenter_does(lambda state: stepper.branch(state, chosen))
+
+
+def on_sampler_change() -> None:
+    if P.get(STEP.generation) is None:
+        return
+    try:
+        st.rerun(scope=CLASS.workspace)
+    except StreamlitAPIException:
+        return
+
+
+def on_start() -> None:
+    lm, scheduler = hall().lm, hall().scheduler
+    control.start_class(S, hall(), lm, scheduler)
+    if control.role(S) == control.PRESENTER:
+        st.query_params.from_dict({"room": S[CLASS.code]})
+
+
+def on_join() -> None:
+    control.join(S, hall(), S.get(CLASS.join_code, ""), S.get(CLASS.name, ""), browser_key(), wrong_codes())
+    if control.role(S) == control.STUDENT:
+        st.query_params.from_dict({"room": S[CLASS.code]})
+
+
+def on_leave() -> None:
+    control.leave(S)
+    st.query_params.clear()
+
+
+def on_guess_text(key: str) -> None:
+    if text := (S.get(key) or "").strip():
+        control.guess(S, hall(), text=text)
+
+
+def on_guess_pick(key: str) -> None:
+    if (token_id := S.get(key)) is not None:
+        control.guess(S, hall(), token_id=token_id)
+
+
+# ---- the lobby -------------------------------------------------------------------------------
+
+
+def lobby() -> None:
+    st.header("Class", anchor=False)
+    st.caption("One room, one generation: the presenter steps the model, every student's screen follows, and the "
+               "class guesses each next token before the reveal. No accounts: a join code, or a link.")
+    teach, learn = st.columns(2, gap="large")
+    with teach:
+        st.markdown("#### Teach")
+        st.markdown("Start a room and show its code and QR code on the projector. You drive; the class follows.")
+        st.button("Start a class", key=CLASS.start, type="primary", on_click=on_start, icon=":material/school:")
+        if problem := control.problem(S, "start"):
+            st.error(plain(problem), icon=":material/back_hand:")
+    with learn:
+        st.markdown("#### Join")
+        with st.form(CLASS.join_form, border=False):
+            st.text_input("Room code", key=CLASS.join_code, max_chars=12, placeholder="e.g. K7QW3M")
+            st.text_input("Your name (optional, shown to the presenter)", key=CLASS.name,
+                          max_chars=hall().limits.max_name_chars)
+            st.form_submit_button("Join", key=CLASS.join, on_click=on_join)
+        if problem := control.problem(S, "join"):
+            st.error(plain(problem), icon=":material/back_hand:")
+
+
+# ---- the presenter ---------------------------------------------------------------------------
+
+
+def invite(code: str) -> None:
+    """The code, the QR code of the student link, and both links as text to copy."""
+    base = (st.context.url or "").split("?")[0]
+    student_link = f"{base}?room={code}"
+    with st.expander(f"Invite the class · code {code}", expanded=not P.get(STEP.generation) or
+                     not P[STEP.generation].steps):
+        qr_col, text_col = st.columns([1, 2], gap="medium")
+        with qr_col:
+            st.image(views.qr_svg(student_link), width=220, caption="The student link")
+        with text_col:
+            panels.html(views.CLASS_CSS + f'<div>Join code</div><div class="tbt-class-code">{code}</div>')
+            st.markdown("**Student link**")
+            st.code(student_link, language=None, wrap_lines=True)
+            with st.popover("Presenter link (keep it to yourself)", icon=":material/key:"):
+                st.caption("It carries this room's secret: whoever opens it drives the room. It is shown only here, "
+                           "on the presenter's screen; reloading this tab opens the student view.")
+                st.code(f"{student_link}&key={S[CLASS.secret]}", language=None, wrap_lines=True)
+
+
+def setup_controls() -> None:
+    prompt_col, preset_col, more_col = st.columns([5, 3, 2], gap="small")
+    with prompt_col:
+        st.text_area("Prompt", key=P.key(STEP.prompt), height=68,
+                     help="What the model continues, for the whole room. Changing it starts over.")
+    with preset_col:
+        presets = load_presets()
+        st.selectbox("Presets", [p.name for p in presets], index=None, key=P.key(STEP.preset),
+                     on_change=stepper.choose_preset, args=(P,), placeholder="Pick an example…")
+        st.toggle("Chat template", key=P.key(STEP.chat))
+    with more_col:
+        st.number_input("Seed", **widget_range(STEP.seed), key=P.key(STEP.seed))
+        with st.popover("Stop settings", icon=":material/stop_circle:", width="stretch"):
+            st.number_input("Max new tokens", **widget_range(STEP.max_new_tokens), key=P.key(STEP.max_new_tokens))
+            st.text_area("Stop sequences (one per line, up to 4; write a newline as \\n)",
+                         key=P.key(STEP.stop_sequences), height=100)
+            st.toggle("Ignore EOS", key=P.key(STEP.ignore_eos))
+    if P.get(STEP.preset):
+        st.caption(f"Preset: {preset_named(presets, P[STEP.preset]).about}")
+    for name in ("prompt", "stop"):
+        if problem := message(P, name):
+            st.error(plain(problem), icon=":material/back_hand:")
+
+
+def sampler_controls() -> None:
+    st.markdown("#### Sampler")
+    moved = {"on_change": on_sampler_change}
+    for key, label in ((STEP.temperature, "Temperature"), (STEP.top_k, "Top-k"), (STEP.top_p, "Top-p"),
+                       (STEP.min_p, "Min-p"), (STEP.repetition_penalty, "Repetition penalty")):
+        st.slider(label, **slider_range(key, P), key=P.key(key), **moved)
+    st.selectbox("Chain order", list(CHAINS), key=P.key(STEP.chain), format_func=chain_name, **moved)
+
+
+def button_row(gen) -> None:
+    running, finished, unusable = stepper.is_running(P), gen.finished, stepper.prompt_problem(P)
+    row = st.container(horizontal=True, vertical_alignment="center")
+    row.button("Step", key=P.key(STEP.step), type="primary", on_click=presenter_does, args=(stepper.step,),
+               disabled=running or finished or bool(unusable), help="Reveal the next token to the class.")
+    row.button("Stop" if running else "Run", key=P.key(STEP.run), args=(stepper.stop_run if running else
+                                                                         stepper.start_run,),
+               on_click=presenter_does, disabled=(finished or bool(unusable)) and not running)
+    row.button("Back", key=P.key(STEP.back), on_click=presenter_does, args=(stepper.back,),
+               disabled=running or not gen.steps)
+    row.button("Reset", key=P.key(STEP.reset), on_click=presenter_does, args=(stepper.reset,), disabled=running)
+    count = len(gen.steps)
+    row.markdown(f"**{count}** token{'s' if count != 1 else ''} generated · prompt {len(gen.prompt_ids)} tokens"
+                 + (f" · :orange-background[finished: {gen.finish_reason.replace('_', ' ')}]" if gen.finished else "")
+                 + (" · running…" if running else ""))
+    if problem := message(P, "buttons"):
+        st.warning(plain(problem), icon=":material/back_hand:")
+
+
+@st.fragment(key=CLASS.class_panel, run_every=CLASS_PANEL_EVERY_S)
+def class_panel() -> None:
+    """Students connected, guesses in: the class's guesses beside the model's distribution
+    (the students see neither until the reveal)."""
+    room = control.current_room(S, hall())
+    if room is None:
+        return
+    peek = None if stepper.is_running(P) else hall().peek(room)
+    tally = hall().class_tally(room)
+    with st.container(border=True):
+        st.markdown(f"#### The class · {hall().connected(room)} connected · {tally.total} guesses for the next token")
+        guesses_col, model_col = st.columns(2, gap="medium")
+        with guesses_col:
+            panels.html(views.class_guesses_html(tally) + views.guesses_table(tally, None))
+        with model_col:
+            if peek is not None:
+                panels.html('<div class="tbt-title">The model\'s distribution for the next token (hidden from the '
+                            "class)</div>" + distribution_bars_html(peek.distribution, None))
+        if room.snapshot.reveal is not None:
+            panels.html(views.reveal_html(room.snapshot) + views.lesson_html(room.snapshot.lesson))
+
+
+@st.fragment(key=CLASS.workspace)
+def workspace() -> None:
+    """Buttons, the context, the class panel and the sampler's view of the latest step."""
+    room = control.current_room(S, hall())
+    if room is None:
+        st.rerun()
+    gen = room.generation
+    P[STEP.generation] = gen
+    stepper.keep_open(P)
+    if stepper.is_running(P):
+        presenter_does(lambda state: stepper.advance_run(state, room.generation, time.monotonic()))
+        gen = room.generation
+    button_row(gen)
+    if problem := control.problem(S, "refused"):
+        st.error(plain(problem), icon=":material/block:")
+    if presenting():
+        panels.context_window_panel(gen, stepper.prompt_html(P, gen))
+    else:
+        panels.context_panel(gen, stepper.prompt_html(P, gen), legend=False)
+    class_panel()
+    view = stepper.sampler_view(P, gen)
+    hall().publish(room, gen)  # the sampler as the controls set it is the room's too
+    if view.problem:
+        st.error(plain(view.problem), icon=":material/back_hand:")
+    if view.record is not None:
+        if presenting():
+            panels.distribution_bars_panel(view.record, view.decision, view.distribution)
+        else:
+            panels.distribution_panel(view.record, view.decision, view.distribution, mode_key=P.key(STEP.chart_mode),
+                                      chart_key=P.key(STEP.distribution_chart))
+            panels.decision_and_branch_panel(view.record, view.decision, view.distribution, gen.lm.texts,
+                                             on_branch_choice, key_prefix=P.key(STEP.force_prefix))
+    if stepper.is_running(P):
+        time.sleep(stepper.run_frame_wait(P, time.monotonic()))
+        try:
+            st.rerun(scope="fragment")
+        except StreamlitAPIException:
+            st.rerun()
+
+
+def presenter_page() -> None:
+    result = control.presenter_generation(S, hall(), hall().lm, hall().scheduler)
+    if result is None:
+        lobby()
+        return
+    room, _ = result
+    presenter_keys({P.key(STEP.step): FORWARD, P.key(STEP.back): BACKWARD, P.key(STEP.run): RUN})
+    if not presenting():
+        st.header(f"Class · room {room.code}", anchor=False)
+        st.caption("You are the presenter: Step reveals the next token on every student's screen. Before each Step "
+                   "the class can guess; their guesses appear below beside the model's distribution.")
+    invite(room.code)
+    with st.expander("Prompt and settings") if presenting() else st.container():
+        setup_controls()
+    main_col, controls_col = st.columns([3, 1.1], gap="medium")
+    with main_col:
+        workspace()
+    with controls_col:
+        sampler_controls()
+
+
+# ---- a student -------------------------------------------------------------------------------
+
+
+def guess_controls(snapshot) -> None:
+    """Guess the next token: type it, or pick a candidate chip. Changeable until the reveal."""
+    suffix = snapshot.context[:16]
+    if snapshot.candidates:
+        labels = {c.token_id: quoted(c.text) for c in snapshot.candidates}
+        key = CLASS.guess_pick + suffix
+        st.pills("Pick a candidate", list(labels), format_func=labels.__getitem__, key=key,
+                 on_change=on_guess_pick, args=(key,))
+    key = CLASS.guess_text + suffix
+    st.text_input("Or type your guess for the next token (press Enter)", key=key,
+                  max_chars=hall().limits.max_guess_chars, on_change=on_guess_text, args=(key,))
+    if (mine := control.my_guess(S, snapshot)) is not None:
+        st.markdown(f"Your guess: **{plain(quoted(mine))}** (you can change it until the reveal)")
+    if problem := control.problem(S, "guess"):
+        st.warning(plain(problem), icon=":material/back_hand:")
+
+
+@st.fragment(key=CLASS.follow, run_every=FOLLOW_EVERY_S)
+def follow() -> None:
+    """The room as the presenter last left it, checked every FOLLOW_EVERY_S."""
+    snapshot = control.follow(S, hall())
+    if snapshot is None:
+        st.rerun()
+    panels.html(views.follow_html(snapshot))
+    if not snapshot.finished:
+        st.markdown("#### What will the model write next?")
+        guess_controls(snapshot)
+
+
+def student_page() -> None:
+    code = S[CLASS.code]
+    st.header(f"Class · room {code}", anchor=False)
+    st.caption("This page follows the presenter's screen. Guess each next token before the presenter reveals it.")
+    follow()
+    with st.expander("Your name and the room"):
+        st.text_input("Your name (optional, shown to the presenter)", key=CLASS.name,
+                      max_chars=hall().limits.max_name_chars,
+                      on_change=lambda: control.rename(S, hall(), S.get(CLASS.name, "")))
+        if problem := control.problem(S, "name"):
+            st.warning(plain(problem), icon=":material/back_hand:")
+        st.button("Leave the room", key=CLASS.leave, on_click=on_leave)
+
+
+# ---- the page --------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ensure_app_frame()
+    st.html(PANEL_CSS)
+    page_style()
+    try:
+        rooms = hall()
+    except StoreError as exc:
+        st.error(plain(f"Classes are not available on this server now: {store_problem(exc)} The other pages work "
+                       "as usual."), icon=":material/error:")
+        return
+    params = {key: st.query_params.get(key) for key in ("room", "key") if key in st.query_params}
+    control.open_address(S, rooms, params, browser_key(), wrong_codes())
+    if "key" in st.query_params:  # the secret leaves the address bar at once (it is on the presenter's panel)
+        del st.query_params["key"]
+    if control.role(S) == control.PRESENTER:
+        presenter_page()
+    elif control.role(S) == control.STUDENT:
+        student_page()
+    else:
+        lobby()
+
+
+if __name__ == "__main__":
+    main()

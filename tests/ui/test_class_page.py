@@ -1,0 +1,151 @@
+"""The Class page in AppTest: a presenter and students as separate sessions of one server.
+
+Every session here runs in this process, so they share the server's one ClassHall, as real
+visitors of one server do. Who may change the room is decided on the server: these tests forge
+what a student's browser could send and check the room does not move."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.ui.apptest import APP, as_read
+from ui import deployment
+from ui.keys import CLASS, STEP
+
+PAGE = "pages/class_room.py"
+
+
+@pytest.fixture(autouse=True)
+def class_db(tmp_path: Path, monkeypatch) -> Path:
+    """A fresh rooms database for each test (the hall is cached per database file)."""
+    path = tmp_path / "class.sqlite3"
+    monkeypatch.setenv("TBT_CLASS_DB", str(path))
+    deployment.class_settings.cache_clear()
+    yield path
+    deployment.class_settings.cache_clear()
+
+
+def session(query: dict[str, str] | None = None) -> AppTest:
+    """A visitor opening the Class page (with `query` in the address)."""
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.run()
+    for key, value in (query or {}).items():
+        at.query_params[key] = value
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def everything_shown(at: AppTest) -> str:
+    """Every text the session's page holds: markdown, HTML, code blocks, captions, alerts, labels."""
+    parts = [m.value for m in at.markdown] + [c.value for c in at.code] + [c.value for c in at.caption]
+    parts += [e.value for e in at.error] + [w.value for w in at.warning] + [i.value for i in at.info]
+    parts += [str(h.proto) for h in at.get("html")] + [str(t.proto) for t in at.text_input]
+    return "\n".join(parts)
+
+
+def start_class() -> tuple[AppTest, str, str]:
+    presenter = session()
+    presenter.button(key=CLASS.start).click().run()
+    assert not presenter.exception, [e.value for e in presenter.exception]
+    return presenter, presenter.session_state[CLASS.code], presenter.session_state[CLASS.secret]
+
+
+def step(presenter: AppTest) -> None:
+    presenter.button(key=CLASS.presenter + STEP.step).click().run()
+    assert not presenter.exception, [e.value for e in presenter.exception]
+
+
+def generated_count(at: AppTest) -> int:
+    shown = everything_shown(at)
+    found = re.findall(r"(?:\*\*|<b>)(\d+)(?:\*\*|</b>) tokens? generated", shown)
+    assert found, shown[:500]
+    return int(found[0])
+
+
+def test_a_student_with_the_link_follows_the_presenters_steps_and_sees_no_control(class_db) -> None:
+    presenter, code, secret = start_class()
+    shown = everything_shown(presenter)
+    assert code in shown and f"?room={code}" in shown and f"key={secret}" in shown  # both links, on the presenter's
+    student = session({"room": code})
+    assert generated_count(student) == 0
+    assert not [b for b in student.button if b.key and b.key.startswith(CLASS.presenter)]
+    assert not [s for s in student.slider]  # nothing that changes the room
+    step(presenter)
+    step(presenter)
+    student.run()
+    assert generated_count(student) == 2 == generated_count(presenter)
+    late = session({"room": code.lower()})  # a late joiner sees the current state
+    assert generated_count(late) == 2
+
+
+def test_the_presenter_secret_never_reaches_a_students_page_or_state(class_db) -> None:
+    presenter, code, secret = start_class()
+    step(presenter)
+    student = session({"room": code})
+    assert secret not in everything_shown(student)
+    assert all(secret not in repr(student.session_state[key]) for key in student.session_state)
+    assert "key" not in presenter.query_params  # the address bar drops the secret at once
+    files = [class_db, Path(f"{class_db}-wal")]
+    assert all(secret.encode() not in path.read_bytes() for path in files if path.exists())
+
+
+def test_a_students_session_is_refused_any_change_to_the_room(class_db) -> None:
+    presenter, code, _ = start_class()
+    step(presenter)
+    student = session({"room": code})
+    # forge what a presenter's page would hold: the prompt widget's value and a pressed Step
+    student.session_state[CLASS.presenter + STEP.prompt] = "Forged prompt"
+    student.session_state[CLASS.role] = "student"
+    student.run()
+    from ui import class_controller
+    from ui.class_server import current_hall
+    from ui.step_controller import step as step_action
+
+    state = student.session_state.to_dict()
+    assert not class_controller.as_presenter(state, current_hall(), step_action)
+    assert "Only the room's presenter" in class_controller.problem(state, "refused")
+    presenter.run()
+    assert generated_count(presenter) == 1 and generated_count(student) == 1
+    assert current_hall().room(code).generation.prompt != "Forged prompt"
+
+
+def test_a_wrong_code_or_secret_gets_one_message_that_names_no_room(class_db) -> None:
+    _presenter, code, secret = start_class()
+    wrong_key = session({"room": code, "key": secret[:-3] + "abc"})
+    no_room = session({"room": "ZZZZZZ"})
+    messages = {as_read(e.value) for at in (wrong_key, no_room) for e in at.error}
+    assert len(messages) == 1 and "No open room has that code" in messages.pop()
+    assert wrong_key.session_state.get(CLASS.role) is None
+    assert not [b for b in wrong_key.button if b.key and b.key.startswith(CLASS.presenter)]
+    typed = session()
+    typed.text_input(key=CLASS.join_code).input("not a code")
+    typed.button(key=CLASS.join).click().run()
+    assert "No open room has that code" in as_read(typed.error[0].value)
+
+
+def test_guesses_and_names_reach_the_presenter_as_plain_text(class_db) -> None:
+    presenter, code, _ = start_class()
+    student = session({"room": code})
+    hostile = "**x** <img src=x onerror=alert(1)>"[:40]
+    student.text_input(key=CLASS.name).input(hostile).run()
+    field = next(t for t in student.text_input if t.key and t.key.startswith(CLASS.guess_text))
+    field.input("[link](http://evil) <b>").run()
+    assert not student.exception, [e.value for e in student.exception]
+    presenter.run()
+    html = "\n".join(str(h.proto) for h in presenter.get("html"))
+    assert "&lt;img src=x" in html and "<img src=x" not in html
+    assert "1 guesses for the next token" in everything_shown(presenter)
+
+
+def test_a_corrupt_database_is_reported_clearly_and_the_app_goes_on(class_db) -> None:
+    class_db.write_bytes(b"not a database at all" * 200)
+    at = session()
+    assert not at.exception
+    assert "Classes are not available on this server now" in as_read(at.error[0].value)
+    at.switch_page("pages/step_through.py").run()
+    assert not at.exception

@@ -25,7 +25,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from engine import CHAINS, Generation, to_trace
-from ui import panels
+from ui import inside_views, panels
 from ui import step_controller as control
 from ui.deployment import current_deployment, downloadable, upload_problem
 from ui.format import chain_name, plain
@@ -244,6 +244,10 @@ def button_row(gen: Generation) -> None:
                help="Rewind one step (the KV cache is cropped, the random generator restored).")
     row.button("Reset", key=STEP.reset, on_click=control.reset, args=(S,), disabled=running,
                help="Start over from the prompt.")
+    if presentation():  # the projector's one click from the distribution to inside the pass
+        row.toggle("Inside the pass", key=STEP.inside_screen,
+                   help="Show what each layer would predict and where the new token looks, in place of the "
+                        "distribution; every Step's pass is opened up while it is on.")
     row.markdown(status_text(gen) + (" · running…" if running else ""))
     if problem := message(S, "buttons"):
         st.warning(plain(problem), icon=":material/back_hand:")
@@ -292,7 +296,11 @@ def workspace() -> None:
         control.advance_run(S, gen, time.monotonic())
     button_row(gen)
     panels.step_announcement(gen)  # a screen reader hears the new token
-    if presentation():  # one screen: chips, chart, decision and check; the rest below the fold
+    if presentation() and S.get(STEP.inside_screen):  # one screen: chips and inside the latest pass
+        panels.context_window_panel(gen, control.prompt_html(S, gen))
+        projector_inside(gen)
+    elif presentation():  # one screen: chips, chart, decision and check; the rest below the fold
+        control.look_inside(S, gen, open_=False)  # closed: no pass is captured
         panels.context_window_panel(gen, control.prompt_html(S, gen))
         sampler_view()
         panels.html(panels.decoded_text(gen))
@@ -311,6 +319,25 @@ def workspace() -> None:
     if control.is_running(S):
         continue_run()
     gen.read_prompt_ahead()  # before step 1: the prompt's pass starts while the visitor reads the page
+
+
+def projector_inside(gen: Generation) -> None:
+    """Inside the latest step's pass on one projector screen: each layer's guess as a cell, the
+    attention sink and what the pass read, in words (the tables and charts stay on the wide page)."""
+    view = control.look_inside(S, gen, open_=True)
+    if view is None:
+        st.markdown("Press **Step**: its forward pass is opened up here.")
+        return
+    if isinstance(view, str):
+        st.warning(plain(view), icon=":material/back_hand:")
+        return
+    record = gen.steps[view.step - 1]
+    st.markdown(f"**Step {view.step}**: the fed token at position {view.position} went through "
+                f"{len(view.layers) - 1} layers. {inside_views.lead_text(view, record.token)}")
+    st.html(inside_views.lens_cells_html(view, record.token, record.token_id))
+    if view.layers[-1].attention is not None:
+        st.markdown(inside_views.sink_text(view, gen.prompt_pieces + [s.token for s in gen.steps]))
+    st.markdown(inside_views.reading_text(view))
 
 
 def presentation() -> bool:

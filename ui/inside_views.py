@@ -95,6 +95,16 @@ def bytes_text(view: InsideView) -> str:
             "what a decode step waits for (the KV cache & speed page measures it).")
 
 
+def reading_text(view: InsideView) -> str:
+    """The pass's time and bytes in one sentence, for a projector."""
+    layers = sum(layer.weight_bytes for layer in view.layers[1:])
+    kv = sum(layer.kv_bytes for layer in view.layers)
+    total = layers + kv + view.head_bytes
+    return (f"This pass took **{view.forward_ms:.0f} ms** and read **{nbytes(total)}**: the layers' weights "
+            f"{nbytes(layers)}, the cached keys and values {nbytes(kv)}, the LM head {nbytes(view.head_bytes)} "
+            f"(**{view.head_bytes / total:.0%}**, for scoring all of the vocabulary)." if total else "")
+
+
 def lead_text(view: InsideView, pick: TokenPiece) -> str:
     """Where the step's pick first came to the top, in words."""
     if view.first_lead is None:
@@ -110,7 +120,8 @@ def echo_lesson(view: InsideView) -> str:
     tied = view.layers[0].weight_bytes == view.head_bytes
     return ("**Layer 0 echoes the input.** Before any layer has worked, the hidden state is just the fed token's "
             + ("embedding; this model uses the same matrix as its LM head (tied embeddings), so the lens reads the "
-               "token back with near certainty." if tied else
+               "token back, usually with near certainty (where it does not, another token's embedding lies even "
+               "closer to this one than the token's own)." if tied else
                "embedding; this model's LM head is a separate matrix, so what layer 0 predicts is not the input "
                "token itself but whatever that embedding happens to score highest."))
 
@@ -118,9 +129,10 @@ def echo_lesson(view: InsideView) -> str:
 # ---- the Lesson's stage: the same view, compact enough for one projector screen -------------
 
 LENS_CSS = """<style>
-.tbt-lens{display:grid;grid-template-columns:repeat(auto-fill,minmax(8rem,1fr));gap:.25rem;margin:.3rem 0 .6rem}
+.tbt-lens{display:grid;grid-template-columns:repeat(auto-fill,minmax(8.4em,1fr));gap:.25rem;margin:.3rem 0 .6rem;
+ font-size:max(.95rem,calc(.5rem + .75vw))}  /* larger on a wide projector, never below body text */
 .tbt-lens-cell{border:1px solid #c9ced6;border-radius:5px;padding:.1rem .35rem;background:#f1f3f5;color:#212529;
- line-height:1.3;font-size:.95rem;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+ line-height:1.3;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 .tbt-lens-cell b{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;white-space:pre}
 .tbt-lens-pick{background:#fff3bf;border-color:#e67700}
 .tbt-lens-lead{outline:3px solid #e67700;outline-offset:-1px}

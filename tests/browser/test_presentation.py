@@ -106,6 +106,35 @@ def test_step_page_fits_one_screen_and_steps_from_the_keyboard(browser, app_url,
         context.close()
 
 
+def test_inside_the_pass_fits_the_projector_screen_and_follows_each_step(browser, app_url):
+    """One click from the distribution: every layer's guess, the attention sink and what the pass
+    read, on one 1280x720 screen, the next Step's own pass opened up in its place."""
+    width, height = SIZES[0]
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    try:
+        page.goto(app_url)
+        page.wait_for_function(f"{STEPS} === 0", timeout=SLOW)
+        presentation_on(page)
+        press_and_wait(page, "PageDown", 1)
+        page.get_by_text("Inside the pass", exact=True).click()
+        page.locator(".tbt-lens-cell").first.wait_for(timeout=SLOW)
+        settle(page)
+        press_and_wait(page, "PageDown", 2)  # the presenter keys still step
+        page.get_by_text("Step 2", exact=True).wait_for(timeout=SLOW)
+        page.mouse.move(width - 5, height - 5)
+        cells = page.locator(".tbt-lens-cell")
+        assert cells.count() > 2
+        assert outside_viewport(page, {"first layer": ".tbt-lens-cell", "chips": ".tbt-chip-window",
+                                       "last layer": f".tbt-lens-cell >> nth={cells.count() - 1}"},
+                                width, height) == []
+        read = page.get_by_text(re.compile("^This pass took"))
+        assert read.bounding_box()["y"] + read.bounding_box()["height"] <= height + 1, "the pass's bytes are cut off"
+        page.screenshot(path=str(ARTIFACTS / f"presentation_inside_{width}x{height}.png"))
+    finally:
+        context.close()
+
+
 def test_lesson_shows_each_stage_on_one_screen_and_follows_the_keys(browser, app_url):
     width, height = SIZES[0]
     context = browser.new_context(viewport={"width": width, "height": height})

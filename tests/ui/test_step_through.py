@@ -535,3 +535,20 @@ def test_the_inside_view_opens_the_latest_steps_pass_and_captures_the_next_ones(
     at.session_state[STEP.tabs] = "Termination"
     at.run()
     assert not gen.inside  # closed: nothing is captured
+
+
+def test_presentation_mode_opens_the_pass_in_place_of_the_distribution_with_one_click(at: AppTest) -> None:
+    at.toggle(key=APP.presentation).set_value(True).run()
+    click(at, "st_step")
+    at.toggle(key=STEP.inside_screen).set_value(True).run()
+    assert not at.exception
+    gen = generation(at)
+    screen = "".join(h.proto.body for h in at.get("html"))
+    assert screen.count('class="tbt-lens-cell') == gen.lm.geometry.layers + 1  # every layer's guess
+    assert "tbt-bars" not in screen and not at.get("plotly_chart")  # the distribution gives way
+    assert any("attention sink" in m.value for m in at.markdown)
+    assert gen.inside  # each Step's own pass is captured while the screen is on
+    click(at, "st_step")
+    assert gen._captures.get(1) is not None and "**Step 2**" in "".join(m.value for m in at.markdown)
+    at.toggle(key=STEP.inside_screen).set_value(False).run()
+    assert not gen.inside and "tbt-bars" in "".join(h.proto.body for h in at.get("html"))

@@ -144,6 +144,14 @@ def _last_query_weights(query: torch.Tensor, key: torch.Tensor, mask: torch.Tens
     return scores.softmax(dim=-1)
 
 
+def _over_positions(weights: torch.Tensor, width: int) -> torch.Tensor:
+    """Weights `[heads, keys]` over the context's positions 0..width-1: a sliding-window layer
+    keeps only the latest keys, so the positions before them get weight 0 (as in eager attention)."""
+    if weights.shape[-1] < width:
+        return torch.nn.functional.pad(weights, (width - weights.shape[-1], 0))
+    return weights[..., :width]
+
+
 _twins: weakref.WeakKeyDictionary[PreTrainedModel, PreTrainedModel | None] = weakref.WeakKeyDictionary()
 _twins_lock = threading.Lock()
 
@@ -261,7 +269,8 @@ def inside_pass(lm: LoadedModel, token_ids: list[int], cache: DynamicCache) -> t
     capture.forward_ms = (time.perf_counter() - started) * 1e3
     capture.marks.insert(0, ("start", -1, started))
     with torch.inference_mode():
-        capture.attention = {layer: _last_query_weights(*parts) for layer, parts in capture.queries.items()}
+        capture.attention = {layer: _over_positions(_last_query_weights(*parts), capture.position + 1)
+                             for layer, parts in capture.queries.items()}
     capture.queries = {}  # no reference to the cache's tensors is kept
     return logits, capture
 

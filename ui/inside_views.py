@@ -180,9 +180,10 @@ def sink_text(view: InsideView, pieces: Sequence[TokenPiece]) -> str:
     kv_heads = len(set(view.kv_head_of))
     shared = (f" Its {heads} query heads read {kv_heads} KV heads ({heads // kv_heads} query heads share each "
               "cached key and value: grouped-query attention)." if kv_heads < heads else "")
+    sink = " (an attention sink)" if first == max(weights) and len(weights) > 1 else ""
     return (f"Averaged over the {len(view.layers) - 1} layers and every head, the new token's query puts "
-            f"**{pct(first, 0)}** of its attention on the very first token {quoted(pieces[0].text)} (an attention "
-            f"sink) and **{pct(latest, 0)}** on itself; the other {max(0, len(weights) - 2)} positions share "
+            f"**{pct(first, 0)}** of its attention on the very first token {quoted(pieces[0].text)}{sink} and "
+            f"**{pct(latest, 0)}** on itself; the other {max(0, len(weights) - 2)} positions share "
             f"the rest.{shared}")
 
 

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    GemmaConfig,
+    GemmaForCausalLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+)
 
 from engine import Generation, GenerationFinished, LoadedModel, SamplerSettings, SettingsError, StopSettings
 from engine.inside import final_norm
@@ -160,15 +169,18 @@ def tiny_models() -> list[LoadedModel]:
                 "Gemma (scaled RMSNorm), grouped-query"),
         tiny_of(GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=CONTEXT_WINDOW),
                 GPT2LMHeadModel, "GPT-2 (ln_f)"),
+        # a window shorter than the context: the cache keeps 3 keys a layer, the weights span every position
+        tiny_of(MistralConfig(**common, num_attention_heads=4, num_key_value_heads=2, sliding_window=4),
+                MistralForCausalLM, "Mistral, sliding-window cache"),
     ]
 
 
 @pytest.mark.parametrize("model", tiny_models(), ids=lambda m: m.name)
 def test_every_architecture_gives_its_lens_and_attention_or_says_why(model: LoadedModel) -> None:
-    plain = Generation(model, "abcabc", sampler=GREEDY)
-    inside = Generation(model, "abcabc", sampler=GREEDY)
+    plain = Generation(model, "abcabcab", sampler=GREEDY)
+    inside = Generation(model, "abcabcab", sampler=GREEDY)
     inside.inside = True
-    for _ in range(2):
+    for _ in range(3):
         plain.step()
         inside.step()
         assert torch.equal(plain.raw_logits(), inside.raw_logits())
@@ -178,6 +190,7 @@ def test_every_architecture_gives_its_lens_and_attention_or_says_why(model: Load
     with torch.inference_mode():
         reference = eager_twin(model.model)(input_ids=torch.tensor([inside.context_ids[:-1]]), output_attentions=True)
     for layer in view.layers[1:]:
+        assert all(len(head) == view.position + 1 for head in layer.attention)
         torch.testing.assert_close(torch.tensor(layer.attention), reference.attentions[layer.layer - 1][0, :, -1],
                                    rtol=0, atol=1e-5)
     assert view.layers[-1].pick_prob == inside.steps[-1].prob

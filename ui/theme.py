@@ -55,6 +55,14 @@ STREAMLIT_FIXES = ("[data-testid='stCaptionContainer'],[data-testid='stCaptionCo
                    "{color:var(--tbt-muted);opacity:1}"
                    "[data-testid='stSliderThumbValue'],[data-testid='stButtonGroup'] [data-selected='true'] p"
                    "{color:var(--tbt-accent)}")
+# Focus always visible on the keyboard: Streamlit rings its buttons, but not its links, text fields,
+# switches or the main area, which a Tab also reaches; they get a ring in the accent colour
+FOCUS_CSS = ("a:focus-visible,main:focus-visible,[role=option]:focus-visible{outline:2px solid var(--tbt-accent)"
+             "!important;outline-offset:-2px}"
+             "textarea:focus-visible,input:not([role=switch]):not([type=checkbox]):focus-visible"
+             "{outline:2px solid var(--tbt-accent)!important;outline-offset:-2px}"
+             "label:has(input[role=switch]:focus-visible),label:has(input[type=checkbox]:focus-visible)"
+             "{outline:2px solid var(--tbt-accent);outline-offset:2px;border-radius:4px}")
 
 
 def current_theme() -> ChartTheme:
@@ -64,10 +72,11 @@ def current_theme() -> ChartTheme:
 
 
 def theme_css(theme: ChartTheme | None = None) -> str:
-    """A style element setting the custom HTML's `--tbt-*` colours for the visitor's theme."""
+    """A style element setting the custom HTML's `--tbt-*` colours for the visitor's theme, the
+    fixes to Streamlit's own colours, and a visible focus ring wherever Streamlit draws none."""
     colours = PAGE_COLOURS[(theme or current_theme()).name]
     variables = ";".join(f"--tbt-{name}:{value}" for name, value in colours.items())
-    return f"<style>:root{{{variables}}}{STREAMLIT_FIXES}</style>"
+    return f"<style>:root{{{variables}}}{STREAMLIT_FIXES}{FOCUS_CSS}</style>"
 
 
 def layout_colours(theme: ChartTheme) -> dict:

@@ -103,7 +103,8 @@ def heading(title: str, caption: str, words: str = "") -> None:
 
 
 # An element holding only screen-reader text takes no room in the page's column (no gap for it)
-ALONE_CSS = '<style>[data-testid="stElementContainer"]:has(.tbt-sr-alone){position:absolute}</style>'
+ALONE_CSS = ('<style>[data-testid="stElementContainer"]:has(.tbt-sr-alone){position:absolute;width:1px;height:1px;'
+             "overflow:hidden}</style>")
 
 
 def described_chart(figure: object, *, key: str, words: str | None = None, where: object = st) -> None:
@@ -303,7 +304,8 @@ def draw_text(decision: Decision) -> str:
 
 # The live region keeps its element from run to run (the same place in the fragment, Markdown's
 # same <div>), so a screen reader hears each new text, politely, after what it is reading.
-LIVE_CSS = '<style>[data-testid="stElementContainer"]:has(.tbt-live){position:absolute}</style>'
+LIVE_CSS = ('<style>[data-testid="stElementContainer"]:has(.tbt-live){position:absolute;width:1px;height:1px;'
+            "overflow:hidden}</style>")
 
 
 def step_words(gen: Generation) -> str:
@@ -314,7 +316,8 @@ def step_words(gen: Generation) -> str:
     step = gen.steps[-1]
     how = "forced by you" if step.decision.forced else f"raw p {pct(step.prob)}, final p {pct(step.final_prob)}"
     ended = f" Finished: {gen.finish_reason.replace('_', ' ')}." if gen.finished else ""
-    return f"Step {step.index}: {quoted(step.token.text)}, {how}. {len(gen.steps)} tokens generated.{ended}"
+    count = len(gen.steps)
+    return f"Step {step.index}: {quoted(step.token.text)}, {how}. {count} token{'s' * (count != 1)} generated.{ended}"
 
 
 def step_announcement(gen: Generation) -> None:

@@ -17,6 +17,17 @@ frontend bundle's `sendRerunBackMsg`):
 - Cacheable messages are kept by hash and a `ref_hash` message is replaced by the kept one;
   entries age out after `max_cached_message_age` runs, as in the frontend's ForwardMsgCache.
 
+- A fragment drawn with `run_every` arrives as an `auto_rerun` message (its fragment id and
+  interval); the frontend then reruns that fragment on the interval with is_auto_rerun set.
+  `auto_reruns` keeps what the page asked for and `auto_rerun` sends one such rerun, so a
+  caller drives the fragment's timer itself (bench/class_bench.py).
+- The server may also start a run the visitor did not ask for (the Class page wakes its
+  followers). A browser draws whatever arrives; `listen` reads every run as it ends, and the
+  `send_*` methods send a rerun without waiting for it, as the browser does.
+- A page may be opened by its URL path (`page_name`, as the frontend sends it for /class); later
+  reruns name the page the last `navigation` message said is shown, as the frontend does.
+- `type_text` sends a text field's new value as the browser does when the field loses focus.
+
 One simplification: a click's widget_states carry only the clicked button. The browser also
 sends every other widget's value; the server already holds those from the previous run (a
 widget a rerun leaves out keeps its last value in SessionState), so the script sees the same.
@@ -65,16 +76,24 @@ class RunResult:
 
     seconds: float  # from sending the BackMsg to receiving the run's script_finished
     errors: tuple[str, ...]  # exception elements and error/warning alerts the run drew
+    texts: tuple[str, ...] = ()  # the bodies of the markdown and HTML elements the run drew
 
 
 def rerun_message(query_string: str, page_script_hash: str = "", *, fragment_id: str = "",
-                  trigger_id: str | None = None, cached_hashes: tuple[str, ...] = (), url: str = "") -> BackMsg:
-    """The BackMsg the browser sends to (re)run the page, or one fragment of it for a click."""
+                  trigger_id: str | None = None, cached_hashes: tuple[str, ...] = (), url: str = "",
+                  page_name: str = "", auto: bool = False, text: tuple[str, str] | None = None) -> BackMsg:
+    """The BackMsg the browser sends to (re)run the page, or one fragment of it for a click, a
+    fragment's timer (`auto`) or a text field's new value (`text`: its widget id and value)."""
     msg = BackMsg()
     state = msg.rerun_script
     state.query_string = query_string
     state.page_script_hash = page_script_hash
+    state.page_name = page_name
     state.fragment_id = fragment_id
+    state.is_auto_rerun = auto
+    if text is not None:
+        widget = state.widget_states.widgets.add()
+        widget.id, widget.string_value = text
     state.cached_message_hashes.extend(cached_hashes)
     if trigger_id is not None:
         widget = state.widget_states.widgets.add()
@@ -94,6 +113,25 @@ def button_in(msg: ForwardMsg, key: str) -> ButtonInfo | None:
     if element.WhichOneof("type") != "button" or not element.button.id.endswith(f"-{key}"):
         return None
     return ButtonInfo(element.button.id, msg.delta.fragment_id, element.button.disabled)
+
+
+def text_field_in(msg: ForwardMsg) -> tuple[str, str, str] | None:
+    """(its key, widget id, fragment id) of a keyed text field `msg` draws, or None."""
+    if msg.WhichOneof("type") != "delta" or msg.delta.WhichOneof("type") != "new_element":
+        return None
+    element = msg.delta.new_element
+    if element.WhichOneof("type") != "text_input" or "-" not in element.text_input.id:
+        return None
+    return element.text_input.id.rsplit("-", 1)[-1], element.text_input.id, msg.delta.fragment_id
+
+
+def text_in(msg: ForwardMsg) -> str | None:
+    """The body of a markdown or HTML element `msg` draws."""
+    if msg.WhichOneof("type") != "delta" or msg.delta.WhichOneof("type") != "new_element":
+        return None
+    element = msg.delta.new_element
+    kind = element.WhichOneof("type")
+    return element.markdown.body if kind == "markdown" else element.html.body if kind == "html" else None
 
 
 def error_in(msg: ForwardMsg) -> str | None:
@@ -131,7 +169,10 @@ class Visitor:
     query_string: str
     timeout: float
     page_script_hash: str = ""
+    page_name: str = ""
     buttons: dict[str, ButtonInfo] = field(default_factory=dict)
+    text_fields: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (widget id, fragment id)
+    auto_reruns: dict[str, float] = field(default_factory=dict)  # fragment id -> seconds between its reruns
     errors: list[str] = field(default_factory=list)
     _cache: dict[str, _Cached] = field(default_factory=dict)
     _runs: int = 0
@@ -139,14 +180,15 @@ class Visitor:
 
     @classmethod
     async def open(cls, base_url: str, query_string: str, *, timeout: float = 120.0,
-                   button_keys: tuple[str, ...] = ()) -> Visitor:
-        """Connect and run the page once, as a browser opening `base_url/?query_string`."""
+                   button_keys: tuple[str, ...] = (), page_name: str = "") -> Visitor:
+        """Connect and run the page once, as a browser opening `base_url/page_name?query_string`."""
         ws_url = base_url.replace("http://", "ws://", 1) + STREAM_PATH
         # no proxy (loopback only), no pings and no size cap: a browser sends no pings either
         connection = await connect(ws_url, subprotocols=["streamlit"], proxy=None, ping_interval=None,
                                    max_size=None, open_timeout=timeout)
-        visitor = cls(connection, f"{base_url}/?{query_string}", query_string, timeout)
-        await visitor.rerun(rerun_message(query_string, url=visitor.url), button_keys)
+        visitor = cls(connection, f"{base_url}/{page_name}?{query_string}", query_string, timeout,
+                      page_name=page_name)
+        await visitor.rerun(rerun_message(query_string, url=visitor.url, page_name=page_name), button_keys)
         return visitor
 
     async def click(self, key: str) -> RunResult:
@@ -160,12 +202,69 @@ class Visitor:
                             trigger_id=button.widget_id, cached_hashes=tuple(self._cache), url=self.url)
         return await self.rerun(msg, (key,))
 
+    async def auto_rerun(self, fragment_id: str) -> RunResult:
+        """One tick of a `run_every` fragment's timer, as the frontend sends it, and its run."""
+        return await self.rerun(self.auto_rerun_message(fragment_id))
+
+    async def type_text(self, key: str, value: str) -> RunResult:
+        """Type `value` into the text field with this key (as the browser sends it on blur)."""
+        return await self.rerun(self.text_message(key, value))
+
+    def auto_rerun_message(self, fragment_id: str) -> BackMsg:
+        return rerun_message(self.query_string, self.page_script_hash, fragment_id=fragment_id, auto=True,
+                             cached_hashes=tuple(self._cache), url=self.url)
+
+    def text_message(self, key: str, value: str) -> BackMsg:
+        if key not in self.text_fields:
+            raise VisitorError(f"no text field with key '{key}' on the page")
+        widget_id, fragment_id = self.text_fields[key]
+        return rerun_message(self.query_string, self.page_script_hash, fragment_id=fragment_id,
+                             cached_hashes=tuple(self._cache), url=self.url, text=(widget_id, value))
+
+    async def send(self, msg: BackMsg) -> None:
+        """Send a rerun without waiting for it (`listen` reads what comes back)."""
+        await self.connection.send(msg.SerializeToString())
+
+    async def listen(self, on_run, until: asyncio.Event) -> None:
+        """Read every run the server sends, whoever started it, until `until` is set;
+        `on_run(result)` is told as each one ends (`seconds`: since the listening began)."""
+        started = time.perf_counter()
+        texts, errors = [], []
+        while not until.is_set():
+            try:
+                data = await asyncio.wait_for(self.connection.recv(), 0.2)
+            except TimeoutError:
+                continue
+            msg = ForwardMsg()
+            msg.ParseFromString(data)
+            reply = self._resolve(msg)
+            kind = reply.WhichOneof("type")
+            if kind == "new_session":
+                texts, errors = [], []
+            elif kind == "delta":
+                if problem := error_in(reply):
+                    errors.append(problem)
+                if (body := text_in(reply)) is not None:
+                    texts.append(body)
+                if found := text_field_in(reply):
+                    self.text_fields[found[0]] = found[1:]
+            elif kind == "page_info_changed":
+                self.query_string = reply.page_info_changed.query_string
+            elif kind == "script_finished":
+                self._age_cache(tuple(reply.metadata.run.fragment_ids))
+                if reply.script_finished == ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+                    continue  # a newer run replaced it, as in a browser: its elements come with that one
+                if reply.script_finished not in FINISHED_OK:
+                    errors.append(f"the run ended with status {reply.script_finished}")
+                self.errors.extend(errors)
+                on_run(RunResult(time.perf_counter() - started, tuple(errors), tuple(texts)))
+
     async def rerun(self, msg: BackMsg, button_keys: tuple[str, ...] = ()) -> RunResult:
         """Send a rerun and read until its script_finished; note the buttons it draws."""
         started = time.perf_counter()
         deadline = time.monotonic() + self.timeout
         await self.connection.send(msg.SerializeToString())
-        run_id, errors = None, []
+        run_id, errors, texts = None, [], []
         while True:
             reply = await self._receive(deadline)
             kind = reply.WhichOneof("type")
@@ -175,9 +274,17 @@ class Visitor:
                 self._max_age = reply.new_session.config.max_cached_message_age or DEFAULT_MAX_MESSAGE_AGE
             elif kind == "page_info_changed":
                 self.query_string = reply.page_info_changed.query_string
+            elif kind == "navigation":  # the page being shown: what the frontend's next rerun names
+                self.page_script_hash = reply.navigation.page_script_hash
+            elif kind == "auto_rerun":
+                self.auto_reruns[reply.auto_rerun.fragment_id] = reply.auto_rerun.interval
             elif kind == "delta":
                 if problem := error_in(reply):
                     errors.append(problem)
+                if (body := text_in(reply)) is not None:
+                    texts.append(body)
+                if found := text_field_in(reply):
+                    self.text_fields[found[0]] = found[1:]
                 for key in button_keys:
                     if button := button_in(reply, key):
                         self.buttons[key] = button
@@ -188,7 +295,7 @@ class Visitor:
                 if reply.script_finished not in FINISHED_OK:
                     errors.append(f"the run ended with status {reply.script_finished}")
                 self.errors.extend(errors)
-                return RunResult(seconds, tuple(errors))
+                return RunResult(seconds, tuple(errors), tuple(texts))
 
     @property
     def tokens(self) -> list[int]:

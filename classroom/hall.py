@@ -43,7 +43,7 @@ from engine import (
     to_trace,
 )
 
-PRESENCE_S = 5.0  # a student seen this recently is connected (a follower checks every half second)
+PRESENCE_S = 8.0  # a student seen this recently is connected (a follower's page checks every few seconds)
 EXPIRE_EVERY_S = 60.0  # how often idle rooms are looked for
 CANDIDATES = 6  # candidate chips a student may pick from
 REFUSED = ("No open room has that code, or the link is not (or no longer) valid. Check the code on the "
@@ -135,6 +135,7 @@ class LiveRoom:
     lock: threading.RLock = field(default_factory=threading.RLock)
     peek: Peek | None = None
     guesses_version: int = 0  # grows with each guess: the presenter's class panel redraws
+    changed_at: float = field(default_factory=time.monotonic)  # when students last got a new step to see
     seen: dict[str, float] = field(default_factory=dict)  # student -> last time seen
 
     @property
@@ -164,8 +165,9 @@ class ClassHall:
 
     def __init__(self, store: RoomStore, lm: LoadedModel, limits: ClassLimits | None = None,
                  replay_limits: Limits | None = None, scheduler: PassQueue | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.store, self.lm, self.limits = store, lm, limits or ClassLimits()
+                 clock: Callable[[], float] = time.time, on_change: Callable[[str], object] | None = None) -> None:
+        """`on_change(code)` is told after each new snapshot of a room (the server wakes its followers)."""
+        self.store, self.lm, self.limits, self.on_change = store, lm, limits or ClassLimits(), on_change
         self.replay_limits, self.scheduler, self.clock = replay_limits or Limits(), scheduler, clock
         self._rooms: dict[str, LiveRoom] = {}
         self._opening: dict[str, threading.Lock] = {}
@@ -258,31 +260,51 @@ class ClassHall:
             version = room.version + 1
             self.store.save(room.code, json.dumps(to_trace(generation)), version, self.clock())
             if visible_changed:
-                room.peek = None
+                room.peek, room.changed_at = None, time.monotonic()
                 room.snapshot = self._snapshot(room.code, generation, version)
             else:
                 room.snapshot = replace(room.snapshot, version=version)
-            return True
+        if visible_changed:
+            self._changed(room)
+        return True
 
     def peek(self, room: LiveRoom) -> Peek | None:
         """The model's distribution for the next token, before the reveal (taken once per
         context: the step is made and rewound). None when the generation cannot step."""
         with room.lock:
-            generation, snapshot = room.generation, room.snapshot
-            if room.peek is not None and room.peek.context == snapshot.context:
-                return room.peek
-            if generation.finished or generation.closed or generation is not room.generation:
-                return None
-            try:
-                record = generation.step()
-            except (GenerationFinished, SettingsError):
-                return None
-            probs = torch.softmax(generation.raw_logits(), dim=-1)  # [vocab]
-            generation.rewind(len(generation.steps) - 1)
-            room.peek = Peek(snapshot.context, record.distribution, probs)
-            candidates = sorted(record.distribution.top[:CANDIDATES], key=lambda c: (c.text.strip().lower(), c.text))
-            room.snapshot = replace(snapshot, version=snapshot.version + 1, candidates=tuple(candidates))
+            had = room.peek
+            peek = self._peek(room)
+        if peek is not None and peek is not had:
+            self._changed(room)
+        return peek
+
+    def peek_later(self, room: LiveRoom) -> None:
+        """Peek on a thread of its own: the presenter's page asks once its run has drawn the
+        reveal, so the presenter never waits for the peek's forward pass (their next action
+        waits for the room's lock if the peek is still running)."""
+        if room.peek is None or room.peek.context != room.snapshot.context:
+            threading.Thread(target=self.peek, args=(room,), name="class-peek", daemon=True).start()
+
+    def _peek(self, room: LiveRoom) -> Peek | None:
+        generation, snapshot = room.generation, room.snapshot
+        if room.peek is not None and room.peek.context == snapshot.context:
             return room.peek
+        if generation.finished or generation.closed:
+            return None
+        try:
+            record = generation.step()
+        except (GenerationFinished, SettingsError):
+            return None
+        probs = torch.softmax(generation.raw_logits(), dim=-1)  # [vocab]
+        generation.rewind(len(generation.steps) - 1)
+        room.peek = Peek(snapshot.context, record.distribution, probs)
+        candidates = sorted(record.distribution.top[:CANDIDATES], key=lambda c: (c.text.strip().lower(), c.text))
+        room.snapshot = replace(snapshot, version=snapshot.version + 1, candidates=tuple(candidates))
+        return room.peek
+
+    def _changed(self, room: LiveRoom) -> None:
+        if self.on_change is not None:
+            self.on_change(room.code)
 
     # ---- students --------------------------------------------------------------------------
 

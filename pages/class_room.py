@@ -4,9 +4,9 @@ student's screen follows within a second; the class guesses each next token befo
 The page is layout only. Who may change the room is decided in ui/class_controller.py from this
 session's own state (the presenter showed the room's secret; a student only its code), the
 rooms are classroom/'s, and a student's whole view of one room version is built once for every
-student (ui/class_views.py). A follower's page checks for a new version every FOLLOW_EVERY_S
-with a fragment timer: a check that finds nothing new sends the same view again, which the
-browser already holds (`bench.class_bench` measures what that costs the server).
+student (ui/class_views.py). Every change to the room wakes its followers' view at once
+(ui/class_push.py); a slow fragment timer, every FALLBACK_EVERY_S, notes a follower as connected
+and brings it up to date should a wake be missed (`bench.class_bench` measures both).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ui import class_views as views
 from ui import panels
 from ui import step_controller as stepper
 from ui.bars import distribution_bars_html
-from ui.class_server import browser_key, current_hall, store_problem, wrong_codes
+from ui.class_server import browser_key, current_hall, followers, store_problem, wrong_codes
 from ui.format import chain_name, plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import CLASS, STEP
@@ -34,12 +34,12 @@ from ui.views import PANEL_CSS
 
 S = st.session_state
 P = control.presenter_state(S)
-FOLLOW_EVERY_S = 0.5  # a student's check for the presenter's next step (p95 follow delay <= 1 s)
+FALLBACK_EVERY_S = 3.0  # a follower's own check (each costs the server ~5 ms; a wake needs none)
 CLASS_PANEL_EVERY_S = 1.0  # the presenter's count of students and guesses
 
 
 def hall() -> ClassHall:
-    return current_hall()
+    return current_hall()  # one dictionary lookup after the first
 
 
 # ---- callbacks -------------------------------------------------------------------------------
@@ -201,7 +201,7 @@ def class_panel() -> None:
     room = control.current_room(S, hall())
     if room is None:
         return
-    peek = None if stepper.is_running(P) else hall().peek(room)
+    peek = room.peek if room.peek is not None and room.peek.context == room.snapshot.context else None
     tally = hall().class_tally(room)
     with st.container(border=True):
         st.markdown(f"#### The class · {hall().connected(room)} connected · {tally.total} guesses for the next token")
@@ -218,10 +218,26 @@ def class_panel() -> None:
 
 @st.fragment(key=CLASS.workspace)
 def workspace() -> None:
-    """Buttons, the context, the class panel and the sampler's view of the latest step."""
+    """Buttons, the context, the class panel and the sampler's view of the latest step. Drawn
+    holding the room's lock (a peek steps the same generation); once drawn, the students are
+    woken and the next token's peek starts."""
     room = control.current_room(S, hall())
     if room is None:
         st.rerun()
+    with room.lock:
+        draw_workspace(room)
+    followers().flush(room.code)  # the presenter's screen is drawn: now every student's
+    if stepper.is_running(P):
+        time.sleep(stepper.run_frame_wait(P, time.monotonic()))
+        try:
+            st.rerun(scope="fragment")
+        except StreamlitAPIException:
+            st.rerun()
+    if not stepper.is_running(P):
+        hall().peek_later(room)
+
+
+def draw_workspace(room) -> None:
     gen = room.generation
     P[STEP.generation] = gen
     stepper.keep_open(P)
@@ -240,20 +256,15 @@ def workspace() -> None:
     hall().publish(room, gen)  # the sampler as the controls set it is the room's too
     if view.problem:
         st.error(plain(view.problem), icon=":material/back_hand:")
-    if view.record is not None:
-        if presenting():
-            panels.distribution_bars_panel(view.record, view.decision, view.distribution)
-        else:
-            panels.distribution_panel(view.record, view.decision, view.distribution, mode_key=P.key(STEP.chart_mode),
-                                      chart_key=P.key(STEP.distribution_chart))
-            panels.decision_and_branch_panel(view.record, view.decision, view.distribution, gen.lm.texts,
-                                             on_branch_choice, key_prefix=P.key(STEP.force_prefix))
-    if stepper.is_running(P):
-        time.sleep(stepper.run_frame_wait(P, time.monotonic()))
-        try:
-            st.rerun(scope="fragment")
-        except StreamlitAPIException:
-            st.rerun()
+    if view.record is None:
+        return
+    if presenting():
+        panels.distribution_bars_panel(view.record, view.decision, view.distribution)
+    else:
+        panels.distribution_panel(view.record, view.decision, view.distribution, mode_key=P.key(STEP.chart_mode),
+                                  chart_key=P.key(STEP.distribution_chart))
+        panels.decision_and_branch_panel(view.record, view.decision, view.distribution, gen.lm.texts,
+                                         on_branch_choice, key_prefix=P.key(STEP.force_prefix))
 
 
 def presenter_page() -> None:
@@ -297,15 +308,16 @@ def guess_controls(snapshot) -> None:
         st.warning(plain(problem), icon=":material/back_hand:")
 
 
-@st.fragment(key=CLASS.follow, run_every=FOLLOW_EVERY_S)
+@st.fragment(key=CLASS.follow, run_every=FALLBACK_EVERY_S)
 def follow() -> None:
-    """The room as the presenter last left it, checked every FOLLOW_EVERY_S."""
+    """The room as the presenter last left it: rerun when the room changes, and every
+    FALLBACK_EVERY_S."""
     snapshot = control.follow(S, hall())
     if snapshot is None:
         st.rerun()
+    followers().register(snapshot.code)
     panels.html(views.follow_html(snapshot))
     if not snapshot.finished:
-        st.markdown("#### What will the model write next?")
         guess_controls(snapshot)
 
 

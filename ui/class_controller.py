@@ -194,10 +194,11 @@ def as_presenter(state: State, hall: ClassHall, action: Callable[[State], object
         _say(state, "refused", NOT_PRESENTER)
         return False
     presenter = presenter_state(state)
-    presenter[STEP.generation] = room.generation
-    action(presenter)
-    if (generation := presenter.get(STEP.generation)) is not None:
-        hall.publish(room, generation)
+    with room.lock:  # one change at a time, and never during a peek
+        presenter[STEP.generation] = room.generation
+        action(presenter)
+        if (generation := presenter.get(STEP.generation)) is not None:
+            hall.publish(room, generation)
     return True
 
 

@@ -4,28 +4,45 @@ SQLite file of ui/deployment.py's class_settings), the wrong-code throttle, and 
 from __future__ import annotations
 
 import hashlib
+import threading
+from functools import cache
 
 import streamlit as st
 
 from classroom import ClassHall, RoomStore, WrongCodeThrottle
 from engine import BUNDLED
+from ui.class_push import Followers
 from ui.deployment import class_settings, current_deployment, rebuild_limits
 from ui.model import shared_model_and_scheduler
 
+# Plain dictionaries, not st.cache_resource: a follower's run asks for the hall several times, and
+# each cached call's hashing and bookkeeping was a tenth of that run's CPU (a py-spy profile of
+# `bench.class_bench`). Made once per server process, as st.cache_resource would.
+_halls: dict[str, ClassHall] = {}
+_halls_lock = threading.Lock()
 
-@st.cache_resource(show_spinner=False)
-def _hall(path: str) -> ClassHall:
-    lm, scheduler = shared_model_and_scheduler(BUNDLED)
-    return ClassHall(RoomStore(path), lm, class_settings()[1], rebuild_limits(), scheduler)
+
+@cache
+def followers() -> Followers:
+    """Every follower session of this server, by room (ui/class_push.py)."""
+    return Followers()
 
 
 def current_hall() -> ClassHall:
     """This server's rooms, on the bundled model (raises StoreError when the database cannot be
     opened; a later run tries again)."""
-    return _hall(str(class_settings()[0]))
+    path = str(class_settings()[0])
+    if (hall := _halls.get(path)) is not None:
+        return hall
+    with _halls_lock:
+        if path not in _halls:
+            lm, scheduler = shared_model_and_scheduler(BUNDLED)
+            _halls[path] = ClassHall(RoomStore(path), lm, class_settings()[1], rebuild_limits(), scheduler,
+                                     on_change=followers().changed)
+        return _halls[path]
 
 
-@st.cache_resource(show_spinner=False)
+@cache
 def wrong_codes() -> WrongCodeThrottle:
     """One throttle for the whole server."""
     return WrongCodeThrottle()

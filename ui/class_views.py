@@ -64,7 +64,8 @@ def follow_html(snapshot: Snapshot) -> str:
             + decoded_text_html(snapshot.prompt_text, snapshot.output_text,
                                 stop_sequence_states(snapshot.output_text, snapshot.stop_sequences),
                                 snapshot.finish_reason, snapshot.eos_text)
-            + (reveal_html(snapshot) if snapshot.reveal else "") + lesson_html(snapshot.lesson))
+            + (reveal_html(snapshot) if snapshot.reveal else "") + lesson_html(snapshot.lesson)
+            + ("" if snapshot.finished else "<h4>What will the model write next?</h4>"))
     with _views_lock:
         _views[key] = body
         while len(_views) > KEPT_VIEWS:

@@ -1,0 +1,208 @@
+"""Class benchmark: one presenter steps a room while N students follow it and guess.
+
+    .venv/bin/python -m bench.class_bench [--students 10,30,60] [--steps 8] [--idle 10]
+
+For each student count N the benchmark starts a fresh `streamlit run app.py` (its own rooms
+database in a temporary folder), and drives it with the headless protocol client of
+bench/load_bench.py (bench/streamlit_client.py), which plays each follower's fragment timer as
+the browser does. The presenter opens /class and presses Start a class; N students open the
+student link. Then:
+
+  idle: the students follow for --idle seconds while no one steps; the server's CPU time over
+      that window (from /proc), less that of the presenter's page alone over as long before the
+      students came, over N, is the CPU one idle follower costs (in % of one core);
+  steps: the presenter presses Step --steps times, 3 s apart; after each reveal every student
+      types a guess 0.3-2 s later. Presenter Step: from sending the click to its run's script_finished.
+      Follow delay: from sending the click to the end of the first run a follower receives that
+      shows the new token count (a run the server started on the change, or the follower's own
+      timer's), pooled over students and steps;
+  RSS/student: the server's resident memory with the students in, less before they came, over N.
+
+Every loop is bounded in count and time. Results go to bench/results/class_bench.json; the load
+average is printed with them (figures taken while other work runs on the machine are inflated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import tempfile
+import time
+from pathlib import Path
+
+from websockets.exceptions import WebSocketException
+
+from bench.appserver import served_app_process
+from bench.load_bench import percentile, rss_mb
+from bench.streamlit_client import Visitor, rerun_message
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PAGE = "class"
+START, STEP = "cls_start", "cls_p_st_step"
+GUESS_FIELD = "cls_guess_text_"
+STEPS_SHOWN = re.compile(r'class="tbt-class-status" data-steps="(\d+)"')
+OPEN_TIMEOUT_S = 180.0
+FOLLOW_TIMEOUT_S = 15.0  # a student not showing a step this long after it counts as a failure
+STEP_GAP_S = 3.0
+GUESS_AFTER_S = (0.3, 2.0)  # a student reads the reveal, then guesses the next token, before the next Step
+GUESSES = ("the", "a", "Paris", "it", ",", "and")
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def shown_steps(texts: tuple[str, ...]) -> int | None:
+    for text in texts:
+        if found := STEPS_SHOWN.search(text):
+            return int(found.group(1))
+    return None
+
+
+async def server_cpu_share(pid: int, seconds: float) -> float:
+    """The server's CPU time over the next `seconds`, as a share of one core."""
+    cpu, wall = cpu_seconds(pid), time.perf_counter()
+    await asyncio.sleep(seconds)
+    return (cpu_seconds(pid) - cpu) / (time.perf_counter() - wall)
+
+
+class Student:
+    """One follower, as its browser: reads every run the server sends (its own timer's, and the
+    runs the server starts when the room changes), plays the fragment's timer, notes when each
+    step first shows, and guesses once per step."""
+
+    def __init__(self, visitor: Visitor) -> None:
+        self.visitor = visitor
+        self.seen_at: dict[int, float] = {}
+        self.errors = 0
+        self.guessed: set[int] = set()
+        self.to_send: asyncio.Queue = asyncio.Queue()
+        [(self.fragment, self.interval)] = visitor.auto_reruns.items()
+
+    def on_run(self, result) -> None:
+        self.errors += len(result.errors)
+        if (steps := shown_steps(result.texts)) is not None and steps not in self.seen_at:
+            self.seen_at[steps] = time.perf_counter()
+            fields = [key for key in self.visitor.text_fields if key.startswith(GUESS_FIELD)]
+            if steps and steps not in self.guessed and fields:
+                self.guessed.add(steps)
+                message = self.visitor.text_message(fields[-1], random.choice(GUESSES))
+                asyncio.get_running_loop().call_later(random.uniform(*GUESS_AFTER_S), self.to_send.put_nowait, message)
+
+    async def follow(self, until: asyncio.Event) -> None:
+        listening = asyncio.create_task(self.visitor.listen(self.on_run, until))
+        next_tick = time.perf_counter() + random.uniform(0, self.interval)  # browsers' timers are not in step
+        while not until.is_set():
+            try:
+                msg = await asyncio.wait_for(self.to_send.get(), max(0.0, next_tick - time.perf_counter()))
+            except TimeoutError:
+                msg, next_tick = self.visitor.auto_rerun_message(self.fragment), next_tick + self.interval
+            try:
+                await self.visitor.send(msg)
+            except WebSocketException:
+                self.errors += 1
+                break
+        await listening
+
+
+async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float) -> dict:
+    presenter = await Visitor.open(url, "", timeout=OPEN_TIMEOUT_S, button_keys=(START,), page_name=PAGE)
+    await presenter.click(START)
+    await presenter.rerun(rerun_message(presenter.query_string, presenter.page_script_hash, url=presenter.url,
+                                        page_name=PAGE), (STEP,))
+    code = presenter.query_string.removeprefix("room=")
+    rss_before = rss_mb(pid)
+    baseline = await server_cpu_share(pid, idle_s)  # the presenter's page alone
+    visitors = await asyncio.gather(*(Visitor.open(url, f"room={code}", timeout=OPEN_TIMEOUT_S, page_name=PAGE)
+                                      for _ in range(count)))
+    students = [Student(visitor) for visitor in visitors]
+    done = asyncio.Event()
+    followers = [asyncio.create_task(student.follow(done)) for student in students]
+    await asyncio.sleep(2.0)  # every follower's timer running
+    wall_start, client_start = time.perf_counter(), time.process_time()
+    idle_cpu = await server_cpu_share(pid, idle_s)
+    idle_client = (time.process_time() - client_start) / (time.perf_counter() - wall_start)
+    rss_after = rss_mb(pid)
+    step_seconds, delays, missed = [], [], 0
+    for k in range(1, steps + 1):
+        started = time.perf_counter()
+        result = await presenter.click(STEP)
+        step_seconds.append(result.seconds)
+        deadline = started + FOLLOW_TIMEOUT_S
+        while time.perf_counter() < deadline and not all(k in s.seen_at for s in students):
+            await asyncio.sleep(0.02)
+        delays += [s.seen_at[k] - started for s in students if k in s.seen_at]
+        missed += sum(k not in s.seen_at for s in students)
+        await asyncio.sleep(max(0.0, STEP_GAP_S - (time.perf_counter() - started)))
+    done.set()
+    await asyncio.gather(*followers)
+    for visitor in [presenter, *visitors]:
+        await visitor.close()
+    return {
+        "students": count, "steps": steps,
+        "presenter_step_p50_s": percentile(step_seconds, 50), "presenter_step_p95_s": percentile(step_seconds, 95),
+        "follow_p50_s": percentile(delays, 50), "follow_p95_s": percentile(delays, 95), "follow_max_s": max(delays),
+        "missed": missed, "errors": sum(s.errors for s in students) + len(presenter.errors),
+        "error_samples": sorted({e[:200] for v in [presenter, *visitors] for e in v.errors})[:5],
+        "idle_server_cpu_share": idle_cpu, "presenter_alone_cpu_share": baseline,
+        "idle_cpu_per_follower_share": (idle_cpu - baseline) / count,
+        "idle_client_cpu_share": idle_client,
+        "rss_per_student_mb": (rss_after - rss_before) / count,
+        "follow_interval_s": students[0].interval,
+    }
+
+
+def row(r: dict) -> str:
+    return (f"{r['students']:>8} {r['presenter_step_p50_s']:>8.2f} {r['presenter_step_p95_s']:>8.2f} "
+            f"{r['follow_p50_s']:>8.2f} {r['follow_p95_s']:>8.2f} {r['follow_max_s']:>8.2f} "
+            f"{100 * r['idle_cpu_per_follower_share']:>9.2f}% {100 * r['idle_server_cpu_share']:>8.0f}% "
+            f"{r['rss_per_student_mb']:>8.2f} {r['missed']:>6} {r['errors']:>6} "
+            f"{100 * r['idle_client_cpu_share']:>7.0f}%")
+
+
+def parse_students(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--students '{text}': whole numbers separated by commas") from exc
+    if not all(1 <= n <= 100 for n in counts):
+        raise argparse.ArgumentTypeError(f"--students '{text}': each count from 1 to 100")
+    return counts
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--students", type=parse_students, default=(10, 30, 60))
+    parser.add_argument("--steps", type=int, choices=range(1, 65), default=8, metavar="1-64")
+    parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle following measured (1-120)")
+    args = parser.parse_args(argv)
+    if not 1 <= args.idle <= 120:
+        parser.error("--idle: seconds from 1 to 120")
+    load_before = os.getloadavg()
+    results = []
+    for count in args.students:
+        with tempfile.TemporaryDirectory() as folder:
+            env = {"TBT_CLASS_DB": str(Path(folder) / "class.sqlite3")}
+            with served_app_process(RESULTS / "class_bench_server.log", env=env) as (url, pid):
+                results.append(asyncio.run(class_round(url, pid, count, args.steps, args.idle)))
+    load_after = os.getloadavg()
+    print(f"{'students':>8} {'step p50':>8} {'step p95':>8} {'follow50':>8} {'follow95':>8} {'followmx':>8} "
+          f"{'idle/flw':>10} {'idle srv':>9} {'RSS MB/s':>8} {'missed':>6} {'errors':>6} {'client':>8}")
+    for result in results:
+        print(row(result))
+    print(f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f} on {os.cpu_count()} CPUs "
+          f"(follow interval {results[0]['follow_interval_s']:g} s)")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "class_bench.json").write_text(json.dumps({"results": results, "load_average_1min":
+                                                          [load_before[0], load_after[0]]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The Class page in a real browser: a presenter and a student in two browser contexts (two
+visitors), the student's screen following the presenter's Step without a reload. Screenshots of
+both views, light and dark, and the student's on a 390x844 phone, go to test-artifacts/."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bench.appserver import served_app_process
+from tests.browser.conftest import ARTIFACTS
+
+pytestmark = pytest.mark.browser
+SLOW = 240_000  # ms: the first visit loads the model on 2 CPU cores
+PHONE = {"width": 390, "height": 844}
+SHOWN = "Number(document.querySelector('.tbt-class-status')?.dataset.steps ?? -1)"
+
+
+@pytest.fixture(scope="module")
+def class_url(tmp_path_factory) -> Iterator[str]:
+    """A server of its own, with its own rooms database."""
+    db = tmp_path_factory.mktemp("class") / "class.sqlite3"
+    with served_app_process(ARTIFACTS / "class_streamlit.log", env={"TBT_CLASS_DB": str(db)}) as (url, _pid):
+        yield url
+
+
+def settle(page) -> None:
+    page.wait_for_timeout(400)
+    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
+    page.wait_for_timeout(300)
+
+
+def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the_presenter(browser, class_url):
+    teacher = browser.new_context(viewport={"width": 1280, "height": 900})
+    presenter = teacher.new_page()
+    presenter.goto(f"{class_url}/class")
+    presenter.get_by_role("button", name="Start a class").click(timeout=SLOW)
+    presenter.locator(".tbt-class-code").wait_for(timeout=SLOW)
+    code = presenter.locator(".tbt-class-code").inner_text().strip()
+    assert re.fullmatch(r"[A-Z2-9]{6}", code)
+    settle(presenter)
+    assert "key=" not in presenter.url  # the secret is not in the address bar on the projector
+    presenter.screenshot(path=str(ARTIFACTS / "class_presenter_light.png"), full_page=True)
+
+    phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    student = phone.new_page()
+    student.goto(f"{class_url}/class?room={code}")
+    student.wait_for_function(f"{SHOWN} === 0", timeout=SLOW)
+    assert not student.get_by_role("button", name="Step").count()  # no control that changes the room
+    assert "key=" not in student.content()
+
+    settle(presenter)
+    clicked = time.monotonic()
+    presenter.get_by_role("button", name="Step").click()
+    student.wait_for_function(f"{SHOWN} === 1", timeout=10_000)  # no reload: the page follows
+    follow_s = time.monotonic() - clicked
+    assert follow_s < 5, follow_s
+    student.wait_for_selector(".tbt-class-reveal", timeout=10_000)
+    field = student.get_by_label(re.compile("type your guess"))
+    field.wait_for(timeout=10_000)
+    field.fill("Paris")
+    field.press("Enter")
+    student.get_by_text(re.compile("Your guess:")).wait_for(timeout=10_000)
+    presenter.get_by_text(re.compile(r"1 guesses for the next token")).wait_for(timeout=10_000)
+    settle(student)
+    student.screenshot(path=str(ARTIFACTS / "class_student_phone_light.png"), full_page=True)
+    width = student.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"] + 1, width  # nothing wider than the phone
+
+    dark_phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True, color_scheme="dark")
+    dark_student = dark_phone.new_page()
+    dark_student.goto(f"{class_url}/class?room={code}")  # a late joiner sees the current state
+    dark_student.wait_for_function(f"{SHOWN} === 1", timeout=SLOW)
+    settle(dark_student)
+    dark_student.screenshot(path=str(ARTIFACTS / "class_student_phone_dark.png"), full_page=True)
+
+    presenter_link = presenter.evaluate(
+        "[...document.querySelectorAll('code')].map(c => c.innerText).find(t => t.includes('&key=')) ?? ''")
+    if not presenter_link:  # the link sits in a popover: open it
+        presenter.get_by_role("button", name=re.compile("Presenter link")).click()
+        presenter.locator("code", has_text="&key=").first.wait_for(timeout=10_000)
+        presenter_link = presenter.locator("code", has_text="&key=").first.inner_text()
+    dark = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="dark")
+    dark_presenter = dark.new_page()
+    dark_presenter.goto(presenter_link.strip().replace("\n", ""))
+    dark_presenter.get_by_role("button", name="Step").wait_for(timeout=SLOW)  # the link makes a presenter
+    settle(dark_presenter)
+    dark_presenter.screenshot(path=str(ARTIFACTS / "class_presenter_dark.png"), full_page=True)
+    for context in (teacher, phone, dark_phone, dark):
+        context.close()

@@ -16,8 +16,9 @@ from engine.generation import Generation, StepRecord
 from engine.inside import InsideView
 from engine.loading import LoadedModel, load_model
 from engine.settings import CHAINS, SamplerSettings, StopSettings
-from engine.speculative.drafting import DRAFT_METHODS, DraftMethod, DraftModel, draft_for
+from engine.speculative.drafting import DraftMethod, DraftModel
 from engine.speculative.generation import RoundRecord, SpeculativeGeneration
+from engine.speculative.methods import DRAFT_METHODS, draft_for
 from engine.speculative.trace import save_speculative_trace
 from engine.stopping import unescape
 from engine.trace import to_trace, write_json

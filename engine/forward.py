@@ -92,6 +92,28 @@ def forward_all(lm: LoadedModel, token_ids: list[int], cache: DynamicCache | Non
     return _logits(lm, torch.tensor([token_ids]), cache, keep=keep)[0]
 
 
+@torch.inference_mode()
+def forward_all_hidden(lm: LoadedModel, token_ids: list[int], cache: DynamicCache | None, keep: int
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """As `forward_all`, with the decoder's last hidden state (after its final norm) at the same
+    positions: `([keep, vocab], [keep, hidden])`, float32 on the CPU. The logits are the very
+    ones `forward_all` gives (the same operations on the same tensors): a draft method that
+    reads the hidden state (parallel decoding heads, multi-token prediction) changes no number."""
+    if not 1 <= keep <= len(token_ids):
+        raise ValueError(f"keep = {keep} is not allowed: a whole number from 1 to {len(token_ids)} (the tokens fed).")
+    input_ids = torch.tensor([token_ids], device=lm.device)
+    mask = torch.ones((1, cache_length(cache) + len(token_ids)), dtype=torch.long, device=lm.device)
+    options = dict(input_ids=input_ids, attention_mask=mask, past_key_values=cache, use_cache=cache is not None)
+    head = plain_head(lm)
+    if head is None:  # the model reshapes its logits after the head: its own call, its own last state
+        out = lm.model(**options, logits_to_keep=keep, output_hidden_states=True)
+        return on_cpu(lm, out.logits[0, -keep:]), on_cpu(lm, out.hidden_states[-1][0, -keep:])
+    hidden = lm.model.get_decoder()(**options).last_hidden_state[:, -keep:]  # [1, keep, hidden]
+    # one position: the head as the model's own forward calls it; several: W h^T, as _logits does
+    logits = head(hidden)[0] if keep == 1 else _head_rows(head, hidden[0])
+    return on_cpu(lm, logits), on_cpu(lm, hidden[0])
+
+
 def crop_cache(cache: DynamicCache, length: int) -> None:
     """Keep only the cache's first `length` positions (no-op where it holds no more). Layer by
     layer, so a pass that failed after writing only some layers is undone exactly."""

@@ -59,6 +59,22 @@ class Draft:
 NO_DRAFT = Draft((), None)
 
 
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What a round's verify pass showed, for a draft method that learns from it (the loop calls
+    `observe` with it after every round when the method sets `wants_hidden`). Row r of `hidden`
+    and `logits` is the target's state and scores after the fed tokens up to the round's
+    (r-1)-th guess: it predicted the token at context index `len(context before) + r`; the last
+    emitted token came from row `emitted - 1`."""
+
+    context_ids: tuple[int, ...]  # the context after the round (the emitted tokens appended)
+    hidden: torch.Tensor  # [n + 1, hidden] the target's last hidden state (after the final norm), float32
+    logits: torch.Tensor  # [n + 1, vocab] the target's raw logits at the same positions
+    drafted: tuple[int, ...]  # the round's n guesses
+    accepted: int  # guesses kept
+    emitted: int  # tokens the round added to the context (after any stop cut), at least 1
+
+
 class DraftMethod(Protocol):
     """What the speculative loop asks of a draft method."""
 
@@ -73,6 +89,9 @@ class DraftMethod(Protocol):
     def update(self, context_ids: Sequence[int]) -> None:
         """The context after the round (the accepted drafts and the target's own token)."""
         ...
+
+    # Optional: a method with `wants_hidden = True` also gets `observe(outcome: RoundOutcome)`
+    # after each round, before `update`: the verify pass's hidden states and logits.
 
 
 # ---- prompt lookup ---------------------------------------------------------------------------
@@ -253,16 +272,3 @@ class DraftModel:
         elif keep < len(self._cached_ids):
             crop_cache(self._cache, keep)
         del self._cached_ids[keep:]
-
-
-DRAFT_METHODS = ("prompt-lookup", "self-draft-bfloat16", "self-draft-int8")
-
-
-def draft_for(target: LoadedModel, name: str) -> DraftMethod:
-    """A draft method by its name (the CLI's --speculative, a trace's "method"). A self-draft
-    copies the target's weights each call: keep the result rather than asking again."""
-    if name == "prompt-lookup":
-        return PromptLookup(target.eos_ids)
-    if name.startswith("self-draft-") and name.removeprefix("self-draft-") in SELF_DRAFT_KINDS:
-        return DraftModel(self_draft(target, name.removeprefix("self-draft-")), target, name=name)
-    raise SettingsError("draft method", name, f"one of {', '.join(DRAFT_METHODS)}")

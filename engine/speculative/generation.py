@@ -31,14 +31,14 @@ from dataclasses import dataclass, replace
 import torch
 
 from engine.cpu_threads import on_sampler_thread
-from engine.forward import crop_cache, forward_all
+from engine.forward import crop_cache, forward_all, forward_all_hidden
 from engine.kvcache import KVSnapshot
 from engine.limits import Limits
 from engine.loading import LoadedModel
 from engine.sampling import ChainOutput, Draw
 from engine.settings import SamplerSettings, StopSettings
 from engine.shell import GenerationShell
-from engine.speculative.drafting import NO_DRAFT, Draft, DraftMethod
+from engine.speculative.drafting import NO_DRAFT, Draft, DraftMethod, RoundOutcome
 from engine.speculative.rule import Check, Verdict, check_k, judge, target_chains
 from engine.stopping import Termination
 from engine.tokens import TokenPiece, TokenTexts
@@ -198,6 +198,7 @@ class _Verified:
     fed: int  # tokens the verify pass read
     draft_ms: float
     verify_ms: float
+    hidden: torch.Tensor | None = None  # [len(draft) + 1, hidden] where the draft method reads it
 
 
 class SpeculativeGeneration(GenerationShell):
@@ -284,9 +285,13 @@ class SpeculativeGeneration(GenerationShell):
             draft, draft_ms = self._propose(context, room)  # 1. draft
             unseen = context[before.cache_length:] + list(draft.token_ids)
             verify_started = time.perf_counter()
-            logits = forward_all(self.lm, unseen, self._cache, keep=len(draft.token_ids) + 1)  # 2. verify [n+1, vocab]
+            keep = len(draft.token_ids) + 1
+            if self._wants_hidden():  # 2. verify [n+1, vocab], and the states a draft learns from
+                logits, hidden = forward_all_hidden(self.lm, unseen, self._cache, keep)
+            else:
+                logits, hidden = forward_all(self.lm, unseen, self._cache, keep=keep), None
             verified = _Verified(context, room, draft, logits, len(unseen), draft_ms,
-                                 (time.perf_counter() - verify_started) * 1e3)
+                                 (time.perf_counter() - verify_started) * 1e3, hidden)
             record = self._settle(verified, before)  # 3. accept / reject, 4. check, 5. crop and record
         except BaseException:
             crop_cache(self._cache, before.cache_length)
@@ -304,6 +309,9 @@ class SpeculativeGeneration(GenerationShell):
         left_window = self.lm.context_window - len(context)
         return max(0, min(self.k, left_new - 1, left_window - 1))
 
+    def _wants_hidden(self) -> bool:
+        return bool(getattr(self.draft, "wants_hidden", False))
+
     def _propose(self, context: list[int], room: int) -> tuple[Draft, float]:
         started = time.perf_counter()
         draft = self.draft.get_candidates(context, room, self.sampler, self._generator) if room else NO_DRAFT
@@ -319,6 +327,9 @@ class SpeculativeGeneration(GenerationShell):
         self._text_cache = (len(self._generated), text)
         self._last_eos_prob = termination.eos_prob
         crop_cache(self._cache, len(self.context_ids) - 1)  # 5. the last token is read next round
+        if verified.hidden is not None:
+            self.draft.observe(RoundOutcome(tuple(self.context_ids), verified.hidden, verified.logits,
+                                            verified.draft.token_ids, verdict.accepted, len(emitted)))
         self.draft.update(self.context_ids)
         held = self._cache.get_seq_length()
         kv = KVChange(before.cache_length, verified.fed, before.cache_length + verified.fed - held, held, self.kv)

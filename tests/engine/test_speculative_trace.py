@@ -11,8 +11,9 @@ from engine import Generation, SamplerSettings, StopSettings, TraceError, parse_
 from engine.cli import ROUND_HEADER, main
 from engine.limits import Limits
 from engine.speculative import replay_speculative, speculative_to_trace
-from engine.speculative.drafting import PromptLookup, draft_for
+from engine.speculative.drafting import PromptLookup
 from engine.speculative.generation import SpeculativeGeneration
+from engine.speculative.methods import draft_for
 from engine.trace import ReplayCancelled
 
 COPY_PROMPT = ("Fix the spelling in this sentence and write it out again: The wether in Lndon was cold and rainy, "

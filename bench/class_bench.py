@@ -14,8 +14,7 @@ student link. Then:
   steps: the presenter presses Step --steps times, 3 s apart; after each reveal every student
       types a guess 0.3-2 s later. Presenter Step: from sending the click to its run's script_finished.
       Follow delay: from sending the click to the end of the first run a follower receives that
-      shows the new token count (a run the server started on the change, or the follower's own
-      timer's), pooled over students and steps;
+      shows the new token count (its fragment timer's), pooled over students and steps;
   RSS/student: the server's resident memory with the students in, less before they came, over N.
 
 Every loop is bounded in count and time. Results go to bench/results/class_bench.json; the load
@@ -74,9 +73,8 @@ async def server_cpu_share(pid: int, seconds: float) -> float:
 
 
 class Student:
-    """One follower, as its browser: reads every run the server sends (its own timer's, and the
-    runs the server starts when the room changes), plays the fragment's timer, notes when each
-    step first shows, and guesses once per step."""
+    """One follower, as its browser: plays the fragment's timer, reads every run the server
+    sends, notes when each step first shows, and guesses once per step."""
 
     def __init__(self, visitor: Visitor) -> None:
         self.visitor = visitor

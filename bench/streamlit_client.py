@@ -21,9 +21,9 @@ frontend bundle's `sendRerunBackMsg`):
   interval); the frontend then reruns that fragment on the interval with is_auto_rerun set.
   `auto_reruns` keeps what the page asked for and `auto_rerun` sends one such rerun, so a
   caller drives the fragment's timer itself (bench/class_bench.py).
-- The server may also start a run the visitor did not ask for (the Class page wakes its
-  followers). A browser draws whatever arrives; `listen` reads every run as it ends, and the
-  `send_*` methods send a rerun without waiting for it, as the browser does.
+- A browser does not wait for one run before asking for the next (a follower's timer fires
+  while its guess's run is under way) and draws whatever arrives: `listen` reads every run as
+  it ends, and the `send_*` methods send a rerun without waiting for it.
 - A page may be opened by its URL path (`page_name`, as the frontend sends it for /class); later
   reruns name the page the last `navigation` message said is shown, as the frontend does.
 - `type_text` sends a text field's new value as the browser does when the field loses focus.
@@ -55,6 +55,7 @@ STREAM_PATH = "/_stcore/stream"
 FINISHED_OK = (ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY)
 # the frontend's default when new_session names no age
 DEFAULT_MAX_MESSAGE_AGE = 2
+RETIRED_KEPT = 64  # aged-out messages kept for a reference already on its way
 
 
 class VisitorError(RuntimeError):
@@ -175,6 +176,9 @@ class Visitor:
     auto_reruns: dict[str, float] = field(default_factory=dict)  # fragment id -> seconds between its reruns
     errors: list[str] = field(default_factory=list)
     _cache: dict[str, _Cached] = field(default_factory=dict)
+    # aged out, still resolvable: a rerun sent while another ran listed them, and the server may
+    # refer to them in its answer (only with `send`, which does not wait; a browser keeps them too)
+    _retired: dict[str, _Cached] = field(default_factory=dict)
     _runs: int = 0
     _max_age: int = DEFAULT_MAX_MESSAGE_AGE
 
@@ -290,6 +294,9 @@ class Visitor:
                         self.buttons[key] = button
             elif kind == "script_finished" and run_id is not None and (
                     reply.metadata.run.script_run_id in ("", run_id)):
+                if reply.script_finished == ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+                    run_id = None  # the page reran itself (ui/frame.py): the rerun's end is this run's end
+                    continue
                 seconds = time.perf_counter() - started
                 self._age_cache(tuple(reply.metadata.run.fragment_ids))
                 if reply.script_finished not in FINISHED_OK:
@@ -320,6 +327,8 @@ class Visitor:
     def _resolve(self, msg: ForwardMsg) -> ForwardMsg:
         """Keep cacheable messages; replace a reference by the kept message."""
         if msg.WhichOneof("type") == "ref_hash":
+            if msg.ref_hash in self._retired:
+                self._cache[msg.ref_hash] = self._retired.pop(msg.ref_hash)
             cached = self._cache.get(msg.ref_hash)
             if cached is None:
                 raise VisitorError(f"the server referred to a message this visitor never kept ({msg.ref_hash})")
@@ -340,4 +349,6 @@ class Visitor:
         for key, cached in list(self._cache.items()):
             in_run = not fragment_ids or cached.fragment_id in fragment_ids
             if in_run and self._runs - cached.run > self._max_age:
-                del self._cache[key]
+                self._retired[key] = self._cache.pop(key)
+        while len(self._retired) > RETIRED_KEPT:
+            del self._retired[next(iter(self._retired))]

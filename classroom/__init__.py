@@ -1,6 +1,6 @@
 """A class in one room: the presenter steps one generation, every student follows and guesses.
 
-No Streamlit here (the Class page, pages/class_room.py, is a view of it): room codes and
+No Streamlit here (the Class page, pages/class.py, is a view of it): room codes and
 presenter secrets (`codes.py`), the rooms' SQLite store (`store.py`), guesses and their tallies
 (`tally.py`), the slow-down of repeated wrong codes (`throttle.py`) and the live rooms of one
 server process (`hall.py`), each room's generation rebuilt from its trace with the engine's

@@ -43,7 +43,7 @@ from engine import (
     to_trace,
 )
 
-PRESENCE_S = 8.0  # a student seen this recently is connected (a follower's page checks every few seconds)
+PRESENCE_S = 5.0  # a student seen this recently is connected (a follower's page checks every 0.75 s)
 EXPIRE_EVERY_S = 60.0  # how often idle rooms are looked for
 CANDIDATES = 6  # candidate chips a student may pick from
 REFUSED = ("No open room has that code, or the link is not (or no longer) valid. Check the code on the "
@@ -165,9 +165,8 @@ class ClassHall:
 
     def __init__(self, store: RoomStore, lm: LoadedModel, limits: ClassLimits | None = None,
                  replay_limits: Limits | None = None, scheduler: PassQueue | None = None,
-                 clock: Callable[[], float] = time.time, on_change: Callable[[str], object] | None = None) -> None:
-        """`on_change(code)` is told after each new snapshot of a room (the server wakes its followers)."""
-        self.store, self.lm, self.limits, self.on_change = store, lm, limits or ClassLimits(), on_change
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store, self.lm, self.limits = store, lm, limits or ClassLimits()
         self.replay_limits, self.scheduler, self.clock = replay_limits or Limits(), scheduler, clock
         self._rooms: dict[str, LiveRoom] = {}
         self._opening: dict[str, threading.Lock] = {}
@@ -264,19 +263,13 @@ class ClassHall:
                 room.snapshot = self._snapshot(room.code, generation, version)
             else:
                 room.snapshot = replace(room.snapshot, version=version)
-        if visible_changed:
-            self._changed(room)
         return True
 
     def peek(self, room: LiveRoom) -> Peek | None:
         """The model's distribution for the next token, before the reveal (taken once per
         context: the step is made and rewound). None when the generation cannot step."""
         with room.lock:
-            had = room.peek
-            peek = self._peek(room)
-        if peek is not None and peek is not had:
-            self._changed(room)
-        return peek
+            return self._peek(room)
 
     def peek_later(self, room: LiveRoom) -> None:
         """Peek on a thread of its own: the presenter's page asks once its run has drawn the
@@ -301,10 +294,6 @@ class ClassHall:
         candidates = sorted(record.distribution.top[:CANDIDATES], key=lambda c: (c.text.strip().lower(), c.text))
         room.snapshot = replace(snapshot, version=snapshot.version + 1, candidates=tuple(candidates))
         return room.peek
-
-    def _changed(self, room: LiveRoom) -> None:
-        if self.on_change is not None:
-            self.on_change(room.code)
 
     # ---- students --------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ import streamlit as st
 
 from classroom import ClassHall, RoomStore, WrongCodeThrottle
 from engine import BUNDLED
-from ui.class_push import Followers
 from ui.deployment import class_settings, current_deployment, rebuild_limits
 from ui.model import shared_model_and_scheduler
 
@@ -20,12 +19,6 @@ from ui.model import shared_model_and_scheduler
 # `bench.class_bench`). Made once per server process, as st.cache_resource would.
 _halls: dict[str, ClassHall] = {}
 _halls_lock = threading.Lock()
-
-
-@cache
-def followers() -> Followers:
-    """Every follower session of this server, by room (ui/class_push.py)."""
-    return Followers()
 
 
 def current_hall() -> ClassHall:
@@ -37,8 +30,7 @@ def current_hall() -> ClassHall:
     with _halls_lock:
         if path not in _halls:
             lm, scheduler = shared_model_and_scheduler(BUNDLED)
-            _halls[path] = ClassHall(RoomStore(path), lm, class_settings()[1], rebuild_limits(), scheduler,
-                                     on_change=followers().changed)
+            _halls[path] = ClassHall(RoomStore(path), lm, class_settings()[1], rebuild_limits(), scheduler)
         return _halls[path]
 
 

@@ -37,7 +37,7 @@ def app_pages() -> list[st.Page]:
         st.Page(pages / "kv_speed.py", title="KV cache & speed", icon=":material/memory:"),
         st.Page(pages / "breaking_the_chain.py", title="Breaking the chain", icon=":material/fast_forward:"),
         st.Page(pages / "lesson.py", title="Lesson", icon=":material/school:"),
-        st.Page(pages / "class_room.py", title="Class", icon=":material/groups:", url_path="class"),
+        st.Page(pages / "class.py", title="Class", icon=":material/groups:"),
     ]
 
 

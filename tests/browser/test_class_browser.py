@@ -64,7 +64,7 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
     field.fill("Paris")
     field.press("Enter")
     student.get_by_text(re.compile("Your guess:")).wait_for(timeout=10_000)
-    presenter.get_by_text(re.compile(r"1 guesses for the next token")).wait_for(timeout=10_000)
+    presenter.get_by_text(re.compile(r"1 guess for the next token")).wait_for(timeout=10_000)
     settle(student)
     student.screenshot(path=str(ARTIFACTS / "class_student_phone_light.png"), full_page=True)
     width = student.evaluate("document.documentElement.scrollWidth")

@@ -16,7 +16,7 @@ from tests.ui.apptest import APP, as_read
 from ui import deployment
 from ui.keys import CLASS, STEP
 
-PAGE = "pages/class_room.py"
+PAGE = "pages/class.py"
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +139,7 @@ def test_guesses_and_names_reach_the_presenter_as_plain_text(class_db) -> None:
     presenter.run()
     html = "\n".join(str(h.proto) for h in presenter.get("html"))
     assert "&lt;img src=x" in html and "<img src=x" not in html
-    assert "1 guesses for the next token" in everything_shown(presenter)
+    assert "1 guess for the next token" in everything_shown(presenter)
 
 
 def test_a_corrupt_database_is_reported_clearly_and_the_app_goes_on(class_db) -> None:

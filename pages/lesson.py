@@ -17,13 +17,14 @@ from engine import Candidate, Generation, LoadedModel, StepRecord
 from ui import inside_views
 from ui import lesson_controller as lesson
 from ui.bars import Bar, BarRow, bars_html
-from ui.charts import CHART_CONFIG, RAW_COLOUR
+from ui.charts import RAW_COLOUR
 from ui.chips import chip_window, context_html, prompt_chips
 from ui.format import esc, pct, plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import LESSON
 from ui.lesson_flow import PREDICT_PROMPTS, PRESETS, STAGES, Guess, candidates, tally
 from ui.model import current_model, current_scheduler
+from ui.panels import described_chart
 from ui.presets import preset_named
 from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys, presenting
 from ui.teaching_charts import top_values_figure
@@ -67,8 +68,7 @@ def top_values(labels: list[str], values: list[float], title: str, x_title: str,
                 for label, value in zip(labels, values, strict=True)]
         st.html(LINE_CSS + f'<div class="tbt-title">{esc(title)} · {esc(x_title)}</div>' + bars_html(rows))
     else:
-        st.plotly_chart(top_values_figure(labels, values, title, x_title, colour=colour, text=text),
-                        config=CHART_CONFIG, key=key)
+        described_chart(top_values_figure(labels, values, title, x_title, colour=colour, text=text), key=key)
 
 
 def preset_picker() -> str:
@@ -154,8 +154,8 @@ def stage_inside(lm: LoadedModel, generation: Generation, step: StepRecord) -> N
         st.markdown(inside_views.sink_text(view, pieces) + " Its query meets the cached key of **every** earlier "
                     "position at every layer: that is why the KV cache keeps them.")
         if not presenting():
-            st.plotly_chart(inside_views.attention_figure(view, pieces, height=420), config=CHART_CONFIG,
-                            key=LESSON.inside_chart)
+            described_chart(inside_views.attention_figure(view, pieces, height=420), key=LESSON.inside_chart,
+                            words=inside_views.sink_text(view, pieces).replace("**", ""))
     for part in view.unavailable:
         st.caption(plain(f"Not shown for this model: {part}."))
     with st.expander("What this shows"):
@@ -255,8 +255,8 @@ def guided_walk(lm: LoadedModel) -> None:
 def stage_screen(lm: LoadedModel, generation: Generation, stage: int) -> None:
     """The controls and the current stage's screen."""
     walk_controls(generation, stage)
-    if not presenting():
-        st.subheader(STAGES[stage])
+    if not presenting():  # level 2, under the page's title
+        st.header(STAGES[stage], anchor=False)
     step = generation.steps[-1] if generation.steps else None
     if stage == 0 or step is None:
         stage_tokens(lm, generation)
@@ -321,10 +321,9 @@ def predict_exercise(lm: LoadedModel) -> None:
         st.markdown(f"**{verdict}** Model: {quoted(guess.model_text)} at {pct(guess.model_prob)}; you: "
                     f"{quoted(guess.guess_text)} at {pct(guess.guess_prob)}.")
         ranked = step.distribution.top[: len(options)]
-        st.plotly_chart(top_values_figure([reveal_label(c, guess) for c in ranked], [c.prob for c in ranked],
+        described_chart(top_values_figure([reveal_label(c, guess) for c in ranked], [c.prob for c in ranked],
                                           "The model's raw softmax over the choices", "raw probability (0–1)",
-                                          colour=RAW_COLOUR, text=pct),
-                        config=CHART_CONFIG, key=LESSON.reveal_chart)
+                                          colour=RAW_COLOUR, text=pct), key=LESSON.reveal_chart)
         if generation.finished:
             st.info(f"The text has ended ({generation.finish_reason}). Choose another text to play again.")
         else:

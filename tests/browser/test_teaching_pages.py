@@ -72,8 +72,8 @@ def test_lesson_walks_the_stages_and_scores_a_prediction(page):
     shoot(page, "teaching_lesson_tokens", height=1300)
     click_to_heading(page, "Next ▶", "Forward pass → logits")
     shoot(page, "teaching_lesson_logits", height=1300)
-    for heading in ("Softmax → probabilities", "Sampling → one token", "Append → context and KV cache",
-                    "Check → stop or go round again"):
+    for heading in ("Inside the pass → each layer's guess", "Softmax → probabilities", "Sampling → one token",
+                    "Append → context and KV cache", "Check → stop or go round again"):
         click_to_heading(page, "Next ▶", heading)
     shoot(page, "teaching_lesson_check", height=1100)
     click_to_heading(page, "◀ Previous", "Append → context and KV cache")

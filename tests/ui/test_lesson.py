@@ -56,7 +56,7 @@ def lesson() -> AppTest:
 
 
 def stage(at: AppTest) -> str:
-    return at.subheader[0].value
+    return at.header[0].value
 
 
 def test_next_and_previous_walk_the_seven_stages_on_the_real_model(lm):

@@ -246,12 +246,7 @@ class Visitor:
             if kind == "new_session":
                 texts, errors = [], []
             elif kind == "delta":
-                if problem := error_in(reply):
-                    errors.append(problem)
-                if (body := text_in(reply)) is not None:
-                    texts.append(body)
-                if found := text_field_in(reply):
-                    self.text_fields[found[0]] = found[1:]
+                self._note_delta(reply, errors, texts)
             elif kind == "page_info_changed":
                 self.query_string = reply.page_info_changed.query_string
             elif kind == "script_finished":
@@ -262,6 +257,15 @@ class Visitor:
                     errors.append(f"the run ended with status {reply.script_finished}")
                 self.errors.extend(errors)
                 on_run(RunResult(time.perf_counter() - started, tuple(errors), tuple(texts)))
+
+    def _note_delta(self, reply: ForwardMsg, errors: list[str], texts: list[str]) -> None:
+        """What a visitor reads of one delta: an error, a text, a text field to type in."""
+        if problem := error_in(reply):
+            errors.append(problem)
+        if (body := text_in(reply)) is not None:
+            texts.append(body)
+        if found := text_field_in(reply):
+            self.text_fields[found[0]] = found[1:]
 
     async def rerun(self, msg: BackMsg, button_keys: tuple[str, ...] = ()) -> RunResult:
         """Send a rerun and read until its script_finished; note the buttons it draws."""
@@ -283,12 +287,7 @@ class Visitor:
             elif kind == "auto_rerun":
                 self.auto_reruns[reply.auto_rerun.fragment_id] = reply.auto_rerun.interval
             elif kind == "delta":
-                if problem := error_in(reply):
-                    errors.append(problem)
-                if (body := text_in(reply)) is not None:
-                    texts.append(body)
-                if found := text_field_in(reply):
-                    self.text_fields[found[0]] = found[1:]
+                self._note_delta(reply, errors, texts)
                 for key in button_keys:
                     if button := button_in(reply, key):
                         self.buttons[key] = button

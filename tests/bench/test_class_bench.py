@@ -1,0 +1,42 @@
+"""The class benchmark's client side, without a server: a fragment timer's rerun and a typed
+guess are sent as the browser sends them, and a follower's screen is read for its token count."""
+
+from __future__ import annotations
+
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+from bench.class_bench import shown_steps
+from bench.streamlit_client import Visitor, rerun_message, text_field_in, text_in
+
+
+def test_a_timer_rerun_is_a_fragment_auto_rerun_and_a_typed_value_a_string_widget_state():
+    auto = rerun_message("room=ABCDEF", "hash", fragment_id="frag", auto=True, page_name="class")
+    assert auto.rerun_script.is_auto_rerun and auto.rerun_script.fragment_id == "frag"
+    assert auto.rerun_script.page_name == "class" and not auto.rerun_script.widget_states.widgets
+    typed = rerun_message("", "hash", fragment_id="frag", text=("$$ID-abc-cls_guess_text_x", "Paris"))
+    [widget] = typed.rerun_script.widget_states.widgets
+    assert (widget.id, widget.string_value) == ("$$ID-abc-cls_guess_text_x", "Paris")
+    assert not typed.rerun_script.is_auto_rerun
+
+
+def test_text_fields_and_html_are_read_from_the_deltas():
+    msg = ForwardMsg()
+    msg.delta.fragment_id = "frag"
+    msg.delta.new_element.text_input.id = "$$ID-abc-cls_guess_text_x"
+    assert text_field_in(msg) == ("cls_guess_text_x", "$$ID-abc-cls_guess_text_x", "frag")
+    html = ForwardMsg()
+    html.delta.new_element.html.body = '<div class="tbt-class-status" data-steps="3"><b>3</b> tokens</div>'
+    assert shown_steps((text_in(html),)) == 3
+    assert shown_steps(("no count here",)) is None
+
+
+def test_a_message_aged_out_while_a_rerun_was_on_its_way_still_resolves():
+    visitor = Visitor(connection=None, url="", query_string="", timeout=1.0, _max_age=0)
+    kept = ForwardMsg()
+    kept.delta.new_element.html.body = "x" * 100
+    kept.hash, kept.metadata.cacheable = "h1", True
+    visitor._resolve(kept)
+    visitor._age_cache(())
+    assert "h1" not in visitor._cache
+    assert text_in(visitor._resolve(ForwardMsg(ref_hash="h1"))) == "x" * 100
+    assert "h1" in visitor._cache  # in use again

@@ -22,9 +22,12 @@ PAGE = "pages/class.py"
 @pytest.fixture(autouse=True)
 def class_db(tmp_path: Path, monkeypatch) -> Path:
     """A fresh rooms database for each test (the hall is cached per database file)."""
+    from ui.class_server import wrong_codes
+
     path = tmp_path / "class.sqlite3"
     monkeypatch.setenv("TBT_CLASS_DB", str(path))
     deployment.class_settings.cache_clear()
+    wrong_codes.cache_clear()  # every test's visitors start with a clean record
     yield path
     deployment.class_settings.cache_clear()
 
@@ -149,3 +152,32 @@ def test_a_corrupt_database_is_reported_clearly_and_the_app_goes_on(class_db) ->
     assert "Classes are not available on this server now" in as_read(at.error[0].value)
     at.switch_page("pages/step_through.py").run()
     assert not at.exception
+
+
+def test_repeated_wrong_codes_from_one_browser_are_slowed_down(class_db) -> None:
+    _presenter, code, _ = start_class()
+    at = session()
+    for _ in range(4):
+        at.text_input(key=CLASS.join_code).input("ZZZZZZ")
+        at.button(key=CLASS.join).click().run()
+    at.text_input(key=CLASS.join_code).input(code)  # even the right code waits now
+    at.button(key=CLASS.join).click().run()
+    assert "Too many wrong codes from this browser: try again in" in as_read(at.error[0].value)
+    assert at.session_state.get(CLASS.role) is None
+
+
+def test_the_presenter_drives_the_room_in_presentation_mode_with_the_step_pages_controls(class_db) -> None:
+    from ui.keys import APP
+
+    presenter, code, _ = start_class()
+    presenter.session_state[APP.presentation] = True
+    presenter.run()
+    presenter.text_area(key=CLASS.presenter + STEP.prompt).input("Once upon a time").run()
+    step(presenter)
+    presenter.button(key=CLASS.presenter + STEP.back).click().run()
+    step(presenter)
+    assert not presenter.exception, [e.value for e in presenter.exception]
+    html = "\n".join(str(h.proto) for h in presenter.get("html"))
+    assert "tbt-bars" in html and "tbt-keys" in html  # the projector's bars and the remote's keys
+    student = session({"room": code})
+    assert generated_count(student) == 1 and "Once upon a time" in everything_shown(student)

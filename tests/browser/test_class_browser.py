@@ -91,3 +91,5 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
     dark_presenter.screenshot(path=str(ARTIFACTS / "class_presenter_dark.png"), full_page=True)
     for context in (teacher, phone, dark_phone, dark):
         context.close()
+    secret = presenter_link.split("key=", 1)[1].strip()
+    assert len(secret) >= 22 and secret not in (ARTIFACTS / "class_streamlit.log").read_text()  # nor in a log

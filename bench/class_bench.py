@@ -36,7 +36,7 @@ from pathlib import Path
 from websockets.exceptions import WebSocketException
 
 from bench.appserver import served_app_process
-from bench.load_bench import percentile, rss_mb
+from bench.load_bench import parse_visitors, percentile, rss_mb
 from bench.streamlit_client import Visitor, rerun_message
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,13 +166,11 @@ def row(r: dict) -> str:
 
 
 def parse_students(text: str) -> tuple[int, ...]:
+    """Counts from 1 to 100, as load_bench reads its visitors."""
     try:
-        counts = tuple(int(part) for part in text.split(","))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--students '{text}': whole numbers separated by commas") from exc
-    if not all(1 <= n <= 100 for n in counts):
-        raise argparse.ArgumentTypeError(f"--students '{text}': each count from 1 to 100")
-    return counts
+        return parse_visitors(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("--visitors", "--students")) from exc
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,6 +18,7 @@ from ui import chain_controller as bc
 from ui.chain_views import (
     counted,
     kv_html,
+    method_note,
     no_guess_reason,
     positions_html,
     rejection_html,
@@ -29,7 +30,7 @@ from ui.chain_views import (
 )
 from ui.chips import chip_window, context_html
 from ui.deployment import current_deployment, downloadable
-from ui.format import plain, quoted
+from ui.format import pct, plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import CHAIN
 from ui.model import current_model
@@ -189,6 +190,8 @@ def round_view(lanes: bc.Lanes) -> None:
         st.markdown(f"### Round {record.index}: {counted(len(record.drafted), 'guess', 'guesses')}, "
                     f"{record.accepted} kept, {added} added, one forward pass")
         st.markdown(f"**1 · Draft** ({record.method}, {record.timing.draft_ms:.1f} ms): {guessed} — {source}.")
+        if note := method_note(record, spec.draft, texts):
+            st.caption(plain(note))
     else:
         st.markdown(f"### Round {record.index}: no guess, a plain decode step ({added}, one forward pass)")
         st.markdown(f"**1 · Draft** ({record.method}): no guess this round: "
@@ -328,6 +331,12 @@ those tokens one pass of the big model settles.
   verifying: it shows the mechanics, and it is slower.
 - **Prompt lookup** (this page): guesses copied from the context itself; no extra model, no training. It pays
   only when the output repeats the input: edits, quotes, code, retrieval answers.
+- **Lookahead decoding** (this page): no draft model and no training. The verify pass's own predictions past a
+  rejected guess are the next guesses (a Jacobi iteration, whose fixed point is greedy decoding), and every run
+  of tokens the passes predicted goes into an n-gram pool to guess from later. Exact, greedy or sampled.
+- **Early exit** (this page): the model's own first layers, its final norm and head draft (the logit lens used
+  as a draft); all the layers verify. It pays only for a model trained to exit early: this one's shallow
+  layers rarely agree with its last, and each draft token still reads the whole LM head.
 - **Parallel decoding heads** (Medusa and similar): extra output heads on the model itself predict tokens 2, 3, …
   ahead from the same hidden state, and a tree of their guesses is verified in one pass. The heads must be
   trained (the base model can stay frozen).
@@ -361,7 +370,36 @@ def main() -> None:
     else:
         setup_controls()
         workspace()
+    race_section()
     st.markdown(OTHER_METHODS)
+
+
+def race_section() -> None:
+    """Every method on the visitor's prompt, greedy, one after another: the same tokens, measured here."""
+    st.markdown("### Race every method on this prompt")
+    st.caption(f"Plain decoding, then each method, greedy, {bc.RACE_TOKENS} new tokens each, on the prompt above, "
+               "one after another on this server (a few seconds each). Each row's text is checked against plain "
+               "decoding's, token for token.")
+    lanes = bc.current_lanes(S)
+    if st.button("Race", key=CHAIN.race, disabled=lanes is None):
+        bar = st.progress(0.0, text="Plain decoding…")
+        S[CHAIN.race_rows] = bc.race(current_model(), lanes.speculative.prompt, lanes.speculative.chat, make_draft,
+                                     progress=lambda done, total: bar.progress(done / total,
+                                                                               text=f"{done} of {total} methods"))
+        bar.empty()
+    if rows := S.get(CHAIN.race_rows):
+        base = rows[0].ms_per_token
+        st.dataframe([{"method": row.label, "tokens / pass": round(row.tokens_per_pass, 2), "passes": row.passes,
+                       "ms / token": round(row.ms_per_token, 1), "speed-up": f"{base / row.ms_per_token:.2f}×",
+                       "kept": "–" if row.acceptance is None else pct(row.acceptance, 0),
+                       "kept by position": " · ".join(pct(a, 0) for a in row.by_position) or "–",
+                       "same text": "✓" if row.same_text else "✗"} for row in rows],
+                     hide_index=True, key=CHAIN.race_table)
+        slower = [row.label for row in rows[1:] if row.ms_per_token > base]
+        if slower:
+            st.caption(plain("Slower than plain decoding here: " + "; ".join(slower) + ". A guess pays only when "
+                             "it is kept often and cheap to make: a draft token that reads the whole LM head (early "
+                             "exit, a copy of the model) costs most of a step on this CPU."))
 
 
 if __name__ == "__main__":

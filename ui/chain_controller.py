@@ -13,6 +13,7 @@ never escape: they become the message shown beside the control that caused them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,13 +26,23 @@ from engine import (
     ModelLoadError,
     PromptError,
     PromptLookup,
+    SamplerSettings,
     SettingsError,
     SpeculativeGeneration,
     StopSettings,
     TraceError,
     parse_trace,
 )
-from engine.speculative import DraftMethod, DraftModel, check_k, replay_speculative, speculative_to_trace
+from engine.speculative import (
+    DraftMethod,
+    DraftModel,
+    EarlyExit,
+    Lookahead,
+    check_k,
+    chosen_exit,
+    replay_speculative,
+    speculative_to_trace,
+)
 from engine.speed import measure_prefill_decode
 from ui import idle_rebuild
 from ui import state as settings
@@ -45,8 +56,18 @@ from ui.state import CHAIN_SETTINGS, format_stop_sequences
 PROMPT_LOOKUP = "prompt lookup"
 SELF_BF16 = "draft model: bfloat16 copy of this model"
 SELF_INT8 = "draft model: int8 copy of this model"
-METHODS = (PROMPT_LOOKUP, SELF_BF16, SELF_INT8)
-METHOD_OF_NAME = {"prompt-lookup": PROMPT_LOOKUP, "self-draft-bfloat16": SELF_BF16, "self-draft-int8": SELF_INT8}
+LOOKAHEAD = "lookahead decoding (Jacobi window + n-gram pool)"
+EARLY_EXIT = "early exit: the model's own first layers draft"
+METHODS = (PROMPT_LOOKUP, LOOKAHEAD, EARLY_EXIT, SELF_BF16, SELF_INT8)
+METHOD_OF_NAME = {"prompt-lookup": PROMPT_LOOKUP, "self-draft-bfloat16": SELF_BF16, "self-draft-int8": SELF_INT8,
+                  "lookahead": LOOKAHEAD}
+
+
+def method_of(name: str) -> str | None:
+    """The page's method for a draft's name (a trace's "method"); early exit names its layer."""
+    if name.startswith("early-exit-") and name.removeprefix("early-exit-").isdigit():
+        return EARLY_EXIT
+    return METHOD_OF_NAME.get(name)
 
 WIDGET_DEFAULTS: dict[str, Any] = {
     CHAIN.prompt: "", CHAIN.chat: True, CHAIN.method: PROMPT_LOOKUP, CHAIN.k: 4, CHAIN.temperature: 0.0,
@@ -248,6 +269,10 @@ def draft_method(lm: LoadedModel, method: str, self_copy: Callable[[LoadedModel,
     `self_copy(lm, kind)` gives the shared, read-only bfloat16 or int8 copy of `lm` to draft with."""
     if method == PROMPT_LOOKUP:
         return PromptLookup(lm.eos_ids)
+    if method == LOOKAHEAD:
+        return Lookahead(lm.eos_ids)
+    if method == EARLY_EXIT:  # the layer with the best expected speed-up, measured once per model
+        return EarlyExit(lm, chosen_exit(lm).layer)
     kind = "bfloat16" if method == SELF_BF16 else "int8"
     return DraftModel(self_copy(lm, kind), lm, name=f"self-draft-{kind}")
 
@@ -436,7 +461,7 @@ def load_trace(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: Mak
         set_message(state, "trace_error", f"{filename}: {problem}")  # a widget could not show it
         return
     lanes = _with_plain_lane(spec, limits)
-    method = METHOD_OF_NAME[spec.draft.name]
+    method = method_of(spec.draft.name) or PROMPT_LOOKUP
     state.update(values | {CHAIN.prompt: spec.prompt, CHAIN.chat: spec.chat, CHAIN.k: spec.k,
                            CHAIN.stop_sequences: format_stop_sequences(spec.stop.stop_sequences),
                            CHAIN.method: method, CHAIN.active_method: method, CHAIN.lanes: lanes,
@@ -453,9 +478,11 @@ def _drafts_by_name(lm: LoadedModel, make_draft: MakeDraft) -> Callable[[str], D
     """A trace names each round's draft method; this makes the visitor's own of each."""
 
     def draft_named(name: str) -> DraftMethod:
-        if name not in METHOD_OF_NAME:
-            raise SettingsError("draft method", name, f"one of {', '.join(METHOD_OF_NAME)}")
-        return make_draft(lm, METHOD_OF_NAME[name])
+        if (method := method_of(name)) is None:
+            raise SettingsError("draft method", name, f"one of {', '.join(METHOD_OF_NAME)} or early-exit-<layer>")
+        if method == EARLY_EXIT:  # the very layer the trace drafted with
+            return EarlyExit(lm, int(name.removeprefix("early-exit-")))
+        return make_draft(lm, method)
 
     return draft_named
 
@@ -489,3 +516,74 @@ def _rebuilt(lanes: Lanes, make_draft: MakeDraft) -> Lanes:
     spec, limits = lanes.speculative, rebuild_limits()
     result = replay_speculative(spec.lm, speculative_to_trace(spec), _drafts_by_name(spec.lm, make_draft), limits)
     return _with_plain_lane(result.generation, limits)
+
+
+# ---- the race: every method on one prompt ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RaceRow:
+    """One method's greedy run of the race prompt, measured here."""
+
+    method: str
+    label: str
+    tokens: int
+    passes: int
+    ms_per_token: float
+    acceptance: float | None  # guesses kept / guesses checked
+    by_position: tuple[float, ...]  # per guessed position: kept / reached
+    same_text: bool  # the tokens equal plain decoding's
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.tokens / self.passes if self.passes else 0.0
+
+
+RACE_METHODS = (PROMPT_LOOKUP, LOOKAHEAD, EARLY_EXIT, SELF_BF16)  # int8 drafts alike, slower: left to its lane
+RACE_TOKENS = 48
+
+
+def _by_position(rounds: tuple[Any, ...], k: int) -> tuple[float, ...]:
+    reached, kept = [0] * k, [0] * k
+    for record in rounds:
+        for index in range(min(k, len(record.checks))):
+            reached[index] += 1
+            kept[index] += index < record.accepted
+    return tuple(kept[i] / reached[i] for i in range(k) if reached[i])
+
+
+def race(lm: LoadedModel, prompt: str, chat: bool, make_draft: MakeDraft, k: int = 4, tokens: int | None = None,
+         methods: tuple[str, ...] | None = None, progress: Callable[[int, int], None] | None = None
+         ) -> list[RaceRow]:
+    """Plain greedy decoding, then each method (RACE_METHODS unless told) on the same prompt and
+    settings, one after another on this thread (a race measures each alone), ms per token after
+    the prompt's pass."""
+    methods = RACE_METHODS if methods is None else methods
+    stop = StopSettings(max_new_tokens=RACE_TOKENS if tokens is None else tokens)
+    greedy = SamplerSettings(temperature=0.0)
+    plain = Generation(lm, prompt, chat=chat, sampler=greedy, stop=stop)
+    plain.step()  # the prompt's pass: not a decode step, timed apart from the race
+    started = time.perf_counter()
+    for _ in plain.run():
+        pass
+    decode = len(plain.generated_ids) - 1
+    plain_ms = (time.perf_counter() - started) * 1e3 / max(1, decode)
+    expected = plain.generated_ids
+    rows = [RaceRow("plain", "plain decoding (one token per pass)", len(expected), len(expected), plain_ms, None, (),
+                    True)]
+    plain.close()
+    for done, method in enumerate(methods, start=1):
+        spec = SpeculativeGeneration(lm, prompt, chat=chat, draft=make_draft(lm, method), k=k, sampler=greedy,
+                                     stop=stop)
+        first = spec.step()
+        started = time.perf_counter()
+        for _ in spec.run():
+            pass
+        after = len(spec.generated_ids) - len(first.emitted)
+        rows.append(RaceRow(spec.draft.name, method, len(spec.generated_ids), spec.forward_passes,
+                            (time.perf_counter() - started) * 1e3 / max(1, after), spec.acceptance_rate,
+                            _by_position(spec.rounds, k), spec.generated_ids == expected))
+        spec.close()
+        if progress is not None:
+            progress(done, len(methods))
+    return rows

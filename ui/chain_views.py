@@ -363,3 +363,25 @@ def speed_verdict(spec_ms: float, plain_ms: float) -> str:
     if spec_ms < plain_ms:
         return f"speculative decoding is **{plain_ms / spec_ms:.2f}× faster** here"
     return f"speculative decoding is **{spec_ms / plain_ms:.2f}× slower** here"
+
+
+def method_note(record: RoundRecord, draft: object, texts: TokenTexts) -> str | None:
+    """What this method's round looked like from inside, in words: for lookahead where its guess
+    came from (the text, the passes' n-gram pool, the Jacobi window), for early exit which layer
+    drafted and what the measured agreement promised. None for the other methods."""
+    if getattr(draft, "name", None) != record.method:
+        return None
+    guess = getattr(draft, "last_guess", None)
+    if record.method == "lookahead" and guess is not None and record.drafted:
+        where = {"text": "the text itself (what followed the context's last two tokens before)",
+                 "pool": "the n-gram pool (a run of tokens an earlier verify pass predicted after this token)",
+                 "jacobi": "the Jacobi window (the last pass's own predictions past its rejected guess)"}
+        window = " ".join(quoted(texts.piece(t).text) for t in guess.window)
+        return (f"Lookahead guessed from {where.get(guess.source, guess.source)}. The pool holds "
+                f"{counted(guess.pool_size, 'n-gram')}" + (f"; the window held {window}" if window else "") + ".")
+    layer = getattr(draft, "exit_layer", None)
+    if record.method.startswith("early-exit-") and isinstance(layer, int):
+        return (f"Early exit: each guess came from the first {layer} layers, then the model's final norm and LM head "
+                "(the logit lens at that layer, used as a draft), with a KV cache of their own. Every draft token "
+                "still reads the whole LM head, so it costs most of a step.")
+    return None

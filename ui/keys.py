@@ -207,6 +207,9 @@ class ChainKeys(PageKeys):
     measure: str = "bc_measure"
     trace_download: str = "bc_trace_download"
     trace_upload: str = "bc_trace_upload"
+    race: str = "bc_race"  # every method on the prompt, one after another
+    race_rows: str = "bc_race_rows"  # the race's measured rows (ui/chain_controller.py RaceRow)
+    race_table: str = "bc_race_table"
     # fragments
     workspace: str = "bc_workspace"
     # state no widget owns

@@ -297,3 +297,29 @@ def test_a_closed_speculative_generation_refuses_to_step_and_frees_its_draft_mod
     assert len(spec.rounds) == 2  # the page can still show them
     with pytest.raises(engine.GenerationFinished, match="closed to free its memory"):
         spec.step()
+
+
+@pytest.mark.parametrize("method", [bc.LOOKAHEAD, bc.EARLY_EXIT])
+def test_each_new_method_drafts_on_the_page_and_says_how_it_guessed(at: AppTest, method: str) -> None:
+    at.selectbox(key=CHAIN.method).set_value(method).run()
+    for _ in range(3):
+        click(at, CHAIN.step)
+    assert not at.exception
+    spec = lanes(at).speculative
+    assert spec.draft.name.startswith("early-exit-" if method == bc.EARLY_EXIT else "lookahead")
+    assert spec.generated_ids == lanes(at).plain.generated_ids[:len(spec.generated_ids)]
+    if any(r.drafted for r in spec.rounds[-1:]):
+        assert any(("Lookahead guessed from" in as_read(c.value)) or ("Early exit:" in as_read(c.value))
+                   for c in at.caption)
+
+
+def test_the_race_runs_every_method_on_the_prompt_and_checks_each_text(at: AppTest, monkeypatch) -> None:
+    monkeypatch.setattr(bc, "RACE_TOKENS", 8)
+    monkeypatch.setattr(bc, "RACE_METHODS", (bc.PROMPT_LOOKUP, bc.LOOKAHEAD, bc.EARLY_EXIT))
+    click(at, CHAIN.race)
+    assert not at.exception
+    rows = at.session_state[CHAIN.race_rows]
+    assert [row.label for row in rows][1:] == [bc.PROMPT_LOOKUP, bc.LOOKAHEAD, bc.EARLY_EXIT]
+    assert all(row.same_text for row in rows) and all(row.tokens == rows[0].tokens for row in rows)
+    table = at.dataframe[-1].value
+    assert list(table["same text"]) == ["✓"] * 4 and table["speed-up"].iloc[0] == "1.00×"

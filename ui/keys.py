@@ -3,9 +3,9 @@
 Each page owns a prefix, so two pages never share a key by accident and a key found in
 st.session_state says which page wrote it: `app_` for the frame (app.py and what every page
 shares), `st_` for Step through, `lab_` for the Sampler lab, `kv_` for KV cache & speed, `lesson_`
-for the Lesson and `bc_` for Breaking the chain. Widget keys are here too: a widget's key is its value's key in
-session_state. Pages and ui/ use these names, never string literals (tests/ui/test_keys.py
-checks both rules).
+for the Lesson, `bc_` for Breaking the chain and `cls_` for the Class. Widget keys are here too: a
+widget's key is its value's key in session_state. Pages and ui/ use these names, never string
+literals (tests/ui/test_keys.py checks both rules).
 """
 
 from __future__ import annotations
@@ -221,10 +221,39 @@ class ChainKeys(PageKeys):
     memo: str = "bc_memo"  # ui/memo.py store: prompt chips
 
 
+@dataclass(frozen=True)
+class ClassKeys(PageKeys):
+    """Class: the lobby, the presenter's room (the Step page's keys under `presenter`), a student's view."""
+
+    prefix: ClassVar[str] = "cls_"
+    presenter: str = "cls_p_"  # prefix: the presenter's Step-page widgets and state (ui/class_controller.py)
+    role: str = "cls_role"  # "presenter" or "student", decided on the server
+    code: str = "cls_code"  # the room this session is in
+    secret: str = "cls_secret"  # the presenter's own session only: shown in its Presenter link
+    student: str = "cls_student"  # this session's student id
+    address_read: str = "cls_address_read"  # the room link in the address was read (first run)
+    messages: str = "cls_messages"  # control name -> message
+    my_guess: str = "cls_my_guess"  # (context, the guessed token's text)
+    # widgets
+    start: str = "cls_start"
+    join_form: str = "cls_join_form"
+    join_code: str = "cls_join_code"
+    name: str = "cls_name"
+    join: str = "cls_join"
+    leave: str = "cls_leave"
+    guess_text: str = "cls_guess_text_"  # prefix: one field per context
+    guess_pick: str = "cls_guess_pick_"  # prefix: one set of candidate chips per context
+    # fragments
+    follow: str = "cls_follow"
+    workspace: str = "cls_workspace"
+    class_panel: str = "cls_class_panel"
+
+
 APP = AppKeys()
 STEP = StepKeys()
 LAB = LabKeys()
 KV = KVKeys()
 LESSON = LessonKeys()
 CHAIN = ChainKeys()
-PAGES: tuple[PageKeys, ...] = (APP, STEP, LAB, KV, LESSON, CHAIN)
+CLASS = ClassKeys()
+PAGES: tuple[PageKeys, ...] = (APP, STEP, LAB, KV, LESSON, CHAIN, CLASS)

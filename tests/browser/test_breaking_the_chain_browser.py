@@ -77,11 +77,14 @@ def test_the_accept_reject_cards_hold_their_numbers_at_1440_and_1024_px(browser,
         page.keyboard.press("Escape")  # close the popover
         settle(page)
         page.get_by_role("button", name="Step", exact=True).click()  # round 1 reads the prompt: no guess
+        # a busy server may start the round's rerun later than settle's first look: wait for the round itself
+        page.wait_for_function(f"{ROUNDS} === 1", timeout=SLOW)
         settle(page)
         assert page.get_by_role("heading", name=re.compile("Round 1: no guess, a plain decode step")).count() == 1
         assert page.get_by_text(re.compile(r"returned 1 distribution, the one after the context")).count() == 1
-        for _ in range(15):
+        for round_number in range(2, 17):
             page.get_by_role("button", name="Step", exact=True).click()
+            page.wait_for_function(f"{ROUNDS} === {round_number}", timeout=SLOW)
             settle(page)
             assert page.evaluate(CARD_OVERFLOW) == []
             if page.locator(".bc-pos th", has_text="residual").count():

@@ -8,7 +8,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -62,6 +62,8 @@ def arguments(description: str, default_log: Path, defaults: RunConfig) -> argpa
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
+    parser.add_argument("--batch", type=int, default=defaults.batch)
+    parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--draft-vocab", type=int, default=defaults.draft_vocab)
     parser.add_argument("--max-new-tokens", type=int, default=Recipe.max_new_tokens)
     parser.add_argument("--prompts", type=int, default=None, help="use only the first n prompts (a smoke run)")
@@ -162,12 +164,35 @@ def save(method: str, net: nn.Module, vocab_ids: torch.Tensor, out: Path, entry:
     return entry
 
 
-def base_entry(lm: LoadedModel, data: Distilled, config: RunConfig, vocab_ids: torch.Tensor) -> dict:
-    """What both manifest entries record besides the network's own config."""
+def finish(method: str, net: nn.Module, lm: LoadedModel, data: Distilled, config: RunConfig,
+           vocab_ids: torch.Tensor, out: Path, log: Log, net_config: dict, history: list[dict], full: dict,
+           started: float) -> dict:
+    """Log the whole-head figures, save the weights and return the manifest entry: the
+    network's config, the run's settings, the data recipe, every epoch's held-out figures."""
+    log(f"held-out with the whole LM head (49k rows) instead of the draft vocabulary: {full}")
     held = torch.cat(data.held.tokens)
     covered = float(torch.isin(held, vocab_ids).float().mean()) if held.numel() else 0.0
-    return {"trained_for": lm.name, "run": asdict(config), "data": data.info,
-            "draft_vocab_coverage_held_out": round(covered, 4)}
+    entry = {"trained_for": lm.name, "run": asdict(config), "data": data.info,
+             "draft_vocab_coverage_held_out": round(covered, 4),
+             "config": {"hidden_size": int(lm.model.config.get_text_config().hidden_size),
+                        "vocab_size": lm.vocab_size, "draft_vocab": vocab_ids.numel(), **net_config},
+             "history": history, "held_out": history[-1] if history else {}, "held_out_full_head": full,
+             "train_seconds": round(time.perf_counter() - started, 1)}
+    return save(method, net, vocab_ids, out, entry)
+
+
+def script(description: str, default_log: Path, defaults: RunConfig,
+           train: Callable[[LoadedModel, Distilled, RunConfig, Path, Log], dict]) -> None:
+    """A training script's main: arguments, the model and its data, the run, a last line."""
+    args = arguments(description, default_log, defaults)
+    log = Log(args.log)
+    started = time.perf_counter()
+    lm, data = prepare(args, log)
+    config = replace(defaults, seed=args.seed, epochs=args.epochs, batch=args.batch, lr=args.lr,
+                     draft_vocab=args.draft_vocab)
+    entry = train(lm, data, config, args.out, log)
+    log(f"wrote {args.out / entry['file']} ({entry['bytes']:,} bytes, sha256 {entry['sha256']}); "
+        f"whole run {time.perf_counter() - started:.0f} s")
 
 
 def draft_vocab_for(lm: LoadedModel, data: Distilled, config: RunConfig, log: Log) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Train one DeepSeek-V3-style multi-token-prediction module for the bundled model by
 self-distillation, as a draft that feeds its own output back.
 
-    .venv/bin/python -m training.mtp [--epochs 4] [--seed 0] [--draft-vocab 8192] [--prompts N]
+    .venv/bin/python -m training.mtp [--epochs 3] [--seed 0] [--draft-vocab 8192] [--prompts N]
 
 The module reads the target's state h_t (after the final norm) and the embedding of token t+1
 (the model's own, frozen) and predicts the target's state at t+1; the frozen LM head on that
@@ -28,13 +28,11 @@ from training.fit import (
     IGNORE,
     Log,
     RunConfig,
-    arguments,
-    base_entry,
     draft_vocab_for,
+    finish,
     offsets,
-    prepare,
     reduced_index,
-    save,
+    script,
     train_loop,
 )
 
@@ -43,6 +41,7 @@ EVAL_DEPTH = 5  # steps measured on held-out rows
 BLOCKS = 1
 STATE_WEIGHT = 1.0  # of the smooth-L1 pull towards the target's state, beside the token loss
 LOG = Path(__file__).parent / "mtp.log"
+DEFAULTS = RunConfig(epochs=3, batch=256, lr=1e-3, weight_decay=0.01)
 EVAL_CHUNK = 1024
 
 
@@ -119,26 +118,13 @@ def train_mtp(lm: LoadedModel, data: Distilled, config: RunConfig, out: Path, lo
     history = train_loop(net, hidden.shape[0], config, loss_of, evaluate, log)
     with torch.no_grad():
         full = mtp_accuracy(net, held_hidden, held_tokens, held_ahead, embeddings, head, None, EVAL_DEPTH)
-    log(f"held-out with the whole LM head (49k rows) instead of the draft vocabulary: {full}")
-    entry = {**base_entry(lm, data, config, vocab_ids),
-             "config": {"hidden_size": text.hidden_size, "vocab_size": lm.vocab_size,
-                        "intermediate_size": text.intermediate_size, "blocks": blocks,
-                        "rms_norm_eps": text.rms_norm_eps, "unroll": unroll, "state_weight": STATE_WEIGHT,
-                        "draft_vocab": vocab_ids.numel()},
-             "history": history, "held_out": history[-1] if history else {}, "held_out_full_head": full,
-             "train_seconds": round(time.perf_counter() - started, 1)}
-    return save(MTP, net, vocab_ids, out, entry)
+    net_config = {"intermediate_size": text.intermediate_size, "blocks": blocks, "rms_norm_eps": text.rms_norm_eps,
+                  "unroll": unroll, "state_weight": STATE_WEIGHT}
+    return finish(MTP, net, lm, data, config, vocab_ids, out, log, net_config, history, full, started)
 
 
 def main() -> None:
-    args = arguments(__doc__.splitlines()[0], LOG, RunConfig())
-    log = Log(args.log)
-    started = time.perf_counter()
-    lm, data = prepare(args, log)
-    config = RunConfig(seed=args.seed, epochs=args.epochs, draft_vocab=args.draft_vocab, weight_decay=0.01)
-    entry = train_mtp(lm, data, config, args.out, log)
-    log(f"wrote {args.out / entry['file']} ({entry['bytes']:,} bytes, sha256 {entry['sha256']}); "
-        f"whole run {time.perf_counter() - started:.0f} s")
+    script(__doc__.splitlines()[0], LOG, DEFAULTS, train_mtp)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,12 @@ setting, the server's TBT_BATCHING:
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, wait
@@ -117,6 +119,18 @@ class _Pass:
     requests: int
 
 
+_open: weakref.WeakSet[ForwardScheduler] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open() -> None:
+    """At exit, stop each open scheduler's worker before the interpreter tears down: a worker
+    thread that set its own torch thread count and is still alive then aborts the process
+    ("terminate called without an active exception", exit status 134) after all else succeeded."""
+    for scheduler in list(_open):
+        scheduler.close()
+
+
 class ForwardScheduler:
     """Runs every forward pass of the generations sharing one model, one pass at a time.
 
@@ -169,6 +183,7 @@ class ForwardScheduler:
         self._totals = [0, 0]  # passes, tokens
         self._worker = threading.Thread(target=self._work, name="forward-scheduler", daemon=True)
         self._worker.start()
+        _open.add(self)
 
     # ---- what generations call ------------------------------------------------------------
 
@@ -225,7 +240,8 @@ class ForwardScheduler:
             batching=self.batching, max_batch=self.max_batch)
 
     def close(self) -> None:
-        """Stop the worker after the pass it is running; queued requests fail with SchedulerClosed."""
+        """Stop the worker after the pass it is running; queued requests fail with SchedulerClosed.
+        Every scheduler still open is closed when the process exits (`_close_open`)."""
         with self._ready:
             self._closed = True
             for request in self._queue:

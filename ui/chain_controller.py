@@ -40,6 +40,7 @@ from engine.speculative import (
     Lookahead,
     check_k,
     chosen_exit,
+    draft_for,
     replay_speculative,
     speculative_to_trace,
 )
@@ -58,9 +59,11 @@ SELF_BF16 = "draft model: bfloat16 copy of this model"
 SELF_INT8 = "draft model: int8 copy of this model"
 LOOKAHEAD = "lookahead decoding (Jacobi window + n-gram pool)"
 EARLY_EXIT = "early exit: the model's own first layers draft"
-METHODS = (PROMPT_LOOKUP, LOOKAHEAD, EARLY_EXIT, SELF_BF16, SELF_INT8)
+HEADS = "parallel decoding heads (Medusa-style, trained here)"
+MTP = "multi-token prediction module (trained here)"
+METHODS = (PROMPT_LOOKUP, LOOKAHEAD, HEADS, MTP, EARLY_EXIT, SELF_BF16, SELF_INT8)
 METHOD_OF_NAME = {"prompt-lookup": PROMPT_LOOKUP, "self-draft-bfloat16": SELF_BF16, "self-draft-int8": SELF_INT8,
-                  "lookahead": LOOKAHEAD}
+                  "lookahead": LOOKAHEAD, "medusa-heads": HEADS, "mtp": MTP}
 
 
 def method_of(name: str) -> str | None:
@@ -273,6 +276,8 @@ def draft_method(lm: LoadedModel, method: str, self_copy: Callable[[LoadedModel,
         return Lookahead(lm.eos_ids)
     if method == EARLY_EXIT:  # the layer with the best expected speed-up, measured once per model
         return EarlyExit(lm, chosen_exit(lm).layer)
+    if method in (HEADS, MTP):  # the shipped weights, checked once per model (ModelLoadError says why not)
+        return draft_for(lm, "medusa-heads" if method == HEADS else "mtp")
     kind = "bfloat16" if method == SELF_BF16 else "int8"
     return DraftModel(self_copy(lm, kind), lm, name=f"self-draft-{kind}")
 
@@ -539,7 +544,7 @@ class RaceRow:
         return self.tokens / self.passes if self.passes else 0.0
 
 
-RACE_METHODS = (PROMPT_LOOKUP, LOOKAHEAD, EARLY_EXIT, SELF_BF16)  # int8 drafts alike, slower: left to its lane
+RACE_METHODS = (PROMPT_LOOKUP, LOOKAHEAD, HEADS, MTP, EARLY_EXIT, SELF_BF16)  # int8 drafts as bf16, slower
 RACE_TOKENS = 48
 
 
@@ -573,8 +578,12 @@ def race(lm: LoadedModel, prompt: str, chat: bool, make_draft: MakeDraft, k: int
                     True)]
     plain.close()
     for done, method in enumerate(methods, start=1):
-        spec = SpeculativeGeneration(lm, prompt, chat=chat, draft=make_draft(lm, method), k=k, sampler=greedy,
-                                     stop=stop)
+        try:
+            draft = make_draft(lm, method)
+        except (ModelLoadError, SettingsError):  # e.g. trained heads on another model: not in this race
+            continue
+        spec = SpeculativeGeneration(lm, prompt, chat=chat, draft=draft, k=min(k, getattr(draft, "max_k", k)),
+                                     sampler=greedy, stop=stop)
         first = spec.step()
         started = time.perf_counter()
         for _ in spec.run():

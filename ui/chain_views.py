@@ -379,6 +379,14 @@ def method_note(record: RoundRecord, draft: object, texts: TokenTexts) -> str | 
         window = " ".join(quoted(texts.piece(t).text) for t in guess.window)
         return (f"Lookahead guessed from {where.get(guess.source, guess.source)}. The pool holds "
                 f"{counted(guess.pool_size, 'n-gram')}" + (f"; the window held {window}" if window else "") + ".")
+    if record.method == "medusa-heads" and record.drafted:
+        return (f"Parallel decoding heads: all {counted(len(record.drafted), 'guess', 'guesses')} came from ONE hidden "
+                "state, the model's last one after the previous token: head i guessed the token i + 1 places ahead, "
+                "each through the model's own LM head (its 8,192 most frequent rows).")
+    if record.method == "mtp" and record.drafted:
+        return ("Multi-token prediction: one small trained block took the model's last hidden state and the newest "
+                "token's embedding and guessed the next token, then fed its own guess back for the one after: "
+                "the guesses are sequential, each from the one before.")
     layer = getattr(draft, "exit_layer", None)
     if record.method.startswith("early-exit-") and isinstance(layer, int):
         return (f"Early exit: each guess came from the first {layer} layers, then the model's final norm and LM head "

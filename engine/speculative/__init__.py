@@ -8,6 +8,7 @@ around them (`generation.py`); `trace.py` saves and replays it.
 from engine.speculative.drafting import Draft, DraftMethod, DraftModel, PromptLookup, RoundOutcome, self_draft
 from engine.speculative.early_exit import EarlyExit, ExitChoice, best_exit, layer_agreement
 from engine.speculative.generation import KVChange, PositionView, Rejection, RoundRecord, SpeculativeGeneration
+from engine.speculative.heads import MedusaHeads, MtpDraft, TrainedDraft, load_trained
 from engine.speculative.lookahead import Lookahead, LookaheadGuess
 from engine.speculative.methods import DRAFT_METHODS, chosen_exit, draft_for
 from engine.speculative.rule import K_MAX, K_MIN, Check, Verdict, check_k, expected_tokens_per_round, judge
@@ -19,9 +20,39 @@ from engine.speculative.trace import (
 )
 
 __all__ = [
-    "DRAFT_METHODS", "K_MAX", "K_MIN", "Check", "Draft", "DraftMethod", "DraftModel", "EarlyExit", "ExitChoice",
-    "KVChange", "Lookahead", "LookaheadGuess", "PositionView", "PromptLookup", "Rejection", "RoundOutcome",
-    "RoundRecord", "SpeculativeGeneration", "SpeculativeReplay", "Verdict", "best_exit", "check_k", "chosen_exit",
-    "draft_for", "expected_tokens_per_round", "judge", "layer_agreement", "replay_speculative",
-    "save_speculative_trace", "self_draft", "speculative_to_trace",
+    "DRAFT_METHODS",
+    "K_MAX",
+    "K_MIN",
+    "Check",
+    "Draft",
+    "DraftMethod",
+    "DraftModel",
+    "EarlyExit",
+    "ExitChoice",
+    "KVChange",
+    "Lookahead",
+    "LookaheadGuess",
+    "MedusaHeads",
+    "MtpDraft",
+    "PositionView",
+    "PromptLookup",
+    "Rejection",
+    "RoundOutcome",
+    "RoundRecord",
+    "SpeculativeGeneration",
+    "SpeculativeReplay",
+    "TrainedDraft",
+    "Verdict",
+    "best_exit",
+    "check_k",
+    "chosen_exit",
+    "draft_for",
+    "expected_tokens_per_round",
+    "judge",
+    "layer_agreement",
+    "load_trained",
+    "replay_speculative",
+    "save_speculative_trace",
+    "self_draft",
+    "speculative_to_trace",
 ]

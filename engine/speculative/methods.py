@@ -2,7 +2,8 @@
 
 Names say what the method is: `prompt-lookup`, `self-draft-bfloat16`, `self-draft-int8`,
 `lookahead`, `early-exit` (the layer chosen from the measured agreement; a trace records it as
-`early-exit-<layer>`, and that name rebuilds exactly that draft).
+`early-exit-<layer>`, and that name rebuilds exactly that draft), `medusa-heads` and `mtp` (the
+draft heads and the multi-token-prediction module trained for the bundled model, in assets/).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from engine.inside import final_norm
 from engine.loading import LoadedModel
 from engine.speculative.drafting import SELF_DRAFT_KINDS, DraftMethod, DraftModel, PromptLookup, self_draft
 from engine.speculative.early_exit import EarlyExit, ExitChoice, best_exit, layer_agreement, layer_bytes
+from engine.speculative.heads import MEDUSA, MTP, MedusaHeads, MtpDraft, TrainedDraft, load_trained
 from engine.speculative.lookahead import Lookahead
 
-DRAFT_METHODS = ("prompt-lookup", "self-draft-bfloat16", "self-draft-int8", "lookahead", "early-exit")
+DRAFT_METHODS = ("prompt-lookup", "self-draft-bfloat16", "self-draft-int8", "lookahead", "early-exit", MEDUSA, MTP)
 # the agreement is measured on the model's own greedy text after these (free-form: nothing to copy)
 EXIT_PROMPTS = ("Write a short story about a robot who learns to paint.",
                 "Explain in a few sentences why the sky is blue.")
@@ -39,11 +41,27 @@ def draft_for(target: LoadedModel, name: str) -> DraftMethod:
         return DraftModel(self_draft(target, name.removeprefix("self-draft-")), target, name=name)
     if name == "lookahead":
         return Lookahead(target.eos_ids)
+    if name in (MEDUSA, MTP):  # trained for the bundled model; its weights checked once, shared
+        trained = trained_for(target, name)
+        return MedusaHeads(target, trained) if name == MEDUSA else MtpDraft(target, trained)
     if name == "early-exit":
         return EarlyExit(target, chosen_exit(target).layer)
     if name.startswith("early-exit-") and name.removeprefix("early-exit-").isdigit():
         return EarlyExit(target, int(name.removeprefix("early-exit-")))
     raise SettingsError("draft method", name, f"one of {', '.join(DRAFT_METHODS)} (or early-exit-<layer>)")
+
+
+_trained: weakref.WeakKeyDictionary[PreTrainedModel, dict[str, TrainedDraft]] = weakref.WeakKeyDictionary()
+
+
+def trained_for(lm: LoadedModel, method: str) -> TrainedDraft:
+    """The shipped weights of a trained draft (MEDUSA or MTP) for `lm`, read and checked against
+    their recorded checksum once per model; ModelLoadError / SettingsError say why they cannot be."""
+    with _exits_lock:
+        kept = _trained.setdefault(lm.model, {})
+        if method not in kept:
+            kept[method] = load_trained(method, lm)
+        return kept[method]
 
 
 def chosen_exit(lm: LoadedModel) -> ExitChoice:

@@ -299,18 +299,19 @@ def test_a_closed_speculative_generation_refuses_to_step_and_frees_its_draft_mod
         spec.step()
 
 
-@pytest.mark.parametrize("method", [bc.LOOKAHEAD, bc.EARLY_EXIT])
+@pytest.mark.parametrize("method", [bc.LOOKAHEAD, bc.EARLY_EXIT, bc.HEADS, bc.MTP])
 def test_each_new_method_drafts_on_the_page_and_says_how_it_guessed(at: AppTest, method: str) -> None:
     at.selectbox(key=CHAIN.method).set_value(method).run()
     for _ in range(3):
         click(at, CHAIN.step)
     assert not at.exception
     spec = lanes(at).speculative
-    assert spec.draft.name.startswith("early-exit-" if method == bc.EARLY_EXIT else "lookahead")
+    names = {bc.EARLY_EXIT: "early-exit-", bc.LOOKAHEAD: "lookahead", bc.HEADS: "medusa-heads", bc.MTP: "mtp"}
+    assert spec.draft.name.startswith(names[method])
     assert spec.generated_ids == lanes(at).plain.generated_ids[:len(spec.generated_ids)]
     if any(r.drafted for r in spec.rounds[-1:]):
-        assert any(("Lookahead guessed from" in as_read(c.value)) or ("Early exit:" in as_read(c.value))
-                   for c in at.caption)
+        words = ("Lookahead guessed from", "Early exit:", "Parallel decoding heads:", "Multi-token prediction:")
+        assert any(any(w in as_read(c.value) for w in words) for c in at.caption)
 
 
 def test_the_race_runs_every_method_on_the_prompt_and_checks_each_text(at: AppTest, monkeypatch) -> None:

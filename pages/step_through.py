@@ -332,8 +332,7 @@ def projector_inside(gen: Generation) -> None:
         st.warning(plain(view), icon=":material/back_hand:")
         return
     record = gen.steps[view.step - 1]
-    st.markdown(f"**Step {view.step}**: the fed token at position {view.position} went through "
-                f"{len(view.layers) - 1} layers. {inside_views.lead_text(view, record.token)}")
+    st.markdown(f"**Step {view.step}**: {inside_views.pass_text(view, record.token)}")
     st.html(inside_views.lens_cells_html(view, record.token, record.token_id))
     if view.layers[-1].attention is not None:
         st.markdown(inside_views.sink_text(view, gen.prompt_pieces + [s.token for s in gen.steps]))

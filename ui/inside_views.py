@@ -81,12 +81,18 @@ def times_figure(view: InsideView, height: int = 360) -> go.Figure:
     return figure
 
 
-def bytes_text(view: InsideView) -> str:
-    """What the pass read, in words: every layer's weights, the KV cache, the LM head."""
+def bytes_read(view: InsideView) -> tuple[int, int, int]:
+    """The bytes the pass read: the layers' weights, the cached keys and values, and all of them
+    with the LM head (a tied head is the embedding matrix: read once per step, as the head)."""
     layers = sum(layer.weight_bytes for layer in view.layers[1:])
     kv = sum(layer.kv_bytes for layer in view.layers)
+    return layers, kv, layers + kv + view.head_bytes
+
+
+def bytes_text(view: InsideView) -> str:
+    """What the pass read, in words: every layer's weights, the KV cache, the LM head."""
+    layers, kv, total = bytes_read(view)
     embeddings, head = view.layers[0].weight_bytes, view.head_bytes
-    total = layers + kv + head  # a tied head is the embedding matrix: read once per step, as the head
     share = head / total if total else 0.0
     tied = " (the same matrix as the embeddings: this model ties them)" if embeddings == head else ""
     return (f"This pass read **{nbytes(layers)}** of layer weights, **{nbytes(kv)}** of cached keys and values, "
@@ -97,12 +103,16 @@ def bytes_text(view: InsideView) -> str:
 
 def reading_text(view: InsideView) -> str:
     """The pass's time and bytes in one sentence, for a projector."""
-    layers = sum(layer.weight_bytes for layer in view.layers[1:])
-    kv = sum(layer.kv_bytes for layer in view.layers)
-    total = layers + kv + view.head_bytes
+    layers, kv, total = bytes_read(view)
     return (f"This pass took **{view.forward_ms:.0f} ms** and read **{nbytes(total)}**: the layers' weights "
             f"{nbytes(layers)}, the cached keys and values {nbytes(kv)}, the LM head {nbytes(view.head_bytes)} "
             f"(**{view.head_bytes / total:.0%}**, for scoring all of the vocabulary)." if total else "")
+
+
+def pass_text(view: InsideView, pick: TokenPiece) -> str:
+    """The pass in one sentence: the fed token's place, the layers, where the pick came to lead."""
+    return (f"the fed token at position {view.position} went through {len(view.layers) - 1} layers. "
+            f"{lead_text(view, pick)}")
 
 
 def lead_text(view: InsideView, pick: TokenPiece) -> str:
@@ -202,9 +212,7 @@ LESSONS = (
 
 def lessons(view: InsideView) -> tuple[str, ...]:
     """What the view teaches, in the app's words, true to the model it shows."""
-    layers = sum(layer.weight_bytes for layer in view.layers[1:])
-    kv = sum(layer.kv_bytes for layer in view.layers)
-    total = layers + kv + view.head_bytes
+    total = bytes_read(view)[2]
     head = (f"**The LM head is {view.head_bytes / total:.0%} of the bytes.** One matrix of vocabulary × hidden "
             f"size ({nbytes(view.head_bytes)}) turns the last state into a score for every token, and each step "
             "reads all of it, while each of the layers is much smaller." if total else "")

@@ -255,8 +255,7 @@ def inside_panel(gen: Generation, view: InsideView | str | None, head_key: str) 
     record = gen.steps[view.step - 1]
     for part in view.unavailable:
         st.info(plain(f"Not shown for this model: {part}."), icon=":material/info:")
-    st.markdown(f"Step {view.step}: the fed token at position {view.position} went through "
-                f"{len(view.layers) - 1} layers. {inside_views.lead_text(view, record.token)}")
+    st.markdown(f"Step {view.step}: {inside_views.pass_text(view, record.token)}")
     st.dataframe(inside_views.lens_table(view), hide_index=True, key=STEP.inside_table, column_config={
         "its p": st.column_config.NumberColumn(format="%.3f"),
         "the pick's p": st.column_config.NumberColumn(format="%.4f"),

@@ -26,6 +26,7 @@ from engine.errors import SettingsError
 from engine.inside import final_norm
 from engine.loading import LoadedModel
 from engine.speculative.drafting import DraftModel
+from engine.speculative.rule import expected_tokens_per_round
 
 
 def _decoder_layers(model: nn.Module) -> tuple[nn.Module, str]:
@@ -126,11 +127,10 @@ def best_exit(agreement: Sequence[float], layer_bytes: int, head_bytes: int, lay
     step = layer_bytes + head_bytes
     best: ExitChoice | None = None
     for layer in range(1, layers):
-        alpha = min(float(agreement[layer]), 0.999999)
+        alpha = float(agreement[layer])
         cost = (layer_bytes * layer / layers + head_bytes) / step
         for k in ks:
-            expected = (1 - alpha ** (k + 1)) / (1 - alpha)
-            speedup = expected / (k * cost + 1)
+            speedup = expected_tokens_per_round(alpha, k) / (k * cost + 1)
             if best is None or speedup > best.expected_speedup:
                 best = ExitChoice(layer, k, alpha, cost, speedup)
     assert best is not None, "a model has at least two layers"

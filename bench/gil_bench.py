@@ -9,7 +9,7 @@ for `rows` visitors, alone and then beside N threads that imitate a visitor's pa
   - eager (the twin model, as any model but a plain Llama gets it): the pass gives up the GIL
     and takes it back around every torch op, thousands of times; each take waits until the
     script thread lets go, which Python forces after its switch interval (5 ms by default);
-  - scripted (engine/serving/scripted_llama.py, what the bundled model gets): one call, one take.
+  - scripted (engine/fast/scripted_llama.py, what the bundled model gets): one call, one take.
 Prints the median pass time per form, interval and script count. The scheduler sets the
 interval it picks from these figures for eager passes (engine/serving/scheduler.py SWITCH_INTERVAL_S).
 Run it with the server's OMP_WAIT_POLICY (PASSIVE), which `make run` and the Dockerfile set.

@@ -7,9 +7,12 @@ the KV cache grow by the tokens fed. `crop_cache` undoes that growth (Back, spec
 decoding's rejected tokens, a timed step repeated on the same context, a pass that failed
 part-way).
 
-A visitor alone always gets this pass, so its numbers are transformers' own. Several
-visitors' decode steps packed into one pass (continuous batching) live with the server that
-needs them: engine/serving/packed.py.
+A visitor alone always gets transformers' numbers. Its decode steps (one token read after a
+filled cache) run as one compiled call through a kernel that reads the weights at memory speed
+(engine/fast/lone.py), once a probe on this machine has shown that pass gives this one's
+logits and cache entries bit for bit; everything else, and every step where the probe did not
+agree, runs transformers' own pass (`eager_step`). Several visitors' decode steps packed into one
+pass (continuous batching) live with the server that needs them: engine/serving/packed.py.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from engine.fast.lone import LoneDecision, lone_decision, lone_step
 from engine.loading import LoadedModel
 
 
@@ -54,6 +58,14 @@ def _logits(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache | None
     """The pass itself: logits `[batch, keep, vocab]` at the last `keep` positions fed, float32
     on the CPU. The language-model head runs on those positions only: the model's own call for
     one position (every decode step), W h^T for several positions of one sequence."""
+    if keep == 1 and input_ids.shape[0] == 1:
+        fast = lone_step(lm, input_ids[0].tolist(), cache, eager_step)
+        if fast is not None:
+            return fast.unsqueeze(0)  # [1, 1, vocab], float32 on the CPU
+    return _eager_logits(lm, input_ids, cache, keep)
+
+
+def _eager_logits(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache | None, keep: int) -> torch.Tensor:
     device = lm.device
     mask = torch.ones((input_ids.shape[0], cache_length(cache) + input_ids.shape[1]), dtype=torch.long,
                       device=device)
@@ -73,6 +85,18 @@ def forward(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache | None
     `[batch, new]` read after the `cache`'s positions (every row the same length). With a
     cache, it grows by `new` positions; without one, the pass reads only `input_ids`."""
     return _logits(lm, input_ids, cache, keep=1)[:, -1]
+
+
+@torch.inference_mode()
+def eager_step(lm: LoadedModel, token_ids: list[int], cache: DynamicCache) -> torch.Tensor:
+    """Transformers' own pass, whatever the fast lone pass would do: logits `[1, vocab]` at the
+    last position of `token_ids`, the cache grown by them (the lone pass's probe compares with it)."""
+    return _eager_logits(lm, torch.tensor([token_ids]), cache, keep=1)[:, -1]
+
+
+def lone_pass_decision(lm: LoadedModel) -> LoneDecision:
+    """Which pass a lone decode step of `lm` takes at this thread's count, and why (probed once)."""
+    return lone_decision(lm, eager_step)
 
 
 def forward_one(lm: LoadedModel, token_ids: list[int], cache: DynamicCache | None) -> torch.Tensor:

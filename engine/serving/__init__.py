@@ -2,9 +2,10 @@
 
 The scheduler (`scheduler.py`) queues every visitor's forward passes and runs the decode steps
 waiting together as ONE packed pass (continuous batching), each visitor keeping the numbers it
-would get alone: the packed passes (`packed.py`, its eager twin `packed_twin.py`, the scripted
-Llama passes `scripted_llama.py`, prompt rows `prompt_rows.py`), the exact rows kernel
-(`exact_rows_kernel.py` and `.cpp`) and the probes that check each path bit for bit before use.
+would get alone: the packed passes (`packed.py`, its eager twin `packed_twin.py`, prompt rows
+`prompt_rows.py`) and the probes that check each path bit for bit before use. The scripted Llama
+passes and the exact rows kernel they multiply through live in engine/fast/, which a lone
+visitor's decode step uses too.
 Around it: idle release of tabs left open (`idle.py`), the deployment's presets and caps
 (`deployment.py`) and the packed passes' measured distance from lone ones (`packed_parity.py`).
 

@@ -7,13 +7,13 @@ pass's in the last bits (bench/batch_parity.py measures by how much). So a packe
 two kinds:
 - exact (the default): every linear layer gives each row its own 1-row product's digits. The
   scripted pass, from four rows, through a kernel that sums each row in the order the 1-row
-  product does and reads each weight once for all rows (engine/serving/exact_rows_kernel.py);
+  product does and reads each weight once for all rows (engine/fast/exact_rows_kernel.py);
   otherwise, and in the eager twin (engine/serving/packed_twin.py), as 1-row products, all
   rows in one batched call. Each visitor gets its lone pass's logits bit for bit.
 - fast: one B-row matrix product per layer from the library.
 
 A Llama-family model runs each pass as one TorchScript call outside the GIL
-(engine/serving/scripted_llama.py), used only once a probe pass has shown it gives the eager
+(engine/fast/scripted_llama.py), used only once a probe pass has shown it gives the eager
 twin's digits (logits and cache entries, torch.equal) on this machine; any other model, or
 one whose probe differs, runs on the twin.
 """
@@ -30,9 +30,10 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from engine.fast import exact_rows_kernel, scripted_llama
 from engine.forward import cache_length, crop_cache, forward, new_cache, on_cpu
 from engine.loading import LoadedModel
-from engine.serving import exact_rows_kernel, packed_twin, scripted_llama
+from engine.serving import packed_twin
 from engine.serving.packed_twin import ROWWISE_CHUNK
 from engine.serving.prompt_rows import RowKinds, measure_row_kinds, prompt_rows
 
@@ -45,7 +46,7 @@ def forward_packed(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[D
     """Next-token logits `[rows, vocab]` for one new token per visitor: `token_ids[i]` read
     after `caches[i]`'s positions, each cache growing by one. Caches may differ in length.
     With `exact`, each row's logits are its lone pass's bit for bit; otherwise within ~1e-4.
-    A Llama-family model runs the pass as one call outside the GIL (engine/scripted_llama.py);
+    A Llama-family model runs the pass as one call outside the GIL (engine/fast/scripted_llama.py);
     any other model, or any with `eager` (a benchmark's comparison), on its twin. If the pass
     fails, every cache is left as it was and the error is raised."""
     plan = None if eager else scripted_plan(lm, exact)
@@ -87,7 +88,7 @@ class ScriptedPlan:
 
 
 def exact_rows_kernel_in_use(lm: LoadedModel) -> bool:
-    """Whether exact packed passes of `lm` go through the exact rows kernel (engine/exact_rows_kernel.py):
+    """Whether exact packed passes of `lm` go through the exact rows kernel (engine/fast/exact_rows_kernel.py):
     a scripted pass whose linear layers take it once there are rows enough."""
     plan = scripted_plan(lm, exact=True)
     return plan is not None and scripted_llama.LONE_ROWS in plan.hows_for(LONE_ROWS_FROM)[0]
@@ -101,7 +102,7 @@ def head_slices(head: torch.Tensor, chunk: int) -> list[torch.Tensor]:
 def one_row_products_how(weight: torch.Tensor, rows: int) -> int:
     """How `rows` rows each get their own 1-row product's digits by `weight`: from four rows, in
     one pass over the weight where the kernel gives those digits for this shape
-    (engine/exact_rows_kernel.py); else in one batched call where the probe says it gives the row-by-row
+    (engine/fast/exact_rows_kernel.py); else in one batched call where the probe says it gives the row-by-row
     loop's digits; else one call a row."""
     if rows >= LONE_ROWS_FROM and exact_rows_kernel.kernel_agrees(weight):
         return scripted_llama.LONE_ROWS
@@ -217,7 +218,7 @@ def forward_prefills(lm: LoadedModel, prompts: Sequence[Sequence[int]], caches: 
                      ) -> list[torch.Tensor]:
     """Each prompt's next-token logits `[vocab]` after reading it into its cache: its lone pass's
     numbers. A Llama-family model reads prompts into empty caches all in one call outside the
-    GIL (engine/scripted_llama.py prefill_logits); otherwise each is its own pass. If any fails,
+    GIL (engine/fast/scripted_llama.py prefill_logits); otherwise each is its own pass. If any fails,
     every cache is put back as it was and the error is raised."""
     prefill = scripted_prefill(lm)
     kinds = prefill.row_kinds() if prefill is not None else None
@@ -261,20 +262,7 @@ def _plain_layers(caches: Sequence[DynamicCache], layers: int) -> bool:
 
 
 def _forward_scripted(plan: ScriptedPlan, token_ids: Sequence[int], caches: Sequence[DynamicCache]) -> torch.Tensor:
-    weights, rows, device = plan.weights, len(caches), plan.lm.device
-    hidden = weights.embed(torch.tensor([list(token_ids)], device=device))  # [1, rows, hidden]
-    positions = torch.tensor([[cache_length(cache) for cache in caches]], device=device)  # each row at its own place
-    cos, sin = weights.rotary(hidden, positions)  # [1, rows, head_dim]
-    layers = len(caches[0].layers)
-    keys = [cache.layers[layer].keys for layer in range(layers) for cache in caches]
-    values = [cache.layers[layer].values for layer in range(layers) for cache in caches]
-    layer_hows, head_hows = plan.hows_for(rows)
-    with torch.jit.optimized_execution(False):  # run the ops as written: no graph rewrites
-        logits, grown_keys, grown_values = plan.run(
-            hidden, cos, sin, list(weights.layers), layer_hows, keys, values, weights.eps, weights.head_dim,
-            weights.scale, weights.gqa, weights.norm, weights.head, head_hows, plan.head_chunk())
-    # only now, with the pass complete, do the caches grow (a failed pass leaves them as they were)
-    for index, (grown_key, grown_value) in enumerate(zip(grown_keys, grown_values, strict=True)):
-        layer = caches[index % rows].layers[index // rows]
-        layer.keys, layer.values = grown_key, grown_value
-    return on_cpu(plan.lm, logits[0])  # [rows, vocab]
+    layer_hows, head_hows = plan.hows_for(len(caches))
+    logits = scripted_llama.run_decode(plan.run, plan.weights, layer_hows, head_hows, plan.head_chunk(), token_ids,
+                                       caches)
+    return on_cpu(plan.lm, logits)  # [rows, vocab]

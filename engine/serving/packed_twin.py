@@ -23,9 +23,9 @@ from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward, use_gqa_in_sdpa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from engine.fast import row_products
 from engine.forward import cache_length, crop_cache, on_cpu
 from engine.loading import LoadedModel
-from engine.serving import row_products
 
 PACKED_ATTENTION = "token_by_token_packed"  # the twin model's attention implementation
 ROWWISE_CHUNK = 2048  # output features per slice of a large weight (2048 x 576 float32 = 4.5 MiB: stays in L3)

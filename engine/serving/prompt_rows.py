@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.serving.scripted_llama import PromptRows, group_products
+from engine.fast.scripted_llama import PromptRows, group_products
 
 BIG, SMALL, SINGLE = "big", "small", "single"
 SMALL_GROUP = 3  # small rows go three to a product

@@ -11,7 +11,7 @@ Numbers: a pass alone in its round is the plain batch-1 pass, so a visitor alone
 transformers' own numbers. How a packed pass multiplies (engine/serving/packed.py) is the `batching`
 setting, the server's TBT_BATCHING:
   - "exact" (default): each row summed in the order its lone 1-row product sums it, every
-    weight read once for all rows (engine/serving/exact_rows_kernel.py): every visitor gets bit for bit the
+    weight read once for all rows (engine/fast/exact_rows_kernel.py): every visitor gets bit for bit the
     numbers it would get alone;
   - "fast": one library matrix product for all rows; logits within ~1e-4 of the lone numbers
     (bench/batch_parity.py); on a CPU where the exact kernel is built, no faster;
@@ -35,7 +35,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.errors import SettingsError
-from engine.forward import cache_length, forward_one
+from engine.forward import cache_length, forward_one, lone_pass_decision
 from engine.loading import LoadedModel
 from engine.serving.packed import forward_packed, forward_prefills, scripted_plan, scripted_prefill
 from engine.serving.packed_twin import packed_twin
@@ -54,7 +54,7 @@ RECENT_PASSES = 40  # batch sizes kept for the stats
 # and takes it back around every torch op, thousands of times a pass. At Python's default
 # switch interval (5 ms) each take can wait 5 ms behind a visitor's page script, so a short
 # interval makes such a pass several times faster beside busy scripts (`bench.gil_bench`). A
-# scripted packed pass (engine/serving/scripted_llama.py) takes the GIL once, and there the
+# scripted packed pass (engine/fast/scripted_llama.py) takes the GIL once, and there the
 # short interval only costs the page scripts, without a measurable gain (`bench.load_bench`),
 # so it is left as it is. Figures: the README's "Why the code is shaped as it is".
 SWITCH_INTERVAL_S = 0.0002
@@ -171,6 +171,7 @@ class ForwardScheduler:
         scripted = can_pack and scripted_plan(lm, batching == "exact") is not None
         if can_pack:
             scripted_prefill(lm)
+        lone_pass_decision(lm)  # a visitor alone: the fast lone pass probed now, at the worker's thread count
         self._threads = torch.get_num_threads()  # the worker's passes use what a visitor's would
         if not scripted and sys.getswitchinterval() > SWITCH_INTERVAL_S:  # the process's setting: see SWITCH_INTERVAL_S
             sys.setswitchinterval(SWITCH_INTERVAL_S)

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.serving.exact_rows_kernel import lone_rows_linear
+from engine.fast.exact_rows_kernel import lone_rows_linear
 from engine.serving.packed import scripted_prefill
 
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import engine.serving.exact_rows_kernel as lone_rows_module
+import engine.fast.exact_rows_kernel as lone_rows_module
 import engine.serving.packed as packed_module
-from engine.serving import scripted_llama
-from engine.serving.exact_rows_kernel import kernel_agrees, kernel_available, lone_rows_linear, lone_rows_linears
+from engine.fast import scripted_llama
+from engine.fast.exact_rows_kernel import kernel_agrees, kernel_available, lone_rows_linear, lone_rows_linears
 from engine.serving.packed import forward_packed, one_row_products_how, scripted_plan
 from tests.engine.conftest import meeting_sizes
 from tests.engine.test_scheduler import filled_cache, lone_logits, tiny_llama
@@ -126,8 +126,8 @@ def test_a_scripted_pass_takes_the_kernel_from_four_rows_with_lone_logits(monkey
 WITHOUT_COMPILER = """
 import torch
 from engine.serving.packed import forward_packed, scripted_plan
-from engine.serving.exact_rows_kernel import kernel_available
-from engine.serving import scripted_llama
+from engine.fast.exact_rows_kernel import kernel_available
+from engine.fast import scripted_llama
 from tests.engine.test_scheduler import filled_cache, lone_logits, tiny_llama
 assert not kernel_available()
 lm = tiny_llama()

@@ -11,6 +11,7 @@ import torch
 from engine import Generation, GenerationFinished, SamplerSettings, StopSettings
 from engine.generation import TOP_N, describe_distribution
 from engine.sampling import ChainOutput
+from tests.passes import counted_passes
 
 GREEDY = SamplerSettings(temperature=0)
 SAMPLED = SamplerSettings(temperature=0.9, top_k=40, top_p=0.95, min_p=0.02, repetition_penalty=1.1)
@@ -188,13 +189,9 @@ def test_resample_reruns_only_the_sampler_and_matches_a_real_step(lm) -> None:
     generation = Generation(lm, "The weather today is", sampler=GREEDY, seed=9)
     generation.step()
     generation.step()
-    calls = []
-    hook = lm.model.register_forward_hook(lambda *args: calls.append(1))
-    try:
+    with counted_passes(lm) as calls:
         hot = SamplerSettings(temperature=1.8, top_k=100)
         preview = generation.resample(hot)
-    finally:
-        hook.remove()
     assert calls == []  # no forward pass
     assert preview.decision.settings == hot and preview.decision.draw is not None
     assert preview.distribution.final_entropy_bits > generation.steps[-1].distribution.final_entropy_bits

@@ -29,6 +29,7 @@ from engine.loading import resolve_source
 from engine.sampling import InverseCdf, decide
 from engine.serving.deployment import PUBLIC, deployment_from_env, documented_variables, redact_paths
 from engine.trace import ReplayCancelled, load_trace
+from tests.passes import counted_passes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -292,15 +293,11 @@ def test_a_latin1_trace_file_on_disk_is_refused_not_crashed(tmp_path) -> None:
 
 def test_limits_are_checked_before_any_replay_work(lm, trace: dict) -> None:
     long = _with(trace, ("steps",), trace["steps"] * 3000)  # 6,000 steps
-    calls = []
-    hook = lm.model.register_forward_hook(lambda *args: calls.append(1))
-    try:
+    with counted_passes(lm) as calls:
         with pytest.raises(TraceError, match="at most 4,096"):
             replay(lm, long)
         with pytest.raises(TraceError, match="MB"):
             parse_trace(json.dumps(trace), Limits(max_upload_bytes=100))
-    finally:
-        hook.remove()
     assert calls == []  # refused before a single forward pass
 
 

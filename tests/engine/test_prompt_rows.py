@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 
 import engine.serving.prompt_rows as prompt_rows_module
+from engine.fast.scripted_llama import prompts_linear
 from engine.forward import forward_one, new_cache
 from engine.serving.packed import forward_prefills, scripted_prefill
 from engine.serving.prompt_rows import BIG, SINGLE, SMALL, RowKinds, measure_row_kinds, prompt_rows
-from engine.serving.scripted_llama import prompts_linear
 from tests.engine.test_scheduler import tiny_llama
 
 SHAPES = [(64, 64), (128, 64), (64, 128), (576, 576), (1536, 576), (576, 1536)]

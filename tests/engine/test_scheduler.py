@@ -20,12 +20,12 @@ import engine.serving.packed_twin as twin_module
 import engine.serving.scheduler as scheduler_module
 from engine import Generation, GenerationFinished, LoadedModel, SamplerSettings, StopSettings
 from engine.errors import SettingsError
+from engine.fast import scripted_llama
+from engine.fast.exact_rows_kernel import kernel_agrees
 from engine.forward import cache_length, cache_prefix, forward_one, new_cache
 from engine.generation import KEEP_LOGITS
 from engine.kvcache import KVGeometry
 from engine.loading import ModelSource
-from engine.serving import scripted_llama
-from engine.serving.exact_rows_kernel import kernel_agrees
 from engine.serving.packed import forward_packed, forward_prefills, scripted_plan, scripted_prefill
 from engine.serving.packed_twin import ROWWISE_CHUNK, sdpa_decode_options
 from engine.serving.prompt_rows import measure_row_kinds
@@ -43,9 +43,9 @@ def tiny() -> LoadedModel:
 
 def tiny_llama(**config: object) -> LoadedModel:
     """A 2-layer Llama with random weights (hidden 64, vocab 300): fast, never shown to anyone."""
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=300, max_position_embeddings=512,
-                         attn_implementation="sdpa", **config)
+    shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=300, max_position_embeddings=512, attn_implementation="sdpa")
+    config = LlamaConfig(**{**shape, **config})  # any of them overridden
     model = LlamaForCausalLM(config).eval()
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():

@@ -8,6 +8,7 @@ import pytest
 import engine.generation as generation_module
 import engine.shell as shell_module
 from engine import Generation, GenerationFinished, SamplerSettings, SettingsError, StopSettings
+from tests.passes import counted_passes
 
 SAMPLED = SamplerSettings(temperature=0.9, top_k=40, top_p=0.95)
 
@@ -56,12 +57,8 @@ def test_repick_takes_the_latest_step_again_under_the_current_sampler(lm) -> Non
     hot = SamplerSettings(temperature=1.8, top_k=200)
     preview = generation.resample(hot)
     generation.sampler = hot
-    calls = []
-    hook = lm.model.register_forward_hook(lambda *args: calls.append(1))
-    try:
+    with counted_passes(lm) as calls:
         record = generation.repick()
-    finally:
-        hook.remove()
     assert calls == []  # the latest step's kept logits are used again: no forward pass
     assert record.decision == preview.decision and record.index == 2
     assert record.forward_tokens == 1  # reported as the pass that made those logits

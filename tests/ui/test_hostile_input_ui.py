@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine import LoadedModel, SettingsError, to_trace
 from engine.serving.deployment import PUBLIC
+from tests.passes import counted_passes
 from tests.ui.apptest import APP as APP_SCRIPT
 from tests.ui.apptest import as_read, open_page
 from ui import step_controller as control
@@ -92,14 +93,10 @@ def test_a_link_longer_than_the_cap_is_refused_before_it_is_read(tiny_lm, monkey
 def test_a_link_with_more_steps_than_the_cap_replays_nothing(tiny_lm, monkeypatch) -> None:
     monkeypatch.setenv("TBT_MAX_REPLAY_STEPS", "3")
     current_deployment.cache_clear()
-    calls = []
-    hook = tiny_lm.model.register_forward_hook(lambda *args: calls.append(1))
-    try:
+    with counted_passes(tiny_lm) as calls:
         state: dict[str, Any] = {}
         control.open_link(state, tiny_lm, control.link_to_open(state, params("prompt=Hi&max=9&tokens=1,2,3,4,5")))
         assert "replays at most 3" in message(state, "link") and calls == []
-    finally:
-        hook.remove()
         current_deployment.cache_clear()
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from engine import Generation, LoadedModel, SamplerSettings, to_trace
+from tests.passes import counted_passes
 from ui import idle_rebuild
 from ui import step_controller as control
 from ui.keys import STEP
@@ -87,14 +88,10 @@ def test_repick_takes_the_latest_step_again_under_the_controls_settings(state) -
 def test_the_sampler_view_resamples_without_a_forward_pass_and_remembers_it(state) -> None:
     control.step(state)
     gen = generation(state)
-    calls: list[int] = []
-    handle = gen.lm.model.register_forward_hook(lambda *_: calls.append(1))
-    try:
+    with counted_passes(gen.lm) as calls:
         state[STEP.temperature] = 1.2
         view = control.sampler_view(state, gen)
         again = control.sampler_view(state, gen)
-    finally:
-        handle.remove()
     assert calls == [] and view.changed
     assert view.decision == gen.resample(gen.sampler).decision
     assert again.decision is view.decision  # the second time from the visitor's memo

@@ -22,16 +22,17 @@ TorchScript reads these functions' annotations as written.
 """
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from transformers import DynamicCache
 
-from engine.serving import exact_rows_kernel
-from engine.serving.row_products import group_products, one_row_products
+from engine.fast import exact_rows_kernel
+from engine.fast.row_products import group_products, one_row_products
 
 # how one linear layer multiplies a packed pass's rows (TorchScript cannot read module globals:
 # the scripted functions below compare with these literals)
@@ -226,6 +227,28 @@ def prefill_logits(hidden: Tensor, cos: Tensor, sin: Tensor, starts: list[int], 
         hidden = after_attention(hidden, torch.cat(outputs, dim=2), w, by_prompt_rows, eps, prompt_rows)
     last = rms_norm(hidden.index_select(1, last_rows), norm_weight, eps)
     return sliced_linear(last, head_weight, head_hows, head_chunk), all_keys, all_values
+
+
+def run_decode(run: Callable, weights: "LlamaWeights", layer_hows: list[int], head_hows: list[int], head_chunk: int,
+               token_ids: Sequence[int], caches: Sequence[DynamicCache]) -> Tensor:
+    """One decode token per cache through the compiled `packed_logits` (`run`): logits
+    `[rows, vocab]` on the model's device. Each cache (plain DynamicCache, every layer filled)
+    grows by its row's token only once the pass is complete: a failed pass leaves them as they were."""
+    rows, device = len(caches), weights.head.device
+    hidden = weights.embed(torch.tensor([list(token_ids)], device=device))  # [1, rows, hidden]
+    positions = torch.tensor([[cache.get_seq_length() for cache in caches]], device=device)  # each row at its own place
+    cos, sin = weights.rotary(hidden, positions)  # [1, rows, head_dim]
+    layers = len(caches[0].layers)
+    keys = [cache.layers[layer].keys for layer in range(layers) for cache in caches]
+    values = [cache.layers[layer].values for layer in range(layers) for cache in caches]
+    with torch.jit.optimized_execution(False):  # run the ops as written: no graph rewrites
+        logits, grown_keys, grown_values = run(hidden, cos, sin, list(weights.layers), layer_hows, keys, values,
+                                               weights.eps, weights.head_dim, weights.scale, weights.gqa,
+                                               weights.norm, weights.head, head_hows, head_chunk)
+    for index, (grown_key, grown_value) in enumerate(zip(grown_keys, grown_values, strict=True)):
+        layer = caches[index % rows].layers[index // rows]
+        layer.keys, layer.values = grown_key, grown_value
+    return logits[0]
 
 
 _compiled: dict[str, Callable] = {}

@@ -5,7 +5,7 @@ pass multiplies one row at a time, and a batched call of 1-row products gives ea
 digits (checked per shape before use: engine/serving/packed_twin.py `batched_rows_agree`).
 
 No `from __future__ import annotations` here: TorchScript compiles these functions for the
-scripted passes (engine/serving/scripted_llama.py) and reads their annotations as written.
+scripted passes (engine/fast/scripted_llama.py) and reads their annotations as written.
 """
 
 import torch

@@ -1,7 +1,7 @@
 // Several rows through a linear layer at once, each row with the digits of its own 1-row product.
 //
 // Why: on this CPU, torch's 1-row product (MKL's sgemv) sums a row's products in a fixed
-// order (engine/serving/exact_rows_kernel.py probes it): four lanes, lane j taking products 4c + j in turn
+// order (engine/fast/exact_rows_kernel.py probes it): four lanes, lane j taking products 4c + j in turn
 // (lane 0 starts with the first four products summed one by one), each product rounded before
 // it is added (no fused multiply-add), then (lane 0 + lane 2) + (lane 1 + lane 3). That order
 // does not depend on the other rows, so one pass over the weight can serve every row: a weight
@@ -93,6 +93,89 @@ void output_block(const float* packed, int64_t padded_rows, const float* w, int6
   }
 }
 
+// One row: lane (q, j) of a vector is lane j of output q's sum, four outputs a vector, so that
+// a single row wastes no lanes. 16 inputs of each of the four outputs' weight rows are read at
+// once and their products regrouped so that vector k holds chunk k of each output: the chunks
+// are still added in turn, as the 1-row product adds them.
+inline void chunks_regrouped(v16 p0, v16 p1, v16 p2, v16 p3, v16* t) {
+  const v16 lo01 = __builtin_shufflevector(p0, p1, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const v16 hi01 = __builtin_shufflevector(p0, p1, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  const v16 lo23 = __builtin_shufflevector(p2, p3, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const v16 hi23 = __builtin_shufflevector(p2, p3, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  t[0] = __builtin_shufflevector(lo01, lo23, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+  t[1] = __builtin_shufflevector(lo01, lo23, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  t[2] = __builtin_shufflevector(hi01, hi23, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+  t[3] = __builtin_shufflevector(hi01, hi23, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+}
+
+// Chunk c (four inputs) of each of the four weight rows against the same four inputs of x.
+inline v16 chunk_products(const float* const* w_rows, const float* x, int64_t c) {
+  float w[16];
+  for (int q = 0; q < kOutputsPerBlock; ++q) std::memcpy(w + q * 4, w_rows[q] + c * 4, 4 * sizeof(float));
+  return load16(w) * repeat_lanes(x + c * 4);
+}
+
+// The single row x [in] against `groups` * 4 outputs of w starting at o[0] (o: each group's
+// four output rows, repeats where fewer remain; only the first `count` are written).
+template <int groups>
+void one_row_block(const float* x, const float* w, int64_t in, const int64_t* o, int count, float* out) {
+  const float* w_rows[groups][kOutputsPerBlock];
+  for (int g = 0; g < groups; ++g)
+    for (int q = 0; q < kOutputsPerBlock; ++q) w_rows[g][q] = w + o[g * kOutputsPerBlock + q] * in;
+  v16 acc[groups];
+  for (int g = 0; g < groups; ++g) acc[g] = first_chunk(chunk_products(w_rows[g], x, 0));
+  const int64_t chunks = in / 4;
+  int64_t c = 1;
+  for (; c < 4 && c < chunks; ++c)  // up to the first 16 inputs' end, a chunk at a time
+    for (int g = 0; g < groups; ++g) acc[g] = acc[g] + chunk_products(w_rows[g], x, c);
+  for (; c + 4 <= chunks; c += 4) {  // 16 inputs of each output at a time
+    const v16 x16 = load16(x + c * 4);
+    for (int g = 0; g < groups; ++g) {
+      v16 t[4];
+      chunks_regrouped(load16(w_rows[g][0] + c * 4) * x16, load16(w_rows[g][1] + c * 4) * x16,
+                       load16(w_rows[g][2] + c * 4) * x16, load16(w_rows[g][3] + c * 4) * x16, t);
+      acc[g] = acc[g] + t[0];
+      acc[g] = acc[g] + t[1];
+      acc[g] = acc[g] + t[2];
+      acc[g] = acc[g] + t[3];
+    }
+  }
+  for (; c < chunks; ++c)
+    for (int g = 0; g < groups; ++g) acc[g] = acc[g] + chunk_products(w_rows[g], x, c);
+  for (int g = 0; g < groups; ++g) {
+    const v16 total = lanes_summed(acc[g]);
+    for (int q = 0; q < kOutputsPerBlock && g * kOutputsPerBlock + q < count; ++q) out[o[g * kOutputsPerBlock + q]] = total[q * 4];
+  }
+}
+
+constexpr int kOneRowGroups = 2;  // outputs in flight: 2 x 4 weight rows streamed at once
+
+// x [1, in] through every weight: the single-row kernel, one parallel region for all weights.
+std::vector<torch::Tensor> one_row_linears(const torch::Tensor& x, std::vector<torch::Tensor>& weights,
+                                           std::vector<torch::Tensor>& outs) {
+  const int64_t in = x.size(1);
+  constexpr int64_t kOutputs = kOneRowGroups * kOutputsPerBlock;
+  std::vector<int64_t> first_block{0};
+  for (const auto& weight : weights) first_block.push_back(first_block.back() + (weight.size(0) + kOutputs - 1) / kOutputs);
+  const float* x_data = x.data_ptr<float>();
+  // waking a second thread costs microseconds: give each thread at least this many products
+  constexpr int64_t kProductsPerTask = 1 << 16;
+  const int64_t grain = std::max<int64_t>(1, kProductsPerTask / (kOutputs * in));
+  at::parallel_for(0, first_block.back(), grain, [&](int64_t begin, int64_t end) {
+    size_t i = 0;
+    for (int64_t block = begin; block < end; ++block) {
+      while (block >= first_block[i + 1]) ++i;
+      const int64_t out_features = weights[i].size(0);
+      const int64_t first = (block - first_block[i]) * kOutputs;
+      const int count = static_cast<int>(std::min<int64_t>(kOutputs, out_features - first));
+      int64_t o[kOutputs];
+      for (int q = 0; q < kOutputs; ++q) o[q] = first + std::min(q, count - 1);
+      one_row_block<kOneRowGroups>(x_data, weights[i].data_ptr<float>(), in, o, count, outs[i].data_ptr<float>());
+    }
+  });
+  return outs;
+}
+
 // x [rows, in] -> [in / 4][padded_rows][4]: a chunk of four inputs of four rows in one vector
 // (rows past `rows` zero).
 torch::Tensor packed_rows(const torch::Tensor& x, int64_t padded_rows) {
@@ -126,6 +209,7 @@ std::vector<torch::Tensor> lone_rows_linears(const torch::Tensor& x_in, at::Tens
     first_block.push_back(first_block.back() + (weight.size(0) + kOutputsPerBlock - 1) / kOutputsPerBlock);
   }
   if (rows == 0) return outs;
+  if (rows == 1) return one_row_linears(x, weights, outs);
   constexpr int64_t kRowsPerPass = 4 * kRowsPerVector;
   const int64_t padded_rows = (rows + kRowsPerVector - 1) / kRowsPerVector * kRowsPerVector;
   const auto packed = packed_rows(x, padded_rows);

@@ -1,5 +1,5 @@
 """Several rows through a linear layer in one pass over the weight, each row with the digits
-of its own 1-row product (engine/serving/exact_rows_kernel.cpp).
+of its own 1-row product (engine/fast/exact_rows_kernel.cpp).
 
 Why: an exact packed pass gives each visitor's row its own 1-row product, because that is the
 product a lone visitor's pass makes and this CPU's matrix kernels sum a row of a larger
@@ -15,6 +15,11 @@ this machine (MKL's sgemv, float32) sums `in` products in four lanes, lane j tak
 4c + j in turn, lane 0 starting with products 0 to 3 summed one by one; each product is rounded
 before it is added; then (lane 0 + lane 2) + (lane 1 + lane 3). The same for every input
 length that is a multiple of four and every output count that is a multiple of four.
+
+A single row (a lone visitor's decode step) has its own path in the kernel: four outputs to a
+vector instead of four rows, so no lane is wasted, and both of this machine's threads share the
+weight's rows. It reads the model's weights at 24-31 GB/s where the 1-row product reaches 8-17
+(`bench.lone_bench`; figures in the README).
 
 Nothing is assumed: the kernel is built with the machine's compiler on first use (about ten
 seconds, then kept in the cache folder, engine/loading.py's `cache_root`), and `kernel_agrees`
@@ -35,8 +40,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from engine.fast.row_products import one_row_products
 from engine.loading import cache_root
-from engine.serving.row_products import one_row_products
 
 SOURCE = Path(__file__).with_name("exact_rows_kernel.cpp")
 NAMESPACE = "token_by_token"
@@ -63,20 +68,26 @@ def kernel_available() -> bool:
         return _built
 
 
-def kernel_agrees(weight: torch.Tensor) -> bool:
+def kernel_agrees(weight: torch.Tensor, one_row: bool = False) -> bool:
     """Whether the kernel gives the row-by-row loop's digits for a weight of this shape at this
-    thread count (float32 on the CPU only). One probe on random numbers answers for the shape:
-    the order a kernel sums in depends on shapes and threads, not on values."""
+    thread count (float32 on the CPU only): for several rows at once, or, with `one_row`, for a
+    single row (a lone decode step: the kernel's own single-row path). One probe on random
+    numbers answers for the shape: the order a kernel sums in depends on shapes and threads, not
+    on values."""
     if weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2:
         return False
     if weight.shape[1] % 4 or weight.shape[1] < 8 or not kernel_available():
         return False
-    key = (tuple(weight.shape), weight.stride(), torch.get_num_threads())
+    key = (tuple(weight.shape), weight.stride(), torch.get_num_threads(), one_row)
     with _lock:
         if key not in _agreement:
             probe = torch.randn((PROBE_ROWS, weight.shape[1]), generator=torch.Generator().manual_seed(7))
             loop = torch.cat([F.linear(probe[i:i + 1], weight) for i in range(PROBE_ROWS)])
-            _agreement[key] = torch.equal(lone_rows_linear(probe, weight), loop)
+            if one_row:
+                kernel = torch.cat([lone_rows_linear(probe[i:i + 1], weight) for i in range(PROBE_ROWS)])
+            else:
+                kernel = lone_rows_linear(probe, weight)
+            _agreement[key] = torch.equal(kernel, loop)
         return _agreement[key]
 
 

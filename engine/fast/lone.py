@@ -1,0 +1,158 @@
+"""A lone visitor's decode step with transformers' own digits, in less than half the time.
+
+Why: a decode step at batch 1 reads every weight once, so memory bandwidth bounds it, and the
+KV cache & speed page teaches exactly that. Transformers' eager pass does not get there on a
+CPU: its 1-row products (MKL's sgemv) read the weights at 8-17 GB/s on the model's small
+matrices, and some 700 small torch calls a step each pay Python's overhead.
+
+This pass makes the same torch operations in the same order on the same shapes (the scripted
+Llama decode pass, engine/fast/scripted_llama.py, with one row) as one TorchScript call, and
+multiplies through the exact rows kernel's single-row path, which sums every output in the order
+this CPU's 1-row product does (engine/fast/exact_rows_kernel.py) while reading the weights at
+memory speed on both threads. So the logits and the cache's entries are the eager pass's, bit
+for bit.
+
+Nothing is assumed. The pass is used for a model at a thread count only after a probe has run
+it beside the eager pass (several prompt lengths and positions) and found the logits and every
+cache entry `torch.equal`; and only where every linear layer goes through the kernel, itself
+probed per weight shape. Anywhere else (a model that is not a plain Llama decoder, another CPU
+whose 1-row product sums in another order, no compiler, a GPU, `TBT_LONE_PASS=eager`) the eager
+pass runs. The log says which, once per model and thread count, and `lone_decision` tells the
+KV cache & speed page.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+from engine.fast import exact_rows_kernel, scripted_llama
+from engine.loading import LoadedModel
+
+LONE_PASS_ENV = "TBT_LONE_PASS"  # "eager": every lone step through transformers' pass (comparisons, a suspect CPU)
+# the probe: each prompt read by the eager pass, then tokens decoded one at a time by both passes
+PROBE_PROMPTS = ((1, 2, 3), tuple(range(10, 47)), (7,))
+PROBE_STEPS = (5, 11, 3, 42, 9)
+
+EagerStep = Callable[[LoadedModel, list[int], DynamicCache], torch.Tensor]  # logits [1, vocab]; the cache grows
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoneDecision:
+    """Which pass a lone decode step of one model takes at one thread count, and why."""
+
+    fast: bool
+    threads: int
+    reason: str  # a sentence for the log and the page
+
+    @property
+    def path(self) -> str:
+        return "the scripted pass with the single-row kernel" if self.fast else "transformers' eager pass"
+
+
+@dataclass(frozen=True)
+class LonePass:
+    """The compiled decode pass and how it multiplies one row: every weight through the kernel."""
+
+    run: Callable
+    weights: scripted_llama.LlamaWeights
+    layer_hows: list[int]
+    head_hows: list[int]
+
+    def step(self, token_id: int, cache: DynamicCache) -> torch.Tensor:
+        """Next-token logits `[1, vocab]` after `token_id`; the cache grows by one position."""
+        return scripted_llama.run_decode(self.run, self.weights, self.layer_hows, self.head_hows,
+                                         int(self.weights.head.shape[0]), [token_id], [cache])
+
+
+_lock = threading.Lock()
+_decisions: weakref.WeakKeyDictionary[PreTrainedModel, dict[int, tuple[LoneDecision, LonePass | None]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def lone_step(lm: LoadedModel, token_ids: Sequence[int], cache: DynamicCache | None, eager: EagerStep
+              ) -> torch.Tensor | None:
+    """The fast pass's logits `[1, vocab]` for one token read after a filled plain cache, or
+    None where it does not apply or was not proven here (the caller runs `eager`)."""
+    if len(token_ids) != 1 or not plain_filled(cache, lm) or lm.device.type != "cpu":
+        return None
+    fast = _decided(lm, eager)[1]
+    return fast.step(int(token_ids[0]), cache) if fast is not None else None
+
+
+def lone_decision(lm: LoadedModel, eager: EagerStep) -> LoneDecision:
+    """Which pass a lone decode step takes at this thread's count (probed on first call)."""
+    return _decided(lm, eager)[0]
+
+
+def plain_filled(cache: DynamicCache | None, lm: LoadedModel) -> bool:
+    """Whether `cache` is a plain DynamicCache holding positions in every one of the model's
+    layers: the scripted pass grows each layer as DynamicLayer.update does."""
+    layers = lm.model.config.num_hidden_layers
+    return (type(cache) is DynamicCache and len(cache.layers) == layers
+            and all(type(layer) is DynamicLayer and layer.is_initialized for layer in cache.layers))
+
+
+def _decided(lm: LoadedModel, eager: EagerStep) -> tuple[LoneDecision, LonePass | None]:
+    threads = torch.get_num_threads()
+    with _lock:
+        known = _decisions.setdefault(lm.model, {})
+        if threads not in known:
+            known[threads] = _decide(lm, eager, threads)
+            decision = known[threads][0]
+            _log.info("lone decode steps of %s at %d threads: %s (%s)", lm.name, threads, decision.path,
+                      decision.reason)
+        return known[threads]
+
+
+@torch.inference_mode()
+def _decide(lm: LoadedModel, eager: EagerStep, threads: int) -> tuple[LoneDecision, LonePass | None]:
+    def no(reason: str) -> tuple[LoneDecision, None]:
+        return LoneDecision(False, threads, reason), None
+
+    if os.environ.get(LONE_PASS_ENV, "").strip().lower() == "eager":
+        return no(f"{LONE_PASS_ENV}=eager")
+    if lm.device.type != "cpu":
+        return no(f"the model runs on {lm.device.type}, where the kernel is not proven")
+    weights = scripted_llama.llama_weights(lm.model)
+    if weights is None:
+        return no("the model is not a plain Llama decoder")
+    run = scripted_llama.compiled_pass()
+    if run is None:
+        return no("TorchScript could not compile the pass")
+    products = [w for w in weights.layers if w.dim() == 2] + [weights.head]
+    if not all(exact_rows_kernel.kernel_agrees(w, one_row=True) for w in products):
+        return no("the single-row kernel does not sum as this CPU's 1-row product for every weight")
+    layer_hows = [scripted_llama.LONE_ROWS if w.dim() == 2 else scripted_llama.ONE_PRODUCT for w in weights.layers]
+    fast = LonePass(run, weights, layer_hows, [scripted_llama.LONE_ROWS])
+    if not _probe_agrees(lm, fast, eager):
+        return no("its probe pass differed from the eager pass in logits or cache entries")
+    return LoneDecision(True, threads, "probed equal to transformers' pass, logits and cache, torch.equal"), fast
+
+
+def _probe_agrees(lm: LoadedModel, fast: LonePass, eager: EagerStep) -> bool:
+    """Each probe prompt read by the eager pass into two caches, then the probe's tokens decoded
+    one at a time, one cache by each pass: every step's logits and every entry equal."""
+    vocab = lm.vocab_size
+    for prompt in PROBE_PROMPTS:
+        ours, theirs = DynamicCache(config=lm.model.config), DynamicCache(config=lm.model.config)
+        eager(lm, [t % vocab for t in prompt], ours)
+        eager(lm, [t % vocab for t in prompt], theirs)
+        for token in (t % vocab for t in PROBE_STEPS):
+            if not torch.equal(fast.step(token, ours), eager(lm, [token], theirs)):
+                return False
+        same = all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+                   for a, b in zip(ours.layers, theirs.layers, strict=True))
+        if not same:
+            return False
+    return True

@@ -5,6 +5,8 @@
 Measures, on this machine and in one run:
   - per-token time of the engine (every record filled) vs generate() on the same model,
     prompt and token count (greedy), rounds interleaved so both see the same conditions;
+  - that every step's pick and its logit are generate()'s, to the last bit (untimed: a
+    generate() run that keeps its logits), and which pass the engine's lone steps took;
   - re-sampling one step with new settings vs a full step;
   - cold load (GGUF dequantised into an empty cache) and warm load, each in a fresh process;
   - peak resident memory of this process.
@@ -29,6 +31,7 @@ from pathlib import Path
 import torch
 
 from engine import Generation, SamplerSettings, StopSettings, load_model
+from engine.forward import lone_pass_decision
 
 PROMPT = "Write a short story about a robot who learns to paint."
 RESULTS = Path(__file__).parent / "results"
@@ -77,6 +80,21 @@ def time_engine(lm, tokens: int) -> tuple[float, list[float], Generation]:
     total = time.perf_counter() - started
     decode = [b - a for a, b in itertools.pairwise(stamps[1:])]
     return total, decode, generation
+
+
+def picks_match_generate(lm, generation: Generation) -> bool:
+    """Every step's token and pick logit equal to a greedy generate() run's, bit for bit."""
+    config = deepcopy(lm.model.generation_config)
+    tokens = len(generation.steps)
+    config.update(do_sample=False, max_new_tokens=tokens, min_new_tokens=tokens, output_logits=True,
+                  return_dict_in_generate=True)
+    ids = torch.tensor([generation.prompt_ids])
+    with torch.inference_mode():
+        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    picks = out.sequences[0, len(generation.prompt_ids):].tolist()
+    pairs = zip(generation.steps, out.logits, strict=True)
+    return picks == [s.token_id for s in generation.steps] and all(
+        step.logit == float(logits[0, step.token_id]) for step, logits in pairs)
 
 
 def time_resample(generation: Generation, repeats: int = 20) -> dict[str, float]:
@@ -145,6 +163,8 @@ def main() -> None:
         "engine_decode_step_ms": step_ms,
         "generate_decode_step_ms": statistics.median(generate_steps) * 1e3,
         "resample_ms": time_resample(generation),
+        "lone_pass": lone_pass_decision(lm).path,
+        "picks_and_logits_equal_generate": picks_match_generate(lm, generation),
         "kv_bytes_at_end": generation.kv.bytes,
     }
     results["ratio_per_token"] = results["engine_per_token_ms"] / results["generate_per_token_ms"]
@@ -160,6 +180,8 @@ def main() -> None:
           f"generate() {results['generate_per_token_ms']:.1f} ms, ratio {results['ratio_per_token']:.3f}")
     print(f"  decode step (median):         engine {results['engine_decode_step_ms']:.1f} ms, "
           f"generate() {results['generate_decode_step_ms']:.1f} ms, ratio {results['ratio_decode_step']:.3f}")
+    print(f"  lone steps: {results['lone_pass']}; every pick and its logit equal to generate()'s: "
+          f"{results['picks_and_logits_equal_generate']}")
     for name, ms in results["resample_ms"].items():
         print(f"  re-sample ({name}): {ms:.2f} ms  vs step {step_ms:.1f} ms")
     if not args.skip_load:

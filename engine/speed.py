@@ -20,7 +20,8 @@ import torch
 from transformers import DynamicCache
 
 from engine.errors import SettingsError
-from engine.forward import crop_cache, forward, forward_one, new_cache
+from engine.fast.lone import weight_products
+from engine.forward import crop_cache, forward, forward_one, lone_pass_decision, new_cache
 from engine.kvcache import KVGeometry, KVSnapshot, read_kv
 from engine.loading import LoadedModel
 
@@ -147,6 +148,40 @@ class DecodeIntensity:
     @property
     def achieved_flops_per_s(self) -> float:
         return self.flops / (self.step_ms / 1e3)
+
+
+@dataclass(frozen=True)
+class DecodeReads:
+    """How fast a decode step reads the weights, measured the way it reads them, and where the
+    rest of its time goes (every figure measured, none taken from a spec sheet)."""
+
+    path: str  # which pass a lone decode step takes on this server
+    reason: str  # why: the probe's verdict
+    read_bytes: int  # the plain read: bytes summed
+    read_ms: float  # a plain read of a large buffer (torch.sum): memory's own read speed
+    products_bytes: int  # every weight the step multiplies by
+    products_ms: float  # one row through each of them, as the step makes its products, and nothing else
+    attention_ms: float  # attention over the cache in every layer, alone
+    step: DecodeIntensity  # the whole step
+
+    @property
+    def read_bytes_per_s(self) -> float:
+        return self.read_bytes / (self.read_ms / 1e3)
+
+    @property
+    def products_bytes_per_s(self) -> float:
+        return self.products_bytes / (self.products_ms / 1e3)
+
+    @property
+    def achieved_fraction(self) -> float:
+        """The whole step's bytes per second as a share of the plain read's."""
+        return self.step.achieved_bytes_per_s / self.read_bytes_per_s
+
+    @property
+    def other_ms(self) -> float:
+        """The step's time outside its products and attention: norms, rotary embedding, the MLP's
+        activation, the residual adds, and the calls between them."""
+        return max(0.0, self.step.step_ms - self.products_ms - self.attention_ms)
 
 
 @dataclass(frozen=True)
@@ -371,6 +406,40 @@ def measure_decode_intensity(lm: LoadedModel, context_tokens: int = 64, repeats:
     decode(lm, cache, [context[-1]])  # once more, untimed, to measure the cache the step reads
     kv = read_kv(cache, lm.geometry, lm.dtype)  # context_tokens positions
     return DecodeIntensity(context_tokens, decode_flops(lm, context_tokens), weight_bytes(lm), kv.bytes, step_ms)
+
+
+def measure_decode_reads(lm: LoadedModel, step: DecodeIntensity, repeats: int = 5, read_mib: int | None = None
+                         ) -> DecodeReads:
+    """Set a measured decode step (`measure_decode_intensity`) against the bandwidth it could
+    have: a plain read of `read_mib` MiB, and the step's own products alone (one row through
+    every weight, by the pass this server's lone steps take); and time attention over a cache of
+    the step's length in every layer, alone."""
+    _require_repeats(repeats)
+    decision = lone_pass_decision(lm)
+    mib = read_mib or (2048 if lm.device.type == "cuda" else 256)
+    buffer = torch.ones(mib * 2**20 // 4, device=lm.device)
+    read_ms = _best_ms(buffer.sum, lm.device, repeats)
+    del buffer
+    linears = {id(m.weight): m.weight for m in lm.model.modules() if isinstance(m, torch.nn.Linear)}
+    products_bytes = sum(w.numel() * w.element_size() for w in linears.values())
+    products_ms = _best_ms(weight_products(lm, decision.fast), lm.device, repeats)
+    return DecodeReads(decision.path, decision.reason, mib * 2**20, read_ms, products_bytes, products_ms,
+                       _attention_ms(lm, step.context_tokens, repeats), step)
+
+
+def _attention_ms(lm: LoadedModel, context_tokens: int, repeats: int) -> float:
+    """One new query's attention over `context_tokens` keys and values, in every layer, alone."""
+    geometry, config = lm.geometry, lm.model.config.get_text_config()
+    heads = config.num_attention_heads
+    keys = torch.randn((1, geometry.kv_heads, context_tokens, geometry.head_dim), dtype=lm.dtype, device=lm.device)
+    query = torch.randn((1, heads, 1, geometry.head_dim), dtype=lm.dtype, device=lm.device)
+    grouped = heads != geometry.kv_heads
+
+    def attention() -> None:
+        for _ in range(geometry.layers):
+            torch.nn.functional.scaled_dot_product_attention(query, keys, keys, enable_gqa=grouped)
+
+    return _best_ms(attention, lm.device, repeats)
 
 
 def measure_batching(lm: LoadedModel, batch_sizes: Sequence[int] = (1, 4, 16), context_tokens: int = 32,

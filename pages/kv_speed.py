@@ -16,12 +16,14 @@ from engine.speed import (
     KNOWN_CONFIGS,
     MORE,
     QUICK,
+    DecodeIntensity,
     KVConfig,
     Sizes,
     loaded_kv_config,
     measure_batching,
     measure_cache_vs_recompute,
     measure_decode_intensity,
+    measure_decode_reads,
     measure_device,
     measure_kv,
     measure_prefill_decode,
@@ -238,9 +240,39 @@ def intensity_section(lm: LoadedModel, sizes: Sizes) -> None:
         f"A decode step at batch 1 does about **{step.flops_per_byte:.2f} FLOPs for every byte** it reads: each "
         f"weight is fetched once, used for one multiply and one add, and dropped. That is below the device's "
         f"{device.ridge_flops_per_byte:.1f}, so the step is bound by **{bound}**: the arithmetic units mostly wait for "
-        "weights to arrive. The gap between the achieved bandwidth and the copy's is time spent on other "
-        "costs, such as launching many small operations for each of the "
-        f"{lm.geometry.layers} layers.")
+        "weights to arrive.")
+    reads_section(lm, step, sizes)
+
+
+def reads_section(lm: LoadedModel, step: DecodeIntensity, sizes: Sizes) -> None:
+    """How fast the step reads, against a plain read and its own products alone, and where the
+    rest of its time goes: every part measured."""
+    reads = measured(lm, "how the step reads", lambda: measure_decode_reads(lm, step, 2 * sizes.repeats + 1))
+    st.subheader("How close to memory speed is the step?")
+    cols = st.columns(3)
+    cols[0].metric("a plain read of memory", f"{reads.read_bytes_per_s / 1e9:.1f} GB/s",
+                   help=f"summing {reads.read_bytes // 2**20:,} MiB: bytes read, nothing written")
+    cols[1].metric("the step's products alone", f"{reads.products_bytes_per_s / 1e9:.1f} GB/s",
+                   delta=f"{nbytes(reads.products_bytes)} in {reads.products_ms:.1f} ms", delta_color="off",
+                   delta_arrow="off", help="one row through every weight, as the step multiplies, and nothing else")
+    cols[2].metric("the whole step", f"{step.achieved_bytes_per_s / 1e9:.1f} GB/s",
+                   delta=f"{100 * reads.achieved_fraction:.0f}% of the plain read", delta_color="off",
+                   delta_arrow="off", help=f"bytes read ÷ the step's {step.step_ms:.1f} ms")
+    parts = pd.DataFrame({
+        "part of the step": ["the products (every weight, one row)", "attention over the cache, every layer",
+                             "everything else: norms, rotary, activation, residuals, the calls between"],
+        "ms": [f"{reads.products_ms:.1f}", f"{reads.attention_ms:.2f}", f"{reads.other_ms:.1f}"],
+        "share": [f"{100 * ms / step.step_ms:.0f}%" for ms in (reads.products_ms, reads.attention_ms, reads.other_ms)],
+    })
+    st.dataframe(parts, hide_index=True)
+    st.markdown(
+        f"Measured the way the step reads, the weights come in at **{reads.products_bytes_per_s / 1e9:.1f} GB/s**: "
+        f"{100 * reads.products_bytes_per_s / reads.read_bytes_per_s:.0f}% of a plain read, because each product is "
+        "a separate, short read and the CPU's threads must be woken and joined around each one. The whole step "
+        f"reaches **{100 * reads.achieved_fraction:.0f}%** of the plain read; the rest of its {step.step_ms:.1f} ms "
+        f"is attention ({reads.attention_ms:.2f} ms) and **{reads.other_ms:.1f} ms** of everything else, each part "
+        "measured above.")
+    st.caption(f"This server's lone decode steps take **{reads.path}**: {reads.reason}.")
 
 
 def batch_section(lm: LoadedModel, sizes: Sizes) -> None:

@@ -108,7 +108,10 @@ def _decided(lm: LoadedModel, eager: EagerStep) -> tuple[LoneDecision, LonePass 
     with _lock:
         known = _decisions.setdefault(lm.model, {})
         if threads not in known:
-            known[threads] = _decide(lm, eager, threads)
+            try:
+                known[threads] = _decide(lm, eager, threads)
+            except Exception as error:  # whatever went wrong, transformers' pass is still right
+                known[threads] = LoneDecision(False, threads, f"its probe failed ({type(error).__name__})"), None
             decision = known[threads][0]
             _log.info("lone decode steps of %s at %d threads: %s (%s)", lm.name, threads, decision.path,
                       decision.reason)
@@ -156,3 +159,29 @@ def _probe_agrees(lm: LoadedModel, fast: LonePass, eager: EagerStep) -> bool:
         if not same:
             return False
     return True
+
+
+def weight_products(lm: LoadedModel, fast: bool) -> Callable[[], object]:
+    """Every product a lone decode step makes, on its own: one row through each weight, grouped
+    as the step groups them (through the single-row kernel where `fast`, else each linear layer
+    as transformers calls it). What the KV cache & speed page times to measure the read
+    bandwidth the way the step reads."""
+    weights = scripted_llama.llama_weights(lm.model) if fast else None
+    if weights is None:
+        linears = [m for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
+        rows = {m.in_features: torch.ones((1, 1, m.in_features), dtype=lm.dtype, device=lm.device) for m in linears}
+        return lambda: [m(rows[m.in_features]) for m in linears]
+    per = scripted_llama.LAYER_WEIGHTS
+    layers = [weights.layers[i:i + per] for i in range(0, len(weights.layers), per)]
+    hidden = torch.ones((1, weights.head.shape[1]))
+    inner = torch.ones((1, layers[0][6].shape[0]))
+
+    def products() -> None:
+        for w in layers:
+            exact_rows_kernel.lone_rows_linears(hidden, [w[1], w[2], w[3]])
+            exact_rows_kernel.lone_rows_linear(hidden, w[4])
+            exact_rows_kernel.lone_rows_linears(hidden, [w[6], w[7]])
+            exact_rows_kernel.lone_rows_linear(inner, w[8])
+        exact_rows_kernel.lone_rows_linear(hidden, weights.head)
+
+    return products

@@ -309,6 +309,10 @@ def llama_weights(model: nn.Module) -> LlamaWeights | None:
     layers: list[Tensor] = []
     for layer in decoder.layers:
         attention, mlp = layer.self_attn, layer.mlp
+        projections = (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj, mlp.gate_proj,
+                       mlp.up_proj, mlp.down_proj)
+        if any(type(p) is not nn.Linear for p in projections):  # quantised or wrapped: not these products
+            return None
         layers += [layer.input_layernorm.weight, attention.q_proj.weight, attention.k_proj.weight,
                    attention.v_proj.weight, attention.o_proj.weight, layer.post_attention_layernorm.weight,
                    mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]

@@ -178,3 +178,11 @@ def test_a_prompt_or_a_first_step_without_a_cache_takes_the_eager_pass() -> None
     assert lone.lone_step(tiny, [1, 2], new_cache(tiny), eager_step) is None  # two tokens: a prefill
     assert lone.lone_step(tiny, [1], new_cache(tiny), eager_step) is None  # an empty cache
     assert lone.lone_step(tiny, [1], None, eager_step) is None
+
+
+def test_a_quantised_model_keeps_the_eager_pass() -> None:
+    tiny = tiny_llama()
+    tiny.model.model = torch.ao.quantization.quantize_dynamic(tiny.model.model, {torch.nn.Linear}, dtype=torch.qint8)
+    decision = lone_pass_decision(tiny)
+    assert not decision.fast and "plain Llama" in decision.reason
+    steps_agree(tiny, [4, 5, 6], 2)

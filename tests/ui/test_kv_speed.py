@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engine.forward import lone_pass_decision
 from engine.serving import exact_rows_kernel_in_use
 from engine.speed import KNOWN_CONFIGS, QUICK, loaded_kv_config
 from tests.ui.apptest import open_page
@@ -26,7 +27,8 @@ def results(at: AppTest) -> dict:
 def test_page_measures_every_section_once(page):
     measured = {key[-1] for key in results(page)}
     assert measured == {"cache vs recompute", "prefill vs decode", "KV cache size",
-                        "device compute and bandwidth", "one decode step", "batched decode", "packed vs lone passes"}
+                        "device compute and bandwidth", "one decode step", "how the step reads", "batched decode",
+                        "packed vs lone passes"}
     cache_points = next(v for k, v in results(page).items() if k[-1] == "cache vs recompute")
     assert [p.context_tokens for p in cache_points] == list(QUICK.cache_lengths)
     last = cache_points[-1]
@@ -66,6 +68,22 @@ def test_intensity_metrics_are_the_measured_steps(page):
     shown = {m.label: m.value for m in page.metric}
     assert shown["arithmetic intensity (FLOP/byte)"] == f"{step.flops_per_byte:.2f}"
     assert shown["achieved bandwidth"] == f"{step.achieved_bytes_per_s / 1e9:.1f} GB/s"
+
+
+def test_the_step_is_set_against_a_plain_read_and_its_own_products_and_the_path_is_named(lm, page):
+    reads = next(v for k, v in results(page).items() if k[-1] == "how the step reads")
+    step = next(v for k, v in results(page).items() if k[-1] == "one decode step")
+    assert reads.step is step
+    shown = {m.label: m for m in page.metric}
+    assert shown["a plain read of memory"].value == f"{reads.read_bytes_per_s / 1e9:.1f} GB/s"
+    assert shown["the step's products alone"].value == f"{reads.products_bytes_per_s / 1e9:.1f} GB/s"
+    assert shown["the whole step"].delta == f"{100 * reads.achieved_fraction:.0f}% of the plain read"
+    parts = page.dataframe[1].value
+    assert list(parts["ms"]) == [f"{reads.products_ms:.1f}", f"{reads.attention_ms:.2f}", f"{reads.other_ms:.1f}"]
+    assert 0 < reads.products_ms < step.step_ms and reads.products_bytes > 0.9 * step.weight_bytes
+    decision = lone_pass_decision(lm)
+    assert reads.path == decision.path
+    assert any(f"take **{decision.path}**" in c.value for c in page.caption)
 
 
 def test_changing_the_context_length_redraws_without_measuring_again(page):

@@ -160,6 +160,7 @@ class DecodeReads:
     read_bytes: int  # the plain read: bytes summed
     read_ms: float  # a plain read of a large buffer (torch.sum): memory's own read speed
     products_bytes: int  # every weight the step multiplies by
+    product_calls: int  # the separate products (calls) the step reads them in
     products_ms: float  # one row through each of them, as the step makes its products, and nothing else
     attention_ms: float  # attention over the cache in every layer, alone
     step: DecodeIntensity  # the whole step
@@ -422,8 +423,9 @@ def measure_decode_reads(lm: LoadedModel, step: DecodeIntensity, repeats: int = 
     del buffer
     linears = {id(m.weight): m.weight for m in lm.model.modules() if isinstance(m, torch.nn.Linear)}
     products_bytes = sum(w.numel() * w.element_size() for w in linears.values())
-    products_ms = _best_ms(weight_products(lm, decision.fast), lm.device, repeats)
-    return DecodeReads(decision.path, decision.reason, mib * 2**20, read_ms, products_bytes, products_ms,
+    products, calls = weight_products(lm, decision.fast)
+    products_ms = _best_ms(products, lm.device, repeats)
+    return DecodeReads(decision.path, decision.reason, mib * 2**20, read_ms, products_bytes, calls, products_ms,
                        _attention_ms(lm, step.context_tokens, repeats), step)
 
 

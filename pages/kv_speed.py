@@ -267,8 +267,9 @@ def reads_section(lm: LoadedModel, step: DecodeIntensity, sizes: Sizes) -> None:
     st.dataframe(parts, hide_index=True)
     st.markdown(
         f"Measured the way the step reads, the weights come in at **{reads.products_bytes_per_s / 1e9:.1f} GB/s**: "
-        f"{100 * reads.products_bytes_per_s / reads.read_bytes_per_s:.0f}% of a plain read, because each product is "
-        "a separate, short read and the CPU's threads must be woken and joined around each one. The whole step "
+        f"{100 * reads.products_bytes_per_s / reads.read_bytes_per_s:.0f}% of a plain read, where one long read "
+        f"streams on; the step reads them in {reads.product_calls} separate products, each started, shared out "
+        "among the CPU's threads and finished before the next can begin. The whole step "
         f"reaches **{100 * reads.achieved_fraction:.0f}%** of the plain read; the rest of its {step.step_ms:.1f} ms "
         f"is attention ({reads.attention_ms:.2f} ms) and **{reads.other_ms:.1f} ms** of everything else, each part "
         "measured above.")

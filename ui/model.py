@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 
 import streamlit as st
 
@@ -13,9 +14,22 @@ from ui.format import plain
 from ui.keys import APP
 
 
+@st.cache_resource(show_spinner=False)
+def _engine_log() -> logging.Logger:
+    """The engine's decisions (which pass a lone step takes, a kernel that could not be built)
+    said once each in the server's log, at INFO and above: Python logs only warnings unless told."""
+    log = logging.getLogger("engine")
+    log.setLevel(logging.INFO)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.addHandler(handler)
+    return log
+
+
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _load_shared(source: str, device: str | None) -> LoadedModel:
     """Read-only and shared by every visitor; per-visitor state lives in session_state."""
+    _engine_log()
     lm = load_model(None if source == BUNDLED else source, device=device)
     # torch, transformers and the model are hundreds of thousands of long-lived Python objects:
     # a full garbage collection walking them is a visible stall mid-click. Frozen, they are skipped

@@ -161,16 +161,16 @@ def _probe_agrees(lm: LoadedModel, fast: LonePass, eager: EagerStep) -> bool:
     return True
 
 
-def weight_products(lm: LoadedModel, fast: bool) -> Callable[[], object]:
-    """Every product a lone decode step makes, on its own: one row through each weight, grouped
-    as the step groups them (through the single-row kernel where `fast`, else each linear layer
-    as transformers calls it). What the KV cache & speed page times to measure the read
-    bandwidth the way the step reads."""
+def weight_products(lm: LoadedModel, fast: bool) -> tuple[Callable[[], object], int]:
+    """Every product a lone decode step makes, on its own, and how many calls make them: one row
+    through each weight, grouped as the step groups them (through the single-row kernel where
+    `fast`, else each linear layer as transformers calls it). What the KV cache & speed page
+    times to measure the read bandwidth the way the step reads."""
     weights = scripted_llama.llama_weights(lm.model) if fast else None
     if weights is None:
         linears = [m for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
         rows = {m.in_features: torch.ones((1, 1, m.in_features), dtype=lm.dtype, device=lm.device) for m in linears}
-        return lambda: [m(rows[m.in_features]) for m in linears]
+        return (lambda: [m(rows[m.in_features]) for m in linears]), len(linears)
     per = scripted_llama.LAYER_WEIGHTS
     layers = [weights.layers[i:i + per] for i in range(0, len(weights.layers), per)]
     hidden = torch.ones((1, weights.head.shape[1]))
@@ -184,4 +184,4 @@ def weight_products(lm: LoadedModel, fast: bool) -> Callable[[], object]:
             exact_rows_kernel.lone_rows_linear(inner, w[8])
         exact_rows_kernel.lone_rows_linear(hidden, weights.head)
 
-    return products
+    return products, 4 * len(layers) + 1

@@ -97,4 +97,6 @@ def test_kv_speed_measures_and_shows_every_section(page):
     page.get_by_text(re.compile(r"ms per token.* at batch 1")).wait_for(timeout=SLOW)
     settle(page)
     assert page.get_by_text(re.compile("46,080 bytes per position")).count() == 1
+    assert page.get_by_role("heading", name="How close to memory speed is the step?").count() == 1
+    assert page.get_by_text(re.compile("This server's lone decode steps take")).count() == 1
     shoot(page, "teaching_kv_speed", height=6000)

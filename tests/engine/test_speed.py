@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine import Generation, SamplerSettings, SettingsError
+from engine.forward import lone_pass_decision
 from engine.speed import (
     KNOWN_CONFIGS,
     MORE,
@@ -18,6 +19,7 @@ from engine.speed import (
     measure_batching,
     measure_cache_vs_recompute,
     measure_decode_intensity,
+    measure_decode_reads,
     measure_device,
     measure_kv,
     measure_prefill_decode,
@@ -100,6 +102,19 @@ def test_decode_intensity_counts_every_weight_and_the_cache_read(lm):
     assert result.flops == decode_flops(lm, 6) == 2 * lm.parameters + 2 * 2 * 30 * 9 * 64 * 6
     # a multiply and an add per 4-byte weight: well under one FLOP per byte at batch 1
     assert 0.4 < result.flops_per_byte < 0.6
+
+
+def test_decode_reads_set_the_step_against_a_plain_read_and_its_own_products(lm):
+    step = measure_decode_intensity(lm, context_tokens=8, repeats=1)
+    reads = measure_decode_reads(lm, step, repeats=1, read_mib=16)
+    decision = lone_pass_decision(lm)
+    assert (reads.path, reads.reason) == (decision.path, decision.reason)
+    # every linear layer's weight once: the tied head and embedding are one tensor
+    assert reads.products_bytes == weight_bytes(lm) - sum(p.numel() * 4 for p in lm.model.parameters() if p.dim() == 1)
+    assert reads.product_calls == (4 * 30 + 1 if decision.fast else 7 * 30 + 1)  # a layer's products in 4 calls, or 7
+    assert reads.read_bytes == 16 * 2**20 and reads.read_ms > 0 and reads.attention_ms > 0
+    assert reads.other_ms == max(0.0, step.step_ms - reads.products_ms - reads.attention_ms)
+    assert reads.achieved_fraction == step.achieved_bytes_per_s / reads.read_bytes_per_s
 
 
 def test_batching_measures_each_batch_size_and_divides_by_it(lm):

@@ -128,8 +128,14 @@ void one_row_block(const float* x, const float* w, int64_t in, const int64_t* o,
   int64_t c = 1;
   for (; c < 4 && c < chunks; ++c)  // up to the first 16 inputs' end, a chunk at a time
     for (int g = 0; g < groups; ++g) acc[g] = acc[g] + chunk_products(w_rows[g], x, c);
+  // the next block's rows, fetched into the cache while this block's are summed: each weight row
+  // is only a few KB, too short for the CPU's own prefetcher to get going (measured: 2-thread
+  // products 24-25 ms a step instead of 25-30, alternating builds)
+  const int64_t ahead = static_cast<int64_t>(groups) * kOutputsPerBlock * in;
   for (; c + 4 <= chunks; c += 4) {  // 16 inputs of each output at a time
     const v16 x16 = load16(x + c * 4);
+    for (int g = 0; g < groups; ++g)
+      for (int q = 0; q < kOutputsPerBlock; ++q) __builtin_prefetch(w_rows[g][q] + ahead + c * 4, 0, 3);
     for (int g = 0; g < groups; ++g) {
       v16 t[4];
       chunks_regrouped(load16(w_rows[g][0] + c * 4) * x16, load16(w_rows[g][1] + c * 4) * x16,

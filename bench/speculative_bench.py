@@ -1,6 +1,7 @@
 """Speculative decoding benchmark: wall time per token, plain decoding against each draft method.
 
     .venv/bin/python -m bench.speculative_bench [--rounds 3] [--tokens 40] [--methods prompt-lookup,int8,bfloat16]
+    .venv/bin/python -m bench.speculative_bench --methods lookahead,early-exit,medusa-heads,mtp --out chainless.json
 
 Greedy, on three prompts (copy-heavy, free-form, chat), plain decoding (engine.Generation, one
 forward pass per token) against SpeculativeGeneration with each draft method and k in {2, 4, 8}.
@@ -38,6 +39,7 @@ from engine import (
     self_draft,
 )
 from engine.forward import forward_all, forward_one, new_cache
+from engine.speculative import DRAFT_METHODS, draft_for
 
 RESULTS = Path(__file__).parent / "results"
 PROMPTS = {
@@ -102,15 +104,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=40)
     parser.add_argument("--methods", default="prompt-lookup,int8,bfloat16",
-                        help="comma-separated: prompt-lookup, int8, bfloat16")
+                        help=f"comma-separated, of {', '.join(DRAFT_METHODS)} (int8 and bfloat16: the self-drafts)")
     parser.add_argument("--out", default="speculative_bench.json", help="file name under bench/results/")
     args = parser.parse_args()
     lm = load_model()
     methods = args.methods.split(",")
-    drafts = {kind: self_draft(lm, kind) for kind in ("int8", "bfloat16") if kind in methods}
+    unknown = [m for m in methods if m not in ("int8", "bfloat16", *DRAFT_METHODS)]
+    if unknown:
+        raise SystemExit(f"unknown method {', '.join(unknown)}: one of int8, bfloat16, {', '.join(DRAFT_METHODS)}")
+    drafts = {kind: self_draft(lm, kind) for kind in ("int8", "bfloat16") if kind in methods}  # copied once
 
-    def make(method: str):
-        return PromptLookup(lm.eos_ids) if method == "prompt-lookup" else DraftModel(drafts[method], lm)
+    def make(method: str):  # a fresh method each run: lookahead's pools and the heads' state start empty
+        if method in drafts:
+            return DraftModel(drafts[method], lm)
+        return PromptLookup(lm.eos_ids) if method == "prompt-lookup" else draft_for(lm, method)
 
     configs = [("plain", 1)] + [(method, k) for method in methods for k in KS]
     runs: dict[tuple[str, str, int], list[Run]] = {}

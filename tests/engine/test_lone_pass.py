@@ -186,3 +186,21 @@ def test_a_quantised_model_keeps_the_eager_pass() -> None:
     decision = lone_pass_decision(tiny)
     assert not decision.fast and "plain Llama" in decision.reason
     steps_agree(tiny, [4, 5, 6], 2)
+
+
+@pytest.mark.parametrize("poison", [float("inf"), float("nan"), 1e30])
+def test_infinities_and_nans_in_a_step_come_out_as_transformers_puts_them(poison, lone_order) -> None:
+    """A token whose embedding overflows (or is infinite, or NaN): both passes carry it through
+    the norms, attention and head alike, and the cache holds the same numbers."""
+    tiny = tiny_llama()
+    assert lone_pass_decision(tiny).fast  # probed on ordinary numbers, before the poison
+    with torch.no_grad():
+        tiny.model.model.embed_tokens.weight[7, :5] = poison
+    ours, theirs = new_cache(tiny), new_cache(tiny)
+    eager_step(tiny, [1, 2, 3], ours)
+    eager_step(tiny, [1, 2, 3], theirs)
+    for token in (7, 4, 7):
+        assert same_numbers(forward_one(tiny, [token], ours), eager_step(tiny, [token], theirs)[0])
+    assert ours.layers[0].keys.isfinite().all() == (poison == 1e30)  # inf and NaN reached the cache
+    for a, b in zip(ours.layers, theirs.layers, strict=True):
+        assert same_numbers(a.keys, b.keys) and same_numbers(a.values, b.values)

@@ -36,7 +36,7 @@ from engine import load_model
 from engine.fast import exact_rows_kernel
 from engine.fast.scripted_llama import LAYER_WEIGHTS, llama_weights, rms_norm, rotate_half
 from engine.forward import eager_step, forward_one, lone_pass_decision, new_cache
-from engine.speed import sample_context
+from engine.speed import linear_weight_bytes, sample_context
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -204,8 +204,7 @@ def main() -> None:
         parts = parts_ms(lm, args.context, args.steps)
     step_ms = statistics.median(fast_ms)
     products = sum(ms for name, ms in parts.items() if "product" in name)
-    weights = {id(m.weight): m.weight for m in lm.model.modules() if isinstance(m, torch.nn.Linear)}
-    weight_bytes = sum(w.numel() * w.element_size() for w in weights.values())
+    weight_bytes = linear_weight_bytes(lm)
     read = read_bandwidth()
     results = {
         "threads": args.threads,

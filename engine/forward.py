@@ -58,7 +58,7 @@ def _logits(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache | None
     """The pass itself: logits `[batch, keep, vocab]` at the last `keep` positions fed, float32
     on the CPU. The language-model head runs on those positions only: the model's own call for
     one position (every decode step), W h^T for several positions of one sequence."""
-    if keep == 1 and input_ids.shape[0] == 1:
+    if keep == 1 and input_ids.shape == (1, 1):
         fast = lone_step(lm, input_ids[0].tolist(), cache, eager_step)
         if fast is not None:
             return fast.unsqueeze(0)  # [1, 1, vocab], float32 on the CPU

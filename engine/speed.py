@@ -389,6 +389,13 @@ def weight_bytes(lm: LoadedModel) -> int:
     return sum(p.numel() * p.element_size() for p in lm.model.parameters())
 
 
+def linear_weight_bytes(lm: LoadedModel) -> int:
+    """Bytes of every linear layer's weight, each tensor once (a tied head is the embedding):
+    what a decode step's products read."""
+    linears = {id(m.weight): m.weight for m in lm.model.modules() if isinstance(m, torch.nn.Linear)}
+    return sum(w.numel() * w.element_size() for w in linears.values())
+
+
 def decode_flops(lm: LoadedModel, context_tokens: int) -> float:
     """FLOPs of one decode step: a multiply and an add per parameter, plus attention's two
     products (scores and weighted values) over the context in every layer."""
@@ -421,8 +428,7 @@ def measure_decode_reads(lm: LoadedModel, step: DecodeIntensity, repeats: int = 
     buffer = torch.ones(mib * 2**20 // 4, device=lm.device)
     read_ms = _best_ms(buffer.sum, lm.device, repeats)
     del buffer
-    linears = {id(m.weight): m.weight for m in lm.model.modules() if isinstance(m, torch.nn.Linear)}
-    products_bytes = sum(w.numel() * w.element_size() for w in linears.values())
+    products_bytes = linear_weight_bytes(lm)
     products, calls = weight_products(lm, decision.fast)
     products_ms = _best_ms(products, lm.device, repeats)
     return DecodeReads(decision.path, decision.reason, mib * 2**20, read_ms, products_bytes, calls, products_ms,

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
-from transformers.cache_utils import DynamicLayer
 
 from engine.fast import exact_rows_kernel, scripted_llama
 from engine.loading import LoadedModel
@@ -84,7 +83,7 @@ def lone_step(lm: LoadedModel, token_ids: Sequence[int], cache: DynamicCache | N
               ) -> torch.Tensor | None:
     """The fast pass's logits `[1, vocab]` for one token read after a filled plain cache, or
     None where it does not apply or was not proven here (the caller runs `eager`)."""
-    if len(token_ids) != 1 or not plain_filled(cache, lm) or lm.device.type != "cpu":
+    if len(token_ids) != 1 or not plain_filled(cache, lm):
         return None
     fast = _decided(lm, eager)[1]
     return fast.step(int(token_ids[0]), cache) if fast is not None else None
@@ -98,9 +97,7 @@ def lone_decision(lm: LoadedModel, eager: EagerStep) -> LoneDecision:
 def plain_filled(cache: DynamicCache | None, lm: LoadedModel) -> bool:
     """Whether `cache` is a plain DynamicCache holding positions in every one of the model's
     layers: the scripted pass grows each layer as DynamicLayer.update does."""
-    layers = lm.model.config.num_hidden_layers
-    return (type(cache) is DynamicCache and len(cache.layers) == layers
-            and all(type(layer) is DynamicLayer and layer.is_initialized for layer in cache.layers))
+    return type(cache) is DynamicCache and scripted_llama.grows_layer_by_layer(cache, lm.model.config.num_hidden_layers)
 
 
 def _decided(lm: LoadedModel, eager: EagerStep) -> tuple[LoneDecision, LonePass | None]:

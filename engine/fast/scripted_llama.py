@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from engine.fast import exact_rows_kernel
 from engine.fast.row_products import group_products, one_row_products
@@ -227,6 +228,13 @@ def prefill_logits(hidden: Tensor, cos: Tensor, sin: Tensor, starts: list[int], 
         hidden = after_attention(hidden, torch.cat(outputs, dim=2), w, by_prompt_rows, eps, prompt_rows)
     last = rms_norm(hidden.index_select(1, last_rows), norm_weight, eps)
     return sliced_linear(last, head_weight, head_hows, head_chunk), all_keys, all_values
+
+
+def grows_layer_by_layer(cache: DynamicCache, layers: int) -> bool:
+    """Whether `cache` holds `layers` filled plain DynamicLayers: what `run_decode` grows, as
+    DynamicLayer.update does."""
+    return len(cache.layers) == layers and all(type(layer) is DynamicLayer and layer.is_initialized
+                                               for layer in cache.layers)
 
 
 def run_decode(run: Callable, weights: "LlamaWeights", layer_hows: list[int], head_hows: list[int], head_chunk: int,

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
-from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from engine.fast import exact_rows_kernel, scripted_llama
@@ -50,7 +49,8 @@ def forward_packed(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[D
     any other model, or any with `eager` (a benchmark's comparison), on its twin. If the pass
     fails, every cache is left as it was and the error is raised."""
     plan = None if eager else scripted_plan(lm, exact)
-    if plan is not None and _plain_layers(caches, len(plan.weights.layers) // scripted_llama.LAYER_WEIGHTS):
+    layers = None if plan is None else len(plan.weights.layers) // scripted_llama.LAYER_WEIGHTS
+    if plan is not None and all(scripted_llama.grows_layer_by_layer(cache, layers) for cache in caches):
         return _forward_scripted(plan, token_ids, caches)
     return packed_twin.forward_twin(lm, token_ids, caches, exact)
 
@@ -252,13 +252,6 @@ def _prefill_scripted(prefill: ScriptedPrefill, kinds: RowKinds, prompts: Sequen
     for index, (key, value) in enumerate(zip(keys, values, strict=True)):  # the caches grow only now
         caches[index % len(caches)].update(key, value, index // len(caches))
     return [on_cpu(prefill.lm, row).clone() for row in logits[0]]  # each its own storage
-
-
-def _plain_layers(caches: Sequence[DynamicCache], layers: int) -> bool:
-    """Whether every cache is a plain, filled DynamicCache of `layers` layers: the scripted pass
-    grows each layer as DynamicLayer.update does."""
-    return all(len(cache.layers) == layers and all(type(layer) is DynamicLayer and layer.is_initialized
-                                                   for layer in cache.layers) for cache in caches)
 
 
 def _forward_scripted(plan: ScriptedPlan, token_ids: Sequence[int], caches: Sequence[DynamicCache]) -> torch.Tensor:

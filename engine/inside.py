@@ -9,6 +9,12 @@ given. Hooks on the twin's modules keep each layer's output at the last position
 each part took. The shared model itself is never hooked, so other visitors' passes cannot see
 or slow this one.
 
+A decode step (one token after a filled cache) goes faster where the fast lone pass runs
+(engine/fast/lone.py): the same pass made layer by layer, each half a compiled call, timed from
+here, with its states and queries kept. So looking inside costs a step little more than not
+looking. It is used only after a probe at this thread count has found it giving the twin's
+logits, cache entries, states and attention weights, all `torch.equal`; elsewhere the twin runs.
+
 - Logit lens (raw: no trained translator): the decoder's input and each layer's output at the
   last position, through the model's final norm (each row with its own statistics) and the LM
   head, softmax. The last layer's lens is the step's own distribution: the model's logits.
@@ -21,6 +27,7 @@ or slow this one.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import threading
 import time
@@ -35,11 +42,16 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from engine.errors import SettingsError
-from engine.forward import cache_length, crop_cache, new_cache, on_cpu, plain_head
+from engine.fast import scripted_llama
+from engine.fast.lone import LonePass, lone_pass, plain_filled
+from engine.fast.scripted_llama import LayerParts
+from engine.forward import cache_length, crop_cache, eager_step, new_cache, on_cpu, plain_head
 from engine.loading import LoadedModel
 
 INSIDE_ATTENTION = "token_by_token_inside"  # the twin's attention implementation
 PROBE_IDS = (1, 2, 3, 4, 5, 6)  # a short prompt for the twin's probe
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -246,10 +258,18 @@ def _hook(twin: PreTrainedModel) -> None:
 
 def inside_pass(lm: LoadedModel, token_ids: list[int], cache: DynamicCache) -> tuple[torch.Tensor, Capture]:
     """The next-token logits `[vocab]` after reading `token_ids` into `cache` (the model's own
-    numbers, on the probed twin), and what the pass showed of itself."""
+    numbers), and what the pass showed of itself: a decode step through the fast lone pass made
+    in parts where that is proven to show what the twin shows, else on the probed twin."""
     twin = inside_twin(lm)
     if twin is None:
         raise SettingsError("inside view", lm.name, "a model whose attention and norms this view can read")
+    if len(token_ids) == 1 and plain_filled(cache, lm) and (parts := _proven_parts(lm)) is not None:
+        return _pass_in_parts(lm, parts, token_ids[0], cache)
+    return _twin_pass(lm, twin, token_ids, cache)
+
+
+def _twin_pass(lm: LoadedModel, twin: PreTrainedModel, token_ids: list[int], cache: DynamicCache
+               ) -> tuple[torch.Tensor, Capture]:
     capture = Capture(position=cache_length(cache) + len(token_ids) - 1)
     before = cache_length(cache)
     _capturing.capture = capture
@@ -273,6 +293,74 @@ def inside_pass(lm: LoadedModel, token_ids: list[int], cache: DynamicCache) -> t
                              for layer, parts in capture.queries.items()}
     capture.queries = {}  # no reference to the cache's tensors is kept
     return logits, capture
+
+
+# ---- a decode step in parts, on the fast lone pass ---------------------------------------------
+
+PROBE_STEPS = (7, 3, 11)  # tokens decoded after PROBE_IDS, each way, by the parts' probe
+_parts: weakref.WeakKeyDictionary[PreTrainedModel, dict[int, tuple[LonePass, LayerParts] | None]] = \
+    weakref.WeakKeyDictionary()
+_parts_lock = threading.Lock()
+
+
+def _pass_in_parts(lm: LoadedModel, parts: tuple[LonePass, LayerParts], token_id: int, cache: DynamicCache
+                   ) -> tuple[torch.Tensor, Capture]:
+    """A decode step on the fast lone pass, made layer by layer (engine/fast/lone.py): the
+    step's own digits at the fast step's speed, and the twin's capture, read from the pass."""
+    fast, layer_parts = parts
+    position = cache_length(cache)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        seen = fast.step_in_parts(token_id, cache, layer_parts)
+        logits = on_cpu(lm, seen.logits)
+    capture = Capture(hidden=seen.hidden, kv_bytes=dict(enumerate(seen.kv_bytes)),
+                      marks=[("start", -1, started), *seen.marks], position=position,
+                      forward_ms=(time.perf_counter() - started) * 1e3)
+    with torch.inference_mode():
+        capture.attention = {layer: _over_positions(_last_query_weights(query, keys, None, fast.weights.scale),
+                                                    position + 1)
+                             for layer, (query, keys) in enumerate(zip(seen.queries, seen.keys, strict=True))}
+    return logits, capture
+
+
+def _proven_parts(lm: LoadedModel) -> tuple[LonePass, LayerParts] | None:
+    """The fast pass and its compiled parts, where a probe at this thread count showed them
+    giving the twin's logits, cache entries, states and attention weights (torch.equal)."""
+    threads = torch.get_num_threads()
+    with _parts_lock:
+        known = _parts.setdefault(lm.model, {})
+        if threads not in known:
+            try:
+                known[threads] = _probed_parts(lm)
+            except Exception:  # whatever went wrong, the twin still shows the pass
+                known[threads] = None
+            _log.info("looking inside decode steps of %s at %d threads: %s", lm.name, threads,
+                      "the fast lone pass in parts (probed equal to the twin)" if known[threads] else "the eager twin")
+        return known[threads]
+
+
+def _probed_parts(lm: LoadedModel) -> tuple[LonePass, LayerParts] | None:
+    fast, layer_parts = lone_pass(lm, eager_step), scripted_llama.compiled_layer_parts()
+    twin = inside_twin(lm)
+    if fast is None or layer_parts is None or twin is None:
+        return None
+    vocab = lm.vocab_size
+    ours, theirs = new_cache(lm), new_cache(lm)
+    with torch.inference_mode():
+        for cache in (ours, theirs):
+            eager_step(lm, [t % vocab for t in PROBE_IDS], cache)
+    for token in (t % vocab for t in PROBE_STEPS):
+        expected_logits, expected = _twin_pass(lm, twin, [token], theirs)
+        got_logits, got = _pass_in_parts(lm, (fast, layer_parts), token, ours)
+        same = (torch.equal(expected_logits, got_logits) and len(expected.hidden) == len(got.hidden)
+                and all(torch.equal(a, b) for a, b in zip(expected.hidden, got.hidden, strict=True))
+                and expected.attention.keys() == got.attention.keys()
+                and all(torch.equal(expected.attention[k], got.attention[k]) for k in expected.attention)
+                and expected.kv_bytes == got.kv_bytes)
+        if not same:
+            return None
+    return (fast, layer_parts) if all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+                                      for a, b in zip(ours.layers, theirs.layers, strict=True)) else None
 
 
 # ---- the view, for a step and its pick -------------------------------------------------------

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -73,6 +74,50 @@ class LonePass:
         return scripted_llama.run_decode(self.run, self.weights, self.layer_hows, self.head_hows,
                                          int(self.weights.head.shape[0]), [token_id], [cache])
 
+    def step_in_parts(self, token_id: int, cache: DynamicCache, parts: scripted_llama.LayerParts) -> PartsSeen:
+        """`step`, made layer by layer and half by half (`parts`: the same operations as `run`,
+        so the same digits), keeping what a look inside the pass shows: each layer's output at
+        the token, its query and the keys it read, and when each part began and ended. The
+        cache grows only once the whole pass is made."""
+        w, per, hows = self.weights, scripted_llama.LAYER_WEIGHTS, self.layer_hows
+        clock, marks = time.perf_counter, []
+        hidden = w.embed(torch.tensor([[token_id]], device=w.head.device))  # [1, 1, hidden]
+        cos, sin = w.rotary(hidden, torch.tensor([[cache.get_seq_length()]], device=w.head.device))
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        states, queries, grown = [hidden[0, -1].float().clone()], [], []
+        marks.append(("layer", 0, clock()))
+        with torch.jit.optimized_execution(False):  # as run_decode: the ops as written
+            for layer, cached in enumerate(cache.layers):
+                lw, how = list(w.layers[layer * per:(layer + 1) * per]), hows[layer * per:(layer + 1) * per]
+                marks.append(("attention_start", layer + 1, clock()))
+                hidden, query, keys, values = parts.attention(hidden, cos, sin, lw, how, cached.keys, cached.values,
+                                                              w.eps, w.head_dim, w.scale, w.gqa)
+                marks += [("attention_end", layer + 1, clock()), ("mlp_start", layer + 1, clock())]
+                hidden = parts.mlp(hidden, lw, how, w.eps)
+                marks.append(("mlp_end", layer + 1, clock()))
+                states.append(hidden[0, -1].float().clone())
+                queries.append(query)
+                grown.append((keys, values))
+                marks.append(("layer_end", layer + 1, clock()))
+            logits = parts.head(hidden, w.norm, w.eps, w.head, self.head_hows, int(w.head.shape[0]))[0, -1]
+            marks.append(("head_end", -1, clock()))
+        for cached, (keys, values) in zip(cache.layers, grown, strict=True):
+            cached.keys, cached.values = keys, values
+        return PartsSeen(logits, states, queries, [keys for keys, _ in grown],
+                         [k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in grown], marks)
+
+
+@dataclass(frozen=True)
+class PartsSeen:
+    """What a decode step made in parts showed of itself (engine/inside.py reads it)."""
+
+    logits: torch.Tensor  # [vocab], the step's own
+    hidden: list[torch.Tensor]  # [hidden] float32 at the token: the decoder's input, then each layer's output
+    queries: list[torch.Tensor]  # per layer: the rotated query [1, heads, 1, head_dim]
+    keys: list[torch.Tensor]  # per layer: every key the query met [1, kv_heads, positions, head_dim]
+    kv_bytes: list[int]  # per layer: the keys and values read
+    marks: list[tuple[str, int, float]]  # (part, layer, perf_counter), as engine/inside.py's hooks mark them
+
 
 _lock = threading.Lock()
 _decisions: weakref.WeakKeyDictionary[PreTrainedModel, dict[int, tuple[LoneDecision, LonePass | None]]] = \
@@ -92,6 +137,11 @@ def lone_step(lm: LoadedModel, token_ids: Sequence[int], cache: DynamicCache | N
 def lone_decision(lm: LoadedModel, eager: EagerStep) -> LoneDecision:
     """Which pass a lone decode step takes at this thread's count (probed on first call)."""
     return _decided(lm, eager)[0]
+
+
+def lone_pass(lm: LoadedModel, eager: EagerStep) -> LonePass | None:
+    """The proven fast pass at this thread's count, or None where the eager pass runs."""
+    return _decided(lm, eager)[1]
 
 
 def plain_filled(cache: DynamicCache | None, lm: LoadedModel) -> bool:

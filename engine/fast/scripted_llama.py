@@ -144,9 +144,19 @@ def after_attention(residual: Tensor, attended: Tensor, w: list[Tensor], how: li
                     prompt_rows: PromptRows) -> Tensor:
     """The rest of a layer from its attention output `[1, heads, n, head_dim]`: the output
     projection and residual, then the post-attention norm, the SiLU MLP and its residual."""
+    return mlp_block(attention_output(residual, attended, w, how, prompt_rows), w, how, eps, prompt_rows)
+
+
+def attention_output(residual: Tensor, attended: Tensor, w: list[Tensor], how: list[int],
+                     prompt_rows: PromptRows) -> Tensor:
+    """The attention output `[1, heads, n, head_dim]` through the output projection, added to the residual."""
     n = residual.shape[1]
     attended = attended.transpose(1, 2).contiguous().reshape(1, n, -1).contiguous()
-    hidden = residual + rows_linear(attended, w[4], how[4], prompt_rows)
+    return residual + rows_linear(attended, w[4], how[4], prompt_rows)
+
+
+def mlp_block(hidden: Tensor, w: list[Tensor], how: list[int], eps: float, prompt_rows: PromptRows) -> Tensor:
+    """The post-attention norm, the SiLU MLP and its residual."""
     normed = rms_norm(hidden, w[5], eps)
     if how[6] == 4 and how[7] == 4:  # LONE_ROWS: gate and up in one call
         gate, up = torch.ops.token_by_token.lone_rows_linears(normed[0], [w[6], w[7]])
@@ -230,6 +240,35 @@ def prefill_logits(hidden: Tensor, cos: Tensor, sin: Tensor, starts: list[int], 
     return sliced_linear(last, head_weight, head_hows, head_chunk), all_keys, all_values
 
 
+def lone_attention(hidden: Tensor, cos: Tensor, sin: Tensor, w: list[Tensor], how: list[int], keys: Tensor,
+                   values: Tensor, eps: float, head_dim: int, scale: float, gqa: bool
+                   ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One layer's attention half for one decode token, op for op as `decoder_pass` makes it for
+    a row (`cos`, `sin` `[1, 1, 1, head_dim]`, already unsqueezed): the hidden state after the
+    attention's residual, the rotated query `[1, heads, 1, head_dim]`, and the layer's keys and
+    values grown by the token (the cache passed in is not changed). A pass made of these,
+    `lone_mlp` and `lone_head` layer by layer gives `packed_logits`' digits for one row."""
+    no_rows = no_prompt_rows()
+    query, key, value = rotated_projections(hidden, w, how, eps, head_dim, cos, sin, no_rows)
+    grown_key = torch.cat([keys, key[:, :, 0:1]], dim=-2)
+    grown_value = torch.cat([values, value[:, :, 0:1]], dim=-2)
+    attended = F.scaled_dot_product_attention(query[:, :, 0:1], grown_key, grown_value, attn_mask=None,
+                                              dropout_p=0.0, is_causal=False, scale=scale, enable_gqa=gqa)
+    hidden = attention_output(hidden, torch.cat([attended], dim=2), w, how, no_rows)
+    return hidden, query, grown_key, grown_value
+
+
+def lone_mlp(hidden: Tensor, w: list[Tensor], how: list[int], eps: float) -> Tensor:
+    """One layer's MLP half for one decode token (see `lone_attention`)."""
+    return mlp_block(hidden, w, how, eps, no_prompt_rows())
+
+
+def lone_head(hidden: Tensor, norm_weight: Tensor, eps: float, head_weight: Tensor, head_hows: list[int],
+              head_chunk: int) -> Tensor:
+    """The final norm and the language-model head for one decode token: logits `[1, 1, vocab]`."""
+    return sliced_linear(rms_norm(hidden, norm_weight, eps), head_weight, head_hows, head_chunk)
+
+
 def grows_layer_by_layer(cache: DynamicCache, layers: int) -> bool:
     """Whether `cache` holds `layers` filled plain DynamicLayers: what `run_decode` grows, as
     DynamicLayer.update does."""
@@ -273,6 +312,20 @@ def compiled_prefill() -> Callable | None:
     return _compiled_functions().get("prefill")
 
 
+class LayerParts(NamedTuple):
+    """The decode pass in parts, compiled: what a pass that looks inside times one by one."""
+
+    attention: Callable  # lone_attention
+    mlp: Callable  # lone_mlp
+    head: Callable  # lone_head
+
+
+def compiled_layer_parts() -> LayerParts | None:
+    """`lone_attention`, `lone_mlp` and `lone_head` compiled by TorchScript (once), or None."""
+    found = _compiled_functions()
+    return LayerParts(found["attention"], found["mlp"], found["head"]) if "attention" in found else None
+
+
 def _compiled_functions() -> dict[str, Callable]:
     global _compile_failed
     if not _compiled and not _compile_failed:
@@ -280,7 +333,9 @@ def _compiled_functions() -> dict[str, Callable]:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # still supported; see the module docstring
-                _compiled.update(decode=torch.jit.script(packed_logits), prefill=torch.jit.script(prefill_logits))
+                _compiled.update(decode=torch.jit.script(packed_logits), prefill=torch.jit.script(prefill_logits),
+                                 attention=torch.jit.script(lone_attention), mlp=torch.jit.script(lone_mlp),
+                                 head=torch.jit.script(lone_head))
         except Exception:  # any failure to compile leaves the eager passes in charge
             _compiled.clear()
             _compile_failed = True

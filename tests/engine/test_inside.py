@@ -144,6 +144,50 @@ def test_bad_requests_get_the_engines_own_errors(lm) -> None:
         gen.inside_view()
 
 
+def fast_lone_pass_or_skip(lm) -> None:
+    from engine.fast.lone import lone_pass
+    from engine.forward import eager_step
+    if lone_pass(lm, eager_step) is None:
+        pytest.skip("the fast lone pass is not proven on this CPU: every look inside runs on the twin")
+
+
+def test_a_decode_step_looked_inside_runs_the_fast_pass_in_parts_and_shows_the_twins_numbers(lm, monkeypatch) -> None:
+    from engine import inside as inside_module
+    fast_lone_pass_or_skip(lm)
+    assert inside_module._proven_parts(lm) is not None
+    in_parts = []
+    real = inside_module._pass_in_parts
+    monkeypatch.setattr(inside_module, "_pass_in_parts", lambda *args: in_parts.append(1) or real(*args))
+    fast = steps_with_inside(lm, PROMPT, 3)
+    assert len(in_parts) == 2  # steps 2 and 3; step 1 reads the prompt on the twin
+    monkeypatch.setattr(inside_module, "_proven_parts", lambda lm: None)
+    twin = steps_with_inside(lm, PROMPT, 3)
+    assert len(in_parts) == 2
+    for position in (1, 2):
+        ours, theirs = fast._captures[position], twin._captures[position]
+        assert all(torch.equal(a, b) for a, b in zip(ours.hidden, theirs.hidden, strict=True))
+        assert all(torch.equal(ours.attention[k], theirs.attention[k]) for k in theirs.attention)
+        assert torch.equal(fast.raw_logits(position + 1), twin.raw_logits(position + 1))
+    assert fast.inside_view().layer(5).attention == twin.inside_view().layer(5).attention
+
+
+def test_parts_that_differ_from_the_twin_by_a_bit_leave_the_twin_in_charge(lm, monkeypatch) -> None:
+    import weakref
+
+    from engine import inside as inside_module
+    from engine.fast import scripted_llama
+    fast_lone_pass_or_skip(lm)
+    real = scripted_llama.compiled_layer_parts()
+    off_by_a_bit = scripted_llama.LayerParts(real.attention, lambda *args: real.mlp(*args) * (1 + 2 ** -20), real.head)
+    monkeypatch.setattr(scripted_llama, "compiled_layer_parts", lambda: off_by_a_bit)
+    monkeypatch.setattr(inside_module, "_parts", weakref.WeakKeyDictionary())
+    assert inside_module._proven_parts(lm) is None
+    plain, looked = Generation(lm, PROMPT, sampler=GREEDY), steps_with_inside(lm, PROMPT, 3)
+    for _ in range(3):
+        plain.step()
+    assert torch.equal(plain.raw_logits(), looked.raw_logits()) and looked.inside_view().layers[-1].pick_rank == 1
+
+
 def tiny_of(config, model_class, name: str) -> LoadedModel:
     tokenizer = tiny_tokenizer()
     with torch.random.fork_rng():

@@ -46,6 +46,7 @@ from engine.fast import scripted_llama
 from engine.fast.lone import LonePass, lone_pass, plain_filled
 from engine.fast.scripted_llama import LayerParts
 from engine.forward import cache_length, crop_cache, eager_step, new_cache, on_cpu, plain_head
+from engine.kvcache import same_entries
 from engine.loading import LoadedModel
 
 INSIDE_ATTENTION = "token_by_token_inside"  # the twin's attention implementation
@@ -138,8 +139,13 @@ def inside_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     capture: Capture | None = getattr(_capturing, "capture", None)
     if capture is not None:
         capture.queries[module.layer_idx] = (query[:, :, -1:], key, attention_mask, kwargs.get("scaling"))
-        capture.kv_bytes[module.layer_idx] = sum(t.numel() * t.element_size() for t in (key, value))
+        capture.kv_bytes[module.layer_idx] = _read_bytes(key, value)
     return out
+
+
+def _read_bytes(key: torch.Tensor, value: torch.Tensor) -> int:
+    """The bytes of the keys and values a layer's query read."""
+    return key.numel() * key.element_size() + value.numel() * value.element_size()
 
 
 def _last_query_weights(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None,
@@ -196,10 +202,7 @@ def _probed_twin(lm: LoadedModel) -> PreTrainedModel | None:
     with torch.inference_mode():
         expected = model(input_ids=ids, past_key_values=theirs, use_cache=True, logits_to_keep=1).logits
         got = twin(input_ids=ids, past_key_values=ours, use_cache=True, logits_to_keep=1).logits
-    same = torch.equal(expected, got) and all(
-        torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
-        for a, b in zip(ours.layers, theirs.layers, strict=True))
-    return twin if same else None
+    return twin if torch.equal(expected, got) and same_entries(ours, theirs) else None
 
 
 def _layers(model: nn.Module) -> Sequence[nn.Module] | None:
@@ -313,13 +316,13 @@ def _pass_in_parts(lm: LoadedModel, parts: tuple[LonePass, LayerParts], token_id
     with torch.inference_mode():
         seen = fast.step_in_parts(token_id, cache, layer_parts)
         logits = on_cpu(lm, seen.logits)
-    capture = Capture(hidden=seen.hidden, kv_bytes=dict(enumerate(seen.kv_bytes)),
+    capture = Capture(hidden=seen.hidden, kv_bytes={layer: _read_bytes(*kv) for layer, kv in enumerate(seen.read)},
                       marks=[("start", -1, started), *seen.marks], position=position,
                       forward_ms=(time.perf_counter() - started) * 1e3)
     with torch.inference_mode():
         capture.attention = {layer: _over_positions(_last_query_weights(query, keys, None, fast.weights.scale),
                                                     position + 1)
-                             for layer, (query, keys) in enumerate(zip(seen.queries, seen.keys, strict=True))}
+                             for layer, (query, (keys, _)) in enumerate(zip(seen.queries, seen.read, strict=True))}
     return logits, capture
 
 
@@ -359,8 +362,7 @@ def _probed_parts(lm: LoadedModel) -> tuple[LonePass, LayerParts] | None:
                 and expected.kv_bytes == got.kv_bytes)
         if not same:
             return None
-    return (fast, layer_parts) if all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
-                                      for a, b in zip(ours.layers, theirs.layers, strict=True)) else None
+    return (fast, layer_parts) if same_entries(ours, theirs) else None
 
 
 # ---- the view, for a step and its pick -------------------------------------------------------

@@ -75,3 +75,9 @@ def read_kv(cache: object | None, geometry: KVGeometry, model_dtype: torch.dtype
         formula_bytes=geometry.bytes_for(positions, per_value),
         formula=formula,
     )
+
+
+def same_entries(ours: object, theirs: object) -> bool:
+    """Whether two caches hold the same keys and values in every layer, bit for bit (torch.equal)."""
+    return all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+               for a, b in zip(ours.layers, theirs.layers, strict=True))

@@ -35,6 +35,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from engine.fast import exact_rows_kernel, scripted_llama
+from engine.kvcache import same_entries
 from engine.loading import LoadedModel
 
 LONE_PASS_ENV = "TBT_LONE_PASS"  # "eager": every lone step through transformers' pass (comparisons, a suspect CPU)
@@ -103,8 +104,7 @@ class LonePass:
             marks.append(("head_end", -1, clock()))
         for cached, (keys, values) in zip(cache.layers, grown, strict=True):
             cached.keys, cached.values = keys, values
-        return PartsSeen(logits, states, queries, [keys for keys, _ in grown],
-                         [k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in grown], marks)
+        return PartsSeen(logits, states, queries, grown, marks)
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,7 @@ class PartsSeen:
     logits: torch.Tensor  # [vocab], the step's own
     hidden: list[torch.Tensor]  # [hidden] float32 at the token: the decoder's input, then each layer's output
     queries: list[torch.Tensor]  # per layer: the rotated query [1, heads, 1, head_dim]
-    keys: list[torch.Tensor]  # per layer: every key the query met [1, kv_heads, positions, head_dim]
-    kv_bytes: list[int]  # per layer: the keys and values read
+    read: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: every key and value the query met
     marks: list[tuple[str, int, float]]  # (part, layer, perf_counter), as engine/inside.py's hooks mark them
 
 
@@ -201,9 +200,7 @@ def _probe_agrees(lm: LoadedModel, fast: LonePass, eager: EagerStep) -> bool:
         for token in (t % vocab for t in PROBE_STEPS):
             if not torch.equal(fast.step(token, ours), eager(lm, [token], theirs)):
                 return False
-        same = all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
-                   for a, b in zip(ours.layers, theirs.layers, strict=True))
-        if not same:
+        if not same_entries(ours, theirs):
             return False
     return True
 

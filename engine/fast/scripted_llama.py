@@ -166,6 +166,17 @@ def mlp_block(hidden: Tensor, w: list[Tensor], how: list[int], eps: float, promp
     return hidden + rows_linear(gated, w[8], how[8], prompt_rows)
 
 
+def attend_row(query: Tensor, key: Tensor, value: Tensor, i: int, keys: Tensor, values: Tensor, scale: float,
+               gqa: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Row i's attention in a decode pass: its query `[1, heads, 1, head_dim]` against its own
+    cache's keys and values grown by its token; returns the output and the grown keys and values."""
+    row_keys = torch.cat([keys, key[:, :, i:i + 1]], dim=-2)
+    row_values = torch.cat([values, value[:, :, i:i + 1]], dim=-2)
+    attended = F.scaled_dot_product_attention(query[:, :, i:i + 1], row_keys, row_values, attn_mask=None,
+                                              dropout_p=0.0, is_causal=False, scale=scale, enable_gqa=gqa)
+    return attended, row_keys, row_values
+
+
 def decoder_pass(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor], hows: list[int],
                  keys: list[Tensor], values: list[Tensor], eps: float, head_dim: int, scale: float,
                  gqa: bool) -> tuple[Tensor, list[Tensor], list[Tensor]]:
@@ -185,12 +196,11 @@ def decoder_pass(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor]
         query, key, value = rotated_projections(hidden, w, how, eps, head_dim, cos, sin, no_rows)
         outputs: list[Tensor] = []
         for i in range(rows):  # each row against its own visitor's cache
-            row_keys = torch.cat([keys[layer * rows + i], key[:, :, i:i + 1]], dim=-2)
-            row_values = torch.cat([values[layer * rows + i], value[:, :, i:i + 1]], dim=-2)
+            attended, row_keys, row_values = attend_row(query, key, value, i, keys[layer * rows + i],
+                                                        values[layer * rows + i], scale, gqa)
             grown_keys.append(row_keys)
             grown_values.append(row_values)
-            outputs.append(F.scaled_dot_product_attention(query[:, :, i:i + 1], row_keys, row_values, attn_mask=None,
-                                                          dropout_p=0.0, is_causal=False, scale=scale, enable_gqa=gqa))
+            outputs.append(attended)
         hidden = after_attention(hidden, torch.cat(outputs, dim=2), w, how, eps, no_rows)
     return hidden, grown_keys, grown_values
 
@@ -250,12 +260,8 @@ def lone_attention(hidden: Tensor, cos: Tensor, sin: Tensor, w: list[Tensor], ho
     `lone_mlp` and `lone_head` layer by layer gives `packed_logits`' digits for one row."""
     no_rows = no_prompt_rows()
     query, key, value = rotated_projections(hidden, w, how, eps, head_dim, cos, sin, no_rows)
-    grown_key = torch.cat([keys, key[:, :, 0:1]], dim=-2)
-    grown_value = torch.cat([values, value[:, :, 0:1]], dim=-2)
-    attended = F.scaled_dot_product_attention(query[:, :, 0:1], grown_key, grown_value, attn_mask=None,
-                                              dropout_p=0.0, is_causal=False, scale=scale, enable_gqa=gqa)
-    hidden = attention_output(hidden, torch.cat([attended], dim=2), w, how, no_rows)
-    return hidden, query, grown_key, grown_value
+    attended, grown_key, grown_value = attend_row(query, key, value, 0, keys, values, scale, gqa)
+    return attention_output(hidden, attended, w, how, no_rows), query, grown_key, grown_value
 
 
 def lone_mlp(hidden: Tensor, w: list[Tensor], how: list[int], eps: float) -> Tensor:

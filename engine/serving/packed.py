@@ -31,6 +31,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from engine.fast import exact_rows_kernel, scripted_llama
 from engine.forward import cache_length, crop_cache, forward, new_cache, on_cpu
+from engine.kvcache import same_entries
 from engine.loading import LoadedModel
 from engine.serving import packed_twin
 from engine.serving.packed_twin import ROWWISE_CHUNK
@@ -199,8 +200,7 @@ def _probe_cache(lm: LoadedModel, token_ids: Sequence[int]) -> tuple[torch.Tenso
 
 
 def _same_caches(caches: Sequence[DynamicCache], others: Sequence[DynamicCache]) -> bool:
-    return all(torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
-               for a, b in zip(caches, others, strict=True) for ours, theirs in zip(a.layers, b.layers, strict=True))
+    return all(same_entries(a, b) for a, b in zip(caches, others, strict=True))
 
 
 def _sdpa_matches(lm: LoadedModel, weights: scripted_llama.LlamaWeights) -> bool:

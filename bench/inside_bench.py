@@ -5,8 +5,8 @@
 Steps greedy decode steps of the bundled model three ways, rounds interleaved so each sees the
 same machine: with the view closed (no capture), with the pass captured, and captured with its
 view built after each step (`Generation.inside_view`: the lens rows through the head in one
-product, their statistics, the attention from the captured queries). Prints the median per
-step of each and the parts of a view; writes bench/results/inside.json.
+pass over it, engine/fast/lens_kernel.py, their statistics, the attention from the captured queries). Prints the median per
+step of each and the parts of a view (the lens product also as `F.linear`, to compare); writes bench/results/inside.json.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from engine import Generation, SamplerSettings, StopSettings, load_model
+from engine.fast.lens_kernel import lens_linear
 from engine.forward import plain_head
 from engine.inside import final_norm
 
@@ -46,15 +47,16 @@ def stepping(lm, steps: int, inside: bool, view: bool) -> tuple[list[float], lis
     return step_ms, view_ms
 
 
-def lens_product_ms(lm, repeats: int = 10) -> float:
-    """The view's largest part on its own: every layer's row through the final norm and the head."""
+def lens_product_ms(lm, product=lens_linear, repeats: int = 10) -> float:
+    """The view's largest part on its own: the lens rows below the last through the final norm and
+    the head (the view's own product, or another to compare with)."""
     rows = torch.randn(lm.geometry.layers, lm.model.config.hidden_size)
     norm, head = final_norm(lm.model), plain_head(lm)
     with torch.inference_mode():
-        torch.nn.functional.linear(norm(rows[None])[0], head.weight)
+        product(norm(rows[None])[0], head.weight)
         started = time.perf_counter()
         for _ in range(repeats):
-            torch.nn.functional.linear(norm(rows[None])[0], head.weight)
+            product(norm(rows[None])[0], head.weight)
     return (time.perf_counter() - started) / repeats * 1e3
 
 
@@ -76,6 +78,7 @@ def main() -> None:
     result = {name: round(statistics.median(values), 1) for name, values in steps.items()}
     result["view"] = round(statistics.median(views), 1)
     result["lens product"] = round(lens_product_ms(lm), 1)
+    result["same by F.linear"] = round(lens_product_ms(lm, torch.nn.functional.linear), 1)
     result["added per step"] = round(result["captured"] - result["closed"] + result["view"], 1)
     for name, value in result.items():
         print(f"{name:>16}: {value:6.1f} ms")

@@ -17,7 +17,9 @@ logits, cache entries, states and attention weights, all `torch.equal`; elsewher
 
 - Logit lens (raw: no trained translator): the decoder's input and each layer's output at the
   last position, through the model's final norm (each row with its own statistics) and the LM
-  head, softmax. The last layer's lens is the step's own distribution: the model's logits.
+  head, softmax. The last layer's lens is the step's own distribution: the model's logits. The
+  rows below it go through the head in one pass over its weight (engine/fast/lens_kernel.py):
+  the CPU's matrix product took twice as long, copying the 113 MB head before using it.
 - Attention: softmax(q · Kᵀ · scaling + mask) for the fed token's query against every cached
   key, per query head (with grouped-query attention, query head h reads KV head h // group).
 - Time: per layer, its attention and its MLP, measured in the pass; bytes: each layer's weights
@@ -43,11 +45,13 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from engine.errors import SettingsError
 from engine.fast import scripted_llama
+from engine.fast.lens_kernel import lens_linear, lens_statistics
 from engine.fast.lone import LonePass, lone_pass, plain_filled
 from engine.fast.scripted_llama import LayerParts
 from engine.forward import cache_length, crop_cache, eager_step, new_cache, on_cpu, plain_head
 from engine.kvcache import same_entries
 from engine.loading import LoadedModel
+from engine.sampling import entropy_bits
 
 INSIDE_ATTENTION = "token_by_token_inside"  # the twin's attention implementation
 PROBE_IDS = (1, 2, 3, 4, 5, 6)  # a short prompt for the twin's probe
@@ -382,9 +386,9 @@ def inside_view(lm: LoadedModel, capture: Capture, logits: torch.Tensor, pick: i
         with torch.inference_mode():
             hidden = torch.stack(capture.hidden[:-1]).to(lm.device, lm.dtype)  # [layers, hidden]; the last: the step's
             normed = norm(hidden.unsqueeze(0))[0]  # each row with its own statistics
-            # [layers, vocab], one product for every row; rows contiguous, so each softmax reads one run
-            rows = on_cpu(lm, torch.nn.functional.linear(normed, head.weight, head.bias))
-            lens = _lens_stats(rows, pick) + _lens_stats(logits.unsqueeze(0), pick)  # the last: the step's own
+            # [layers, vocab], one pass over the head for every row; rows contiguous, so each softmax reads one run
+            rows = on_cpu(lm, lens_linear(normed, head.weight, head.bias))
+            lens = _lens_stats(rows, pick) + [_own_stats(logits, pick)]  # the last: the step's own
     attention_missing = not capture.attention
     if attention_missing:
         unavailable.append(f"attention: {lm.model.config._attn_implementation} attention gives no weights here")
@@ -409,15 +413,28 @@ def inside_view(lm: LoadedModel, capture: Capture, logits: torch.Tensor, pick: i
 
 def _lens_stats(rows: torch.Tensor, pick: int) -> list[tuple[int, float, float, int, float]]:
     """Per lens row `[layers, vocab]`: (top token, its p, the pick's p, the pick's rank, entropy
-    in bits), every row at once."""
+    in bits), every row at once: by the lens kernel where it serves, else by torch."""
     rows = rows.float()
-    probs = rows.softmax(dim=-1)  # the probabilities as the step computes its own (the last row is equal)
+    if (fast := lens_statistics(rows, pick)) is not None:
+        return fast
+    probs = rows.softmax(dim=-1)
     top_probs, tops = probs.max(dim=-1)  # the first of equal maxima, as argmax
     ranks = (rows > rows[:, pick : pick + 1]).sum(dim=-1) + 1
-    # H = -Σ p log p from the log-softmax: a quarter of entr's time on 31 rows; 0 · log 0 counts 0
-    entropies = -(probs * rows.log_softmax(dim=-1)).nansum(dim=-1).double() / math.log(2)
+    # H = -Σ p log p, with log p = z - log Σ e^z and log Σ e^z = z_top - log p_top: the softmax's
+    # exponentials serve both (a log-softmax would take them again); 0 · log 0 counts 0
+    log_total = rows.gather(1, tops[:, None]) - top_probs[:, None].log()
+    entropies = -(probs * (rows - log_total)).nansum(dim=-1).double() / math.log(2)
     return list(zip(tops.tolist(), top_probs.tolist(), probs[:, pick].tolist(), ranks.tolist(), entropies.tolist(),
                     strict=True))
+
+
+def _own_stats(logits: torch.Tensor, pick: int) -> tuple[int, float, float, int, float]:
+    """The last layer's lens: the step's own distribution, with the step's own entropy."""
+    logits = logits.float()
+    probs = logits.softmax(dim=-1)  # as the step computes its own
+    top_prob, top = probs.max(dim=-1)
+    rank = int((logits > logits[pick]).sum()) + 1
+    return int(top), float(top_prob), float(probs[pick]), rank, entropy_bits(probs)
 
 
 _sizes: weakref.WeakKeyDictionary[PreTrainedModel, list[int]] = weakref.WeakKeyDictionary()

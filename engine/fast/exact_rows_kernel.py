@@ -30,24 +30,20 @@ batched 1-row products.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import threading
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from engine.fast import native_build
 from engine.fast.row_products import one_row_products
-from engine.loading import cache_root
 
 SOURCE = Path(__file__).with_name("exact_rows_kernel.cpp")
 NAMESPACE = "token_by_token"
 BUILD_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]  # never fuse a multiply and an add
 PROBE_ROWS = 5  # rows of the agreement probe: a whole group of four and one more
-STALE_LOCK_S = 300  # a build's lock file older than this was left by a build that died
 
 _log = logging.getLogger(__name__)
 _lock = threading.RLock()  # kernel_agrees holds it while the op it probes makes sure it is registered
@@ -104,49 +100,13 @@ def lone_rows_linears(x: torch.Tensor, weights: list[torch.Tensor]) -> list[torc
 
 
 def _build() -> bool:
-    from torch.utils import cpp_extension  # imports setuptools: only when building
-
-    name = _build_name()
     try:
-        folder = cache_root() / "kernels" / name
-        folder.mkdir(parents=True, exist_ok=True)
-        _clear_stale_lock(folder)
-        cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=BUILD_FLAGS, extra_ldflags=["-fopenmp"],
-                           build_directory=str(folder), is_python_module=False, verbose=False)
+        native_build.build_library(SOURCE, BUILD_FLAGS, "token_by_token_lone_rows")
         return True
     except Exception as error:  # no compiler, no ninja, a failed build: the batched products serve
         _log.warning("the exact rows kernel could not be built (%s); packed passes use batched products",
-                     str(error).splitlines()[0] if str(error) else type(error).__name__)
+                     native_build.first_line(error))
         return False
-
-
-def _clear_stale_lock(folder: Path) -> None:
-    """torch waits for as long as a build's lock file exists; a build killed part-way leaves one
-    behind, and every later start would wait for ever. A build takes seconds: an old lock is stale."""
-    lock = folder / "lock"
-    try:
-        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
-            lock.unlink()
-    except OSError:  # no lock (the usual case), or another process removed it first
-        pass
-
-
-def _build_name() -> str:
-    """The build's name, changed by the source, the flags, torch's version and this CPU (built with
-    -march=native, a build must never load on a CPU that lacks its instructions)."""
-    key = " ".join([*BUILD_FLAGS, torch.__version__, _cpu_flags()])
-    digest = hashlib.sha256(SOURCE.read_bytes() + key.encode())
-    return f"token_by_token_lone_rows_{digest.hexdigest()[:12]}"
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return os.uname().machine
 
 
 _fallback_library: torch.library.Library | None = None

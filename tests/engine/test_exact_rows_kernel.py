@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import engine.fast.exact_rows_kernel as lone_rows_module
 import engine.serving.packed as packed_module
-from engine.fast import scripted_llama
+from engine.fast import native_build, scripted_llama
 from engine.fast.exact_rows_kernel import kernel_agrees, kernel_available, lone_rows_linear, lone_rows_linears
 from engine.serving.packed import forward_packed, one_row_products_how, scripted_plan
 from tests.engine.conftest import meeting_sizes
@@ -157,9 +157,9 @@ def test_a_lock_left_by_a_build_that_died_is_cleared_and_a_fresh_one_is_kept(tmp
     for folder in (stale, fresh):
         folder.mkdir()
         (folder / "lock").touch()
-    old = time.time() - lone_rows_module.STALE_LOCK_S - 60
+    old = time.time() - native_build.STALE_LOCK_S - 60
     os.utime(stale / "lock", (old, old))
-    lone_rows_module._clear_stale_lock(stale)
-    lone_rows_module._clear_stale_lock(fresh)
-    lone_rows_module._clear_stale_lock(tmp_path / "missing")  # no folder, no lock: nothing to do
+    native_build.clear_stale_lock(stale)
+    native_build.clear_stale_lock(fresh)
+    native_build.clear_stale_lock(tmp_path / "missing")  # no folder, no lock: nothing to do
     assert not (stale / "lock").exists() and (fresh / "lock").exists()

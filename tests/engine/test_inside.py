@@ -5,6 +5,7 @@ random models of other architectures."""
 from __future__ import annotations
 
 import copy
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -63,15 +64,21 @@ def test_the_lens_is_the_final_norm_and_head_on_each_layers_hidden_state(lm) -> 
     norm, head = final_norm(lm.model), lm.model.get_output_embeddings()
     for layer in view.layers[:-1]:
         with torch.inference_mode():
-            expected = head(norm(states[layer.layer][0, -1][None, None]))[0, 0].softmax(-1)
+            logits = head(norm(states[layer.layer][0, -1][None, None]))[0, 0]
+        expected = logits.softmax(-1)
         assert layer.top_token_id == int(expected.argmax())
         assert layer.top_prob == pytest.approx(float(expected.max()), abs=1e-5)
         assert layer.pick_prob == pytest.approx(float(expected[step.token_id]), abs=1e-5)
+        entropy = float(torch.special.entr(expected.double()).sum()) / math.log(2)
+        assert layer.entropy_bits == pytest.approx(entropy, abs=1e-4)
+        picked = logits[step.token_id]  # the rank, up to logits within float32 rounding of the pick's
+        assert int((logits > picked + 1e-4).sum()) + 1 <= layer.pick_rank <= int((logits > picked - 1e-4).sum()) + 1
     with torch.inference_mode():  # the last state is normalised once: the head gives the step's logits
         assert torch.equal(head(states[-1][:, -1:])[0, 0], gen.raw_logits(1))
     last = view.layers[-1]
     probs = gen.raw_logits(1).softmax(-1)
     assert (last.top_token_id, last.top_prob, last.pick_prob) == (step.token_id, float(probs.max()), step.prob)
+    assert last.entropy_bits == step.distribution.raw_entropy_bits  # the step's own entropy, not a second computation of it
     assert last.pick_rank == 1 and view.first_lead is not None
     assert view.layers[0].top_token_id == gen.prompt_ids[-1] and view.layers[0].top_prob > 0.99
 

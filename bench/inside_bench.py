@@ -5,8 +5,9 @@
 Steps greedy decode steps of the bundled model three ways, rounds interleaved so each sees the
 same machine: with the view closed (no capture), with the pass captured, and captured with its
 view built after each step (`Generation.inside_view`: the lens rows through the head in one
-pass over it, engine/fast/lens_kernel.py, their statistics, the attention from the captured queries). Prints the median per
-step of each and the parts of a view (the lens product also as `F.linear`, to compare); writes bench/results/inside.json.
+pass over it, engine/fast/lens_kernel.py, their statistics, the attention from the captured
+queries). Prints the median per step of each and the parts of a view (the lens product also as
+`F.linear`, to compare); writes bench/results/inside.json.
 """
 
 from __future__ import annotations

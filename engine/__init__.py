@@ -17,7 +17,7 @@ loaded only by a server). `engine.speed` measures what a step costs. See ARCHITE
 from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError, TraceError, shown
 from engine.generation import Candidate, Distribution, Generation, Resampled, StepRecord, Timing
-from engine.inside import InsideView, LayerView
+from engine.inside import InsideView, LayerView, prepare_inside
 from engine.kvcache import KVGeometry, KVSnapshot
 from engine.limits import Limits
 from engine.loading import BUNDLED, LoadedModel, ModelSource, load_model, resolve_source
@@ -54,7 +54,7 @@ __all__ = [
     "PassQueue", "PromptError", "PromptLookup", "Replay", "Resampled", "RoundRecord", "SamplerSettings",
     "SettingsError", "SpeculativeGeneration", "StageRecord", "StepRecord", "StopSequenceState", "StopSettings",
     "Termination", "Timing", "TokenPiece", "TokenTexts", "TraceError", "decide", "draw_uniform", "escape",
-    "first_match", "load_model", "load_trace", "on_sampler_thread", "parse_trace", "pick_by_cdf", "replay",
-    "resolve_source", "run_chain", "save_trace", "self_draft", "shown", "stop_sequence_states", "to_trace",
+    "first_match", "load_model", "load_trace", "on_sampler_thread", "parse_trace", "pick_by_cdf", "prepare_inside",
+    "replay", "resolve_source", "run_chain", "save_trace", "self_draft", "shown", "stop_sequence_states", "to_trace",
     "unescape",
 ]

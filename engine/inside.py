@@ -45,6 +45,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from engine.errors import SettingsError
 from engine.fast import scripted_llama
+from engine.fast.lens_kernel import kernel_usable as lens_kernel_usable
 from engine.fast.lens_kernel import lens_linear, lens_statistics
 from engine.fast.lone import LonePass, lone_pass, plain_filled
 from engine.fast.scripted_llama import LayerParts
@@ -372,6 +373,13 @@ def _probed_parts(lm: LoadedModel) -> tuple[LonePass, LayerParts] | None:
 # ---- the view, for a step and its pick -------------------------------------------------------
 
 
+def prepare_inside(lm: LoadedModel) -> None:
+    """Builds (or loads from the cache folder) the lens kernel now, at the server's start, so the
+    first visitor to open the view does not wait the build's twenty-odd seconds."""
+    if lm.device.type == "cpu" and lm.dtype == torch.float32:
+        lens_kernel_usable()
+
+
 def inside_view(lm: LoadedModel, capture: Capture, logits: torch.Tensor, pick: int, step: int) -> InsideView:
     """The per-layer view of one captured pass; `logits` `[vocab]`: the step's own (the last
     layer's lens), `pick`: the step's token."""
@@ -388,7 +396,7 @@ def inside_view(lm: LoadedModel, capture: Capture, logits: torch.Tensor, pick: i
             normed = norm(hidden.unsqueeze(0))[0]  # each row with its own statistics
             # [layers, vocab], one pass over the head for every row; rows contiguous, so each softmax reads one run
             rows = on_cpu(lm, lens_linear(normed, head.weight, head.bias))
-            lens = _lens_stats(rows, pick) + [_own_stats(logits, pick)]  # the last: the step's own
+            lens = [*_lens_stats(rows, pick), _own_stats(logits, pick)]  # the last: the step's own
     attention_missing = not capture.attention
     if attention_missing:
         unavailable.append(f"attention: {lm.model.config._attn_implementation} attention gives no weights here")

@@ -7,7 +7,7 @@ import logging
 
 import streamlit as st
 
-from engine import BUNDLED, LoadedModel, ModelLoadError, load_model
+from engine import BUNDLED, LoadedModel, ModelLoadError, load_model, prepare_inside
 from engine.serving import ForwardScheduler, batching_from_env
 from ui.deployment import current_deployment
 from ui.format import plain
@@ -31,6 +31,7 @@ def _load_shared(source: str, device: str | None) -> LoadedModel:
     """Read-only and shared by every visitor; per-visitor state lives in session_state."""
     _engine_log()
     lm = load_model(None if source == BUNDLED else source, device=device)
+    prepare_inside(lm)  # the lens kernel built at start, not in the first visitor's look inside
     # torch, transformers and the model are hundreds of thousands of long-lived Python objects:
     # a full garbage collection walking them is a visible stall mid-click. Frozen, they are skipped
     # (collected first, so no garbage from the load is frozen with them).

@@ -84,7 +84,8 @@ def _built() -> bool:
 def _agrees() -> bool:
     generator = torch.Generator().manual_seed(11)
     if not _statistics_agree(generator):
-        _log.warning("the lens kernel's statistics disagree with float64 ones on this machine; the logit lens uses F.linear")
+        _log.warning("the lens kernel's statistics disagree with float64 ones on this machine; "
+                     "the logit lens uses F.linear")
         return False
     for rows, size, out in PROBE_SHAPES:
         x, w = torch.randn(rows, size, generator=generator), torch.randn(out, size, generator=generator)
@@ -92,7 +93,8 @@ def _agrees() -> bool:
         exact = x.double() @ w.double().T
         scale = x.double().abs() @ w.double().abs().T
         if not bool(((ours - exact).abs() <= PROBE_TOLERANCE * scale).all()):
-            _log.warning("the lens kernel disagrees with a float64 product on this machine; the logit lens uses F.linear")
+            _log.warning("the lens kernel disagrees with a float64 product on this machine; "
+                         "the logit lens uses F.linear")
             return False
     return True
 

@@ -78,7 +78,7 @@ def test_the_lens_is_the_final_norm_and_head_on_each_layers_hidden_state(lm) -> 
     last = view.layers[-1]
     probs = gen.raw_logits(1).softmax(-1)
     assert (last.top_token_id, last.top_prob, last.pick_prob) == (step.token_id, float(probs.max()), step.prob)
-    assert last.entropy_bits == step.distribution.raw_entropy_bits  # the step's own entropy, not a second computation of it
+    assert last.entropy_bits == step.distribution.raw_entropy_bits  # the step's own entropy, not a second one
     assert last.pick_rank == 1 and view.first_lead is not None
     assert view.layers[0].top_token_id == gen.prompt_ids[-1] and view.layers[0].top_prob > 0.99
 

@@ -157,10 +157,11 @@ def _last_query_weights(query: torch.Tensor, key: torch.Tensor, mask: torch.Tens
                         scaling: object) -> torch.Tensor:
     """softmax(q Kᵀ · scaling + mask) for the last query position: `[heads, keys]`, float32."""
     q = query[0, :, -1].float()  # [heads, head_dim]
-    groups = q.shape[0] // key.shape[1]
-    k = key[0].float().repeat_interleave(groups, dim=0)  # [heads, keys, head_dim]: head h reads KV h // groups
+    k = key[0].float()  # [kv heads, keys, head_dim]
+    groups = q.shape[0] // k.shape[0]
     scale = float(scaling) if scaling is not None else 1 / math.sqrt(q.shape[-1])
-    scores = torch.einsum("hd,hkd->hk", q, k) * scale
+    # query head h reads KV head h // groups: the heads of a group side by side, no key copied per head
+    scores = torch.matmul(q.view(k.shape[0], groups, -1), k.transpose(1, 2)).reshape(q.shape[0], -1) * scale
     if mask is not None:
         row = mask[0, :, -1, : scores.shape[-1]]  # [1 or heads, keys]
         scores = scores.masked_fill(~row, float("-inf")) if row.dtype == torch.bool else scores + row.float()

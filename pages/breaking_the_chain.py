@@ -30,6 +30,7 @@ from ui.chain_views import (
 )
 from ui.chips import chip_window, context_html
 from ui.deployment import current_deployment, downloadable
+from ui.draft_pictures import draft_picture_html
 from ui.format import pct, plain, quoted
 from ui.frame import ensure_app_frame
 from ui.keys import CHAIN
@@ -192,6 +193,9 @@ def round_view(lanes: bc.Lanes) -> None:
         st.markdown(f"**1 · Draft** ({record.method}, {record.timing.draft_ms:.1f} ms): {guessed} — {source}.")
         if note := method_note(record, spec.draft, texts):
             st.caption(plain(note))
+        picture = getattr(spec.draft, "last_picture", None)
+        if picture is not None and picture.guesses == tuple(p.token_id for p in record.drafted):
+            st.html(draft_picture_html(picture, record, texts))
     else:
         st.markdown(f"### Round {record.index}: no guess, a plain decode step ({added}, one forward pass)")
         st.markdown(f"**1 · Draft** ({record.method}): no guess this round: "

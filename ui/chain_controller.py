@@ -244,7 +244,15 @@ def sync(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft
 
 def _active_draft(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft) -> DraftMethod:
     """The draft method in force: the last one that was built without error."""
-    return make_draft(lm, state.get(CHAIN.active_method, PROMPT_LOOKUP))
+    return pictured(make_draft(lm, state.get(CHAIN.active_method, PROMPT_LOOKUP)))
+
+
+def pictured(draft: DraftMethod) -> DraftMethod:
+    """The lane's draft keeps a picture of each round's draft for the page (ui/draft_pictures.py);
+    the race's drafts do not, so their times are the methods' own."""
+    if hasattr(draft, "picturing"):
+        draft.picturing = True
+    return draft
 
 
 def _pass_settings(state: MutableMapping[str, Any], lanes: Lanes) -> None:
@@ -287,7 +295,7 @@ def choose_method(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: 
     A method that cannot be built leaves a message and the previous method in force."""
     wanted = state[CHAIN.method]
     try:
-        draft = make_draft(lm, wanted)
+        draft = pictured(make_draft(lm, wanted))
     except (ModelLoadError, SettingsError) as exc:
         previous = state.get(CHAIN.active_method, PROMPT_LOOKUP)
         set_message(state, "method", f"{wanted}: {exc} The generation goes on with {previous}.")
@@ -486,8 +494,8 @@ def _drafts_by_name(lm: LoadedModel, make_draft: MakeDraft) -> Callable[[str], D
         if (method := method_of(name)) is None:
             raise SettingsError("draft method", name, f"one of {', '.join(METHOD_OF_NAME)} or early-exit-<layer>")
         if method == EARLY_EXIT:  # the very layer the trace drafted with
-            return EarlyExit(lm, int(name.removeprefix("early-exit-")))
-        return make_draft(lm, method)
+            return pictured(EarlyExit(lm, int(name.removeprefix("early-exit-"))))
+        return pictured(make_draft(lm, method))
 
     return draft_named
 

@@ -79,7 +79,7 @@ CHAIN_CSS = """
 """
 
 
-def _chip(piece: TokenPiece, background: str, title: str, css: str = "", border: str = "") -> str:
+def token_chip(piece: TokenPiece, background: str, title: str, css: str = "", border: str = "") -> str:
     text = esc(piece.text) if piece.special else esc(visible(piece.text))
     frame = f"border:{border};" if border else ""
     # dark text on every light chip colour, in the dark theme too
@@ -92,7 +92,7 @@ def _kind_chip(piece: TokenPiece, kind: str, title: str, css: str = "") -> str:
     """A token of the lane as its kind draws it (colour and frame), its kind in words for a screen
     reader (only where it is not a kept guess: the common case goes unsaid)."""
     spoken = "" if kind == "accepted" else sr_only(f"({KIND_WORDS[kind]})")
-    return _chip(piece, KIND_COLOURS[kind], title, css, KIND_BORDERS[kind]) + spoken
+    return token_chip(piece, KIND_COLOURS[kind], title, css, KIND_BORDERS[kind]) + spoken
 
 
 def speculative_chips_html(prompt_html: str, generation: SpeculativeGeneration, window_lines: int | None = None
@@ -119,21 +119,22 @@ def speculative_chips_html(prompt_html: str, generation: SpeculativeGeneration, 
             + f'<div class="bc-legend">{legend}<span>underline: one round = one forward pass</span></div>')
 
 
-def _guess_chip(piece: TokenPiece, check: Check | None) -> str:
+def guess_chip(piece: TokenPiece, check: Check | None) -> str:
     """A drafted token marked by the check: ✓ kept, ✗ rejected, or – never checked."""
     if check is None:
-        return _chip(piece, "#e9ecef", "not checked: an earlier guess was rejected", " bc-skip") + (
+        return token_chip(piece, "#e9ecef", "not checked: an earlier guess was rejected", " bc-skip") + (
             '<span class="bc-mark">–</span>')
     if check.accepted:
-        return _chip(piece, KIND_COLOURS["accepted"], "guess kept") + '<span class="bc-mark bc-ok">✓</span>'
-    return _chip(piece, REJECTED_COLOUR, "guess rejected", " bc-rejected") + '<span class="bc-mark bc-bad">✗</span>'
+        return token_chip(piece, KIND_COLOURS["accepted"], "guess kept") + '<span class="bc-mark bc-ok">✓</span>'
+    return (token_chip(piece, REJECTED_COLOUR, "guess rejected", " bc-rejected")
+            + '<span class="bc-mark bc-bad">✗</span>')
 
 
 def round_line_html(record: RoundRecord) -> str:
     """One round on one line, for presentation mode: the guesses marked ✓ / ✗, then the token
     the target adds itself, and what the one forward pass bought."""
     checks = {c.index: c for c in record.checks}
-    guesses = "".join(_guess_chip(piece, checks.get(i)) for i, piece in enumerate(record.drafted))
+    guesses = "".join(guess_chip(piece, checks.get(i)) for i, piece in enumerate(record.drafted))
     own = record.rejection.token if record.rejection is not None else record.bonus
     kind = "replaced" if record.rejection is not None else "bonus"
     if record.drafted:

@@ -5,7 +5,16 @@ the accept / reject rule on frozen logits (`rule.py`), and the generation that r
 around them (`generation.py`); `trace.py` saves and replays it.
 """
 
-from engine.speculative.drafting import Draft, DraftMethod, DraftModel, PromptLookup, RoundOutcome, self_draft
+from engine.speculative.drafting import (
+    Draft,
+    DraftMethod,
+    DraftModel,
+    DraftPicture,
+    Leader,
+    PromptLookup,
+    RoundOutcome,
+    self_draft,
+)
 from engine.speculative.early_exit import EarlyExit, ExitChoice, best_exit, layer_agreement
 from engine.speculative.generation import KVChange, PositionView, Rejection, RoundRecord, SpeculativeGeneration
 from engine.speculative.heads import MedusaHeads, MtpDraft, TrainedDraft, load_trained
@@ -27,9 +36,11 @@ __all__ = [
     "Draft",
     "DraftMethod",
     "DraftModel",
+    "DraftPicture",
     "EarlyExit",
     "ExitChoice",
     "KVChange",
+    "Leader",
     "Lookahead",
     "LookaheadGuess",
     "MedusaHeads",

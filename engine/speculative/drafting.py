@@ -57,6 +57,43 @@ class Draft:
 
 
 NO_DRAFT = Draft((), None)
+LEADERS = 3  # the draft's leading tokens a picture shows at each guess
+
+
+@dataclass(frozen=True)
+class Leader:
+    """One of the draft's leading tokens at a guess."""
+
+    token_id: int
+    prob: float  # the draft's own softmax there, over what it reads (its scores, before the sampler)
+
+
+@dataclass(frozen=True)
+class DraftPicture:
+    """Inside one round's draft, for the page's picture of the method: each guess and the draft's
+    leading tokens where it made it, and what the method made them from. A method sets
+    `last_picture` in `get_candidates` while its `picturing` is on (the Step lane), so a race or
+    a benchmark pays nothing for it; None for a round without a guess."""
+
+    method: str
+    guesses: tuple[int, ...]
+    leaders: tuple[tuple[Leader, ...], ...]  # per guess; () where the guess is copied, not scored
+    after_token: int  # the context's last token: every guess follows it
+    source: str = ""  # lookahead: "text", "pool" or "jacobi", where the guess came from
+    window: tuple[int, ...] = ()  # lookahead: the Jacobi window the last verify pass left
+    pool: tuple[tuple[int, ...], ...] = ()  # lookahead: the pool's n-grams after `after_token`
+    pool_size: int = 0  # lookahead: n-grams in the whole pool
+    exit_layer: int | None = None  # early exit: the layers the draft ran
+    layers: int | None = None  # early exit: the target's layers, all of which verify
+
+
+def leaders_of(scores: torch.Tensor, ids: torch.Tensor | None = None) -> tuple[Leader, ...]:
+    """The `LEADERS` highest of `scores [V]` with their softmax probabilities; `ids` maps the
+    positions to token ids (a draft that reads part of the vocabulary)."""
+    probs = scores.float().softmax(dim=-1)
+    top = torch.topk(probs, min(LEADERS, probs.numel()))
+    tokens = top.indices if ids is None else ids[top.indices]
+    return tuple(Leader(int(t), float(p)) for t, p in zip(tokens.tolist(), top.values.tolist(), strict=True))
 
 
 @dataclass(frozen=True)
@@ -229,15 +266,19 @@ class DraftModel:
         self.label = f"draft model: {draft.name}"
         self._cache = new_cache(draft)
         self._cached_ids: list[int] = []  # the tokens whose keys and values the cache holds
+        self.picturing = False
+        self.last_picture: DraftPicture | None = None
 
     def get_candidates(self, context_ids: Sequence[int], k: int, sampler: SamplerSettings,
                        generator: torch.Generator) -> Draft:
+        self.last_picture = None
         if k < 1:
             return NO_DRAFT
         context = list(context_ids)
         self.update(context)
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
+        leaders: list[tuple[Leader, ...]] = []
         unseen = context[len(self._cached_ids):]
         try:
             for _ in range(k):
@@ -246,13 +287,20 @@ class DraftModel:
                 token, q = _draft_pick(logits, context + tokens, sampler, generator)
                 tokens.append(token)
                 rows.append(q)
+                if self.picturing:
+                    leaders.append(leaders_of(logits))
                 if token in self.lm.eos_ids:
                     break
                 unseen = [token]
         except BaseException:
             crop_cache(self._cache, len(self._cached_ids))
             raise
+        if self.picturing:
+            self.last_picture = self._picture(tuple(tokens), tuple(leaders), context[-1])
         return Draft(tuple(tokens), torch.stack(rows))  # q: [len, vocab]
+
+    def _picture(self, tokens: tuple[int, ...], leaders: tuple[tuple[Leader, ...], ...], after: int) -> DraftPicture:
+        return DraftPicture(self.name, tokens, leaders, after)
 
     def release(self) -> None:
         """Drop the draft's KV cache (its generation was closed); the next round would read the

@@ -25,7 +25,7 @@ from torch import nn
 from engine.errors import SettingsError
 from engine.inside import final_norm
 from engine.loading import LoadedModel
-from engine.speculative.drafting import DraftModel
+from engine.speculative.drafting import DraftModel, DraftPicture, Leader
 from engine.speculative.rule import expected_tokens_per_round
 
 
@@ -69,7 +69,11 @@ class EarlyExit(DraftModel):
     def __init__(self, target: LoadedModel, layers: int) -> None:
         super().__init__(truncated(target, layers), target, name=f"early-exit-{layers}")
         self.exit_layer = layers
+        self.layers = target.geometry.layers
         self.label = f"early exit: the first {layers} of {target.geometry.layers} layers draft"
+
+    def _picture(self, tokens: tuple[int, ...], leaders: tuple[tuple[Leader, ...], ...], after: int) -> DraftPicture:
+        return DraftPicture(self.name, tokens, leaders, after, exit_layer=self.exit_layer, layers=self.layers)
 
 
 # ---- which layer to exit at ------------------------------------------------------------------

@@ -36,7 +36,7 @@ from torch import nn
 from engine.errors import ModelLoadError, SettingsError
 from engine.loading import LoadedModel
 from engine.settings import SamplerSettings
-from engine.speculative.drafting import NO_DRAFT, Draft, RoundOutcome, _draft_pick
+from engine.speculative.drafting import NO_DRAFT, Draft, DraftPicture, Leader, RoundOutcome, _draft_pick, leaders_of
 
 ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 MANIFEST = ASSETS / "draft_heads.json"  # checksums, configs, seeds, data recipe and figures of both
@@ -219,6 +219,8 @@ class _HiddenStateDraft:
         self.eos_ids = frozenset(lm.eos_ids)
         self._context: tuple[int, ...] | None = None  # the context the kept state belongs to
         self._hidden: torch.Tensor | None = None  # [hidden] the state that predicted its last token
+        self.picturing = False
+        self.last_picture: DraftPicture | None = None
 
     def observe(self, outcome: RoundOutcome) -> None:
         """Keep the state that predicted the round's last emitted token."""
@@ -256,11 +258,18 @@ class _HiddenStateDraft:
         token, q = _draft_pick(full, context, sampler, generator)
         return token, (None if sampler.greedy else q)
 
-    def _draft(self, tokens: list[int], rows: list[torch.Tensor | None]) -> Draft:
+    def _leaders(self, scores: torch.Tensor) -> tuple[Leader, ...]:
+        """The draft's leading tokens for one guess's draft-vocabulary logits `[V]` (picturing only)."""
+        return leaders_of(scores, self.vocab_ids) if self.picturing else ()
+
+    def _draft(self, tokens: list[int], rows: list[torch.Tensor | None], context: Sequence[int],
+               leaders: list[tuple[Leader, ...]]) -> Draft:
         for index, token in enumerate(tokens):  # what follows an end token would never be used
             if token in self.eos_ids:
                 tokens, rows = tokens[:index + 1], rows[:index + 1]
                 break
+        if self.picturing:
+            self.last_picture = DraftPicture(self.method, tuple(tokens), tuple(leaders[:len(tokens)]), context[-1])
         q = None if rows[0] is None else torch.stack(rows)  # [len, vocab]
         return Draft(tuple(tokens), q)
 
@@ -281,6 +290,7 @@ class MedusaHeads(_HiddenStateDraft):
     @torch.inference_mode()
     def get_candidates(self, context_ids: Sequence[int], k: int, sampler: SamplerSettings,
                        generator: torch.Generator) -> Draft:
+        self.last_picture = None
         hidden = self._start(context_ids, k)
         if hidden is None:
             return NO_DRAFT
@@ -292,7 +302,7 @@ class MedusaHeads(_HiddenStateDraft):
             token, q = self._pick(scores[i], context + tokens, sampler, generator)
             tokens.append(token)
             rows.append(q)
-        return self._draft(tokens, rows)
+        return self._draft(tokens, rows, context, [self._leaders(scores[i]) for i in range(count)])
 
 
 class MtpDraft(_HiddenStateDraft):
@@ -306,16 +316,19 @@ class MtpDraft(_HiddenStateDraft):
     @torch.inference_mode()
     def get_candidates(self, context_ids: Sequence[int], k: int, sampler: SamplerSettings,
                        generator: torch.Generator) -> Draft:
+        self.last_picture = None
         state = self._start(context_ids, k)
         if state is None:
             return NO_DRAFT
-        context, tokens, rows = list(context_ids), [], []
+        context, tokens, rows, leaders = list(context_ids), [], [], []
         token = context[-1]
         for _ in range(k):
             state = self.trained.net(state, self.embeddings[token])  # [hidden]: the guessed next state
-            token, q = self._pick(self._scores(state.unsqueeze(0))[0], context + tokens, sampler, generator)
+            scores = self._scores(state.unsqueeze(0))[0]
+            token, q = self._pick(scores, context + tokens, sampler, generator)
             tokens.append(token)
             rows.append(q)
+            leaders.append(self._leaders(scores))
             if token in self.eos_ids:
                 break
-        return self._draft(tokens, rows)
+        return self._draft(tokens, rows, context, leaders)

@@ -27,7 +27,7 @@ import torch
 
 from engine.errors import SettingsError
 from engine.settings import SamplerSettings
-from engine.speculative.drafting import NO_DRAFT, Draft, RoundOutcome
+from engine.speculative.drafting import NO_DRAFT, Draft, DraftPicture, RoundOutcome
 
 NGRAM = 4  # tokens an n-gram proposes after its key token
 POOL_PER_KEY = 4  # latest n-grams kept per key token
@@ -67,6 +67,8 @@ class Lookahead:
         self._window_after: tuple[int, ...] = ()  # the context the window follows
         self._seen = 0  # context tokens already put into the pool
         self.last_guess = LookaheadGuess("none", (), (), 0)
+        self.picturing = False
+        self.last_picture: DraftPicture | None = None
 
     # ---- the draft interface -------------------------------------------------------------------
 
@@ -83,6 +85,9 @@ class Lookahead:
                                                                  ("jacobi", window)) if found), ("none", ()))
         tokens = self._cut_after_eos(tokens[:k]) if k >= 1 else ()
         self.last_guess = LookaheadGuess(source if tokens else "none", tokens, window, self.pool_size)
+        self.last_picture = (DraftPicture(self.name, tokens, (), context[-1], source=source, window=window,
+                                          pool=self.pool_for(context[-1]), pool_size=self.pool_size)
+                             if self.picturing and tokens else None)
         return Draft(tokens, None) if tokens else NO_DRAFT
 
     def observe(self, outcome: RoundOutcome) -> None:

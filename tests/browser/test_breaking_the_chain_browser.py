@@ -141,3 +141,56 @@ def test_presentation_mode_fits_a_round_on_a_720p_screen_and_steps_from_the_keys
         page.screenshot(path=str(ARTIFACTS / f"presentation_chain_finished_{width}x{height}.png"))
     finally:
         context.close()
+
+
+def choose_method(page, label: str) -> None:
+    box = page.locator(".st-key-bc_method input[role=combobox]")
+    box.click()
+    box.fill(label[:20])
+    page.get_by_role("option", name=label).click()
+    settle(page)
+
+
+PICTURED = [("parallel decoding heads (Medusa-style, trained here)", "medusa-heads"),
+            ("multi-token prediction module (trained here)", "mtp"),
+            ("lookahead decoding (Jacobi window + n-gram pool)", "lookahead"),
+            ("early exit: the model's own first layers draft", "early-exit-")]
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_each_methods_round_has_its_own_picture_in_either_theme(browser, app_url, scheme):
+    """Heads fan out from one state, MTP chains its guesses, lookahead shows its window and pool,
+    early exit its layers: each drawn under the round it made, its guesses marked as judged, and
+    nothing in it wider than the page."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+    page = context.new_page()
+    try:
+        page.goto(app_url)
+        page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+        open_page(page, "Breaking the chain")
+        page.get_by_role("button", name="Step").wait_for(timeout=SLOW)
+        settle(page)
+        for label, method in PICTURED:
+            choose_method(page, label)
+            figure = page.locator(f"figure.dp[data-method^='{method}']")
+            for _ in range(4):  # the first round reads the prompt; a trained draft then needs one observed state
+                page.get_by_role("button", name="Step", exact=True).click()
+                settle(page)
+                if figure.count():
+                    break
+            figure.wait_for(timeout=SLOW)
+            guesses = int(figure.get_attribute("data-guesses"))
+            assert guesses >= 1
+            assert figure.locator(".bc-mark").count() == guesses  # every guess marked ✓, ✗ or –
+            caption = figure.locator("figcaption").inner_text()
+            assert caption and figure.bounding_box()["width"] <= 1280
+            if method == "lookahead":
+                assert figure.get_by_text("n-gram pool after").is_visible()
+            elif method.startswith("early-exit"):
+                assert figure.locator(".dp-layer.dp-ran").count() >= 1
+            else:
+                assert figure.locator(".dp-leaders").count() == guesses  # the draft's leading tokens per guess
+            figure.scroll_into_view_if_needed()
+            figure.screenshot(path=str(ARTIFACTS / f"draft_picture_{method.rstrip('-')}_{scheme}.png"))
+    finally:
+        context.close()

@@ -56,7 +56,9 @@ def draft_picture_html(picture: DraftPicture, record: RoundRecord, texts: TokenT
     elif picture.exit_layer is not None and picture.layers is not None:
         body = _early_exit(picture, checks, texts)
     else:  # a draft model: each guess from its own pass, fed back
-        body = _sequential(picture, checks, texts, "the draft model's pass")
+        body = (_title(f"Draft model: {counted(len(picture.guesses), 'guess', 'guesses')}, one pass of the draft "
+                       "each, each fed the guess before")
+                + _sequential(picture, checks, texts, "the draft model's pass"))
     return (CHIP_CSS + CHAIN_CSS + PICTURE_CSS
             + f'<figure class="dp" data-method="{esc(picture.method)}" data-guesses="{len(picture.guesses)}">'
             + body + "</figure>")

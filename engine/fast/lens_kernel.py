@@ -32,6 +32,7 @@ from engine.fast import native_build
 SOURCE = Path(__file__).with_name("lens_kernel.cpp")
 BUILD_FLAGS = ["-O3", "-march=native", "-fopenmp"]
 PROBE_SHAPES = ((13, 100, 77), (6, 64, 130), (1, 9, 5))  # rows, in, out: whole tiles, a partial one, lane tails
+MIN_VOCAB = 16  # the statistics read a row a vector (8 or 16 lanes) at a time: a smaller one goes to torch
 PROBE_TOLERANCE = 1e-5  # relative to the sum of |products| of each output: float32 rounding, not a wrong sum
 
 _log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def lens_statistics(rows: torch.Tensor, pick: int) -> list[tuple[int, float, flo
     after a pass for their maxima (torch's softmax, max, comparison and log-softmax read them six
     times: 9.5 against 2.3 ms for 30 rows of 49,152). None where the kernel is not usable or a
     logit is not finite: the caller's torch path then says what those give."""
-    if rows.dtype != torch.float32 or rows.device.type != "cpu" or not kernel_usable():
+    if rows.dtype != torch.float32 or rows.device.type != "cpu" or rows.shape[-1] < MIN_VOCAB or not kernel_usable():
         return None
     table = torch.ops.token_by_token_lens.lens_statistics(rows, pick)
     if not bool(table[:, 4].isfinite().all()):

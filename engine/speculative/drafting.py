@@ -91,9 +91,12 @@ def leaders_of(scores: torch.Tensor, ids: torch.Tensor | None = None) -> tuple[L
     """The `LEADERS` highest of `scores [V]` with their softmax probabilities; `ids` maps the
     positions to token ids (a draft that reads part of the vocabulary)."""
     probs = scores.float().softmax(dim=-1)
-    top = torch.topk(probs, min(LEADERS, probs.numel()))
-    tokens = top.indices if ids is None else ids[top.indices]
-    return tuple(Leader(int(t), float(p)) for t, p in zip(tokens.tolist(), top.values.tolist(), strict=True))
+    # a stable sort, not topk: among equal scores (common in a bfloat16 draft's) the first comes
+    # first, as the argmax a greedy draft picks by
+    values, order = torch.sort(probs, descending=True, stable=True)
+    top = order[:LEADERS]
+    tokens = top if ids is None else ids[top]
+    return tuple(Leader(int(t), float(p)) for t, p in zip(tokens.tolist(), values[:LEADERS].tolist(), strict=True))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine import SamplerSettings, StopSettings
-from engine.speculative import EarlyExit, Lookahead, SpeculativeGeneration, draft_for
+from engine.speculative import DraftModel, EarlyExit, Lookahead, SpeculativeGeneration, draft_for, self_draft
 from ui.draft_pictures import draft_picture_html
 
 GREEDY = SamplerSettings(temperature=0.0)
@@ -28,19 +28,27 @@ def rounds_with_pictures(lm, draft, picturing: bool = True, rounds: int = 4):
     return seen
 
 
-def methods(lm):
-    return {"medusa-heads": draft_for(lm, "medusa-heads"), "mtp": draft_for(lm, "mtp"),
-            "lookahead": Lookahead(lm.eos_ids), "early-exit-24": EarlyExit(lm, 24)}
+METHODS = ["medusa-heads", "mtp", "lookahead", "early-exit-24", "self-draft-bfloat16"]
+
+
+def make(lm, method: str):
+    if method == "lookahead":
+        return Lookahead(lm.eos_ids)
+    if method == "early-exit-24":
+        return EarlyExit(lm, 24)
+    if method == "self-draft-bfloat16":
+        return DraftModel(self_draft(lm, "bfloat16"), lm, name=method)
+    return draft_for(lm, method)
 
 
 def test_a_picture_is_kept_only_while_picturing_so_a_race_pays_nothing(lm) -> None:
-    for draft in methods(lm).values():
+    for draft in (make(lm, method) for method in METHODS[:4]):
         assert all(picture is None for _, picture, _ in rounds_with_pictures(lm, draft, picturing=False, rounds=3))
 
 
-@pytest.mark.parametrize("method", ["medusa-heads", "mtp", "lookahead", "early-exit-24"])
+@pytest.mark.parametrize("method", METHODS)
 def test_each_picture_is_the_rounds_own_guesses_and_what_made_them(lm, method: str) -> None:
-    draft = methods(lm)[method]
+    draft = make(lm, method)
     pictured = [(record, picture, before) for record, picture, before in rounds_with_pictures(lm, draft)
                 if record.drafted]
     assert pictured, "the method guessed in none of the rounds"
@@ -56,11 +64,12 @@ def test_each_picture_is_the_rounds_own_guesses_and_what_made_them(lm, method: s
         for guess, leaders in zip(picture.guesses, picture.leaders, strict=True):
             probs = [leader.prob for leader in leaders]
             assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-6
-            assert leaders[0].token_id == guess  # greedy: the guess is the draft's own top token
+            assert leaders[0].token_id == guess  # greedy: the guess is the draft's own top token (no penalty)
         if method.startswith("early-exit"):
             assert (picture.exit_layer, picture.layers) == (24, lm.geometry.layers)
     html = draft_picture_html(pictured[-1][1], pictured[-1][0], lm.texts)
     assert f'data-method="{method}"' in html and f'data-guesses="{len(pictured[-1][1].guesses)}"' in html
+    assert "<figcaption" in html  # each picture says what it shows
     assert html.count('class="dp-verdict"') == len(pictured[-1][1].guesses)  # each guess said kept, rejected or not
 
 

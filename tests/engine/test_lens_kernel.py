@@ -91,6 +91,7 @@ def test_rows_that_are_not_finite_leave_the_statistics_to_torch() -> None:
     rows[1, 3] = float("nan")
     assert lens_statistics(rows, 0) is None
     assert lens_statistics(rows.double(), 0) is None  # only float32 rows reach the kernel
+    assert lens_statistics(torch.zeros(2, 15), 0) is None  # a vocabulary under two vectors: torch's path
 
 
 WITHOUT_COMPILER = """

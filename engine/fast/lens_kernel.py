@@ -1,10 +1,12 @@
 """The logit lens's product: every layer's hidden state through the LM head in one pass over the
 head (engine/fast/lens_kernel.cpp), for the view inside the forward pass (engine/inside.py).
 
-Why: 30 rows through the bundled model's 49,152 x 576 head is 1.7 GFLOP, and the CPU's matrix
-product spends most of its time on it first copying the whole 113 MB weight into its own layout.
-The kernel reads each weight row where it lies, once for every row: on this repository's 2-core
-machine 27-32 ms where `F.linear` took 54-80 ms on the same minutes (`bench.inside_bench`).
+Why: 30 rows through the bundled model's 49,152 x 576 head is 1.7 GFLOP, and `F.linear` makes it
+at a third of the rate of a square product of the same machine; in 512-row slices of the head the
+same product took half the time, so what costs is taking the whole 113 MB weight at once (the
+matrix library copies it into its own layout first), not the arithmetic. The kernel reads each
+weight row where it lies, once for every row: on this repository's 2-core machine 27-36 ms where
+`F.linear` took 57-78 ms on the same minutes (`bench.inside_bench`).
 
 Its sums are fused multiply-adds in vector lanes: close to `F.linear` (a probe on first use
 checks it against a float64 product), not its digits. That is why only the lens of the layers

@@ -6,6 +6,8 @@ go to test-artifacts/ for a person to look at."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -46,6 +48,23 @@ CARD_OVERFLOW = """() => [...document.querySelectorAll('.bc-pos')].flatMap(card 
 })"""
 
 
+@contextmanager
+def chain_page(browser, app_url: str, **options) -> Iterator:
+    """A tab of its own (`options` for its context: viewport, colour scheme) on Breaking the
+    chain, its Step button drawn and the run over."""
+    context = browser.new_context(**options)
+    page = context.new_page()
+    try:
+        page.goto(app_url)
+        page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+        open_page(page, "Breaking the chain")
+        page.get_by_role("button", name="Step").wait_for(timeout=SLOW)
+        settle(page)
+        yield page
+    finally:
+        context.close()
+
+
 def choose_preset(page, name: str) -> None:
     box = page.locator(".st-key-bc_preset input[role=combobox]")
     box.click()
@@ -60,14 +79,7 @@ def choose_preset(page, name: str) -> None:
 def test_the_accept_reject_cards_hold_their_numbers_at_1440_and_1024_px(browser, app_url, width):
     """Sampled copying, round by round until a guess is rejected (the residual column shows):
     no card's text runs past its border, no number past its cell."""
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    page = context.new_page()
-    try:
-        page.goto(app_url)
-        page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
-        open_page(page, "Breaking the chain")
-        page.get_by_role("button", name="Step").wait_for(timeout=SLOW)
-        settle(page)
+    with chain_page(browser, app_url, viewport={"width": width, "height": 900}) as page:
         choose_preset(page, "Sampled copying")
         page.get_by_role("button", name="Sampler and stop").click()  # seed 0 rejects a guess within the budget
         seed = page.locator(".st-key-bc_seed input")
@@ -92,8 +104,6 @@ def test_the_accept_reject_cards_hold_their_numbers_at_1440_and_1024_px(browser,
         assert page.locator(".bc-pos th", has_text="residual").count() == 1
         page.locator(".bc-guesses").scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / f"breaking_the_chain_cards_{width}.png"))
-    finally:
-        context.close()
 
 
 ROUNDS = "Number(document.querySelector('[data-rounds]')?.dataset.rounds ?? -1)"
@@ -162,14 +172,7 @@ def test_each_methods_round_has_its_own_picture_in_either_theme(browser, app_url
     """Heads fan out from one state, MTP chains its guesses, lookahead shows its window and pool,
     early exit its layers: each drawn under the round it made, its guesses marked as judged, and
     nothing in it wider than the page."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
-    page = context.new_page()
-    try:
-        page.goto(app_url)
-        page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
-        open_page(page, "Breaking the chain")
-        page.get_by_role("button", name="Step").wait_for(timeout=SLOW)
-        settle(page)
+    with chain_page(browser, app_url, viewport={"width": 1280, "height": 900}, color_scheme=scheme) as page:
         for label, method in PICTURED:
             choose_method(page, label)
             figure = page.locator(f"figure.dp[data-method^='{method}']")
@@ -192,5 +195,3 @@ def test_each_methods_round_has_its_own_picture_in_either_theme(browser, app_url
                 assert figure.locator(".dp-leaders").count() == guesses  # the draft's leading tokens per guess
             figure.scroll_into_view_if_needed()
             figure.screenshot(path=str(ARTIFACTS / f"draft_picture_{method.rstrip('-')}_{scheme}.png"))
-    finally:
-        context.close()

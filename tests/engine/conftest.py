@@ -5,12 +5,19 @@ test of the probe's verdict runs everywhere."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from engine.fast.exact_rows_kernel import lone_rows_linear
 from engine.serving.packed import scripted_prefill
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def meeting_sizes(multiply, inputs: int) -> list[list[int]]:
@@ -47,3 +54,13 @@ def stacked_prompts() -> None:
 
     if scripted_prefill(tiny_llama()) is None:
         pytest.skip("this CPU's products give some prompt rows digits the stacked pass cannot reproduce")
+
+
+def run_without_compiler(script: str, cache: Path) -> subprocess.CompletedProcess:
+    """`script` in a fresh interpreter where no C++ compiler works and the kernels' cache folder is
+    `cache` (empty), so every kernel's build fails as it would on a machine without one."""
+    env = {**os.environ, "CXX": "/bin/false", "TOKEN_BY_TOKEN_CACHE": str(cache)}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done

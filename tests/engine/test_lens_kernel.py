@@ -5,10 +5,6 @@ float64 softmax, and `F.linear` and torch wherever the kernel is not usable."""
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +12,7 @@ import torch.nn.functional as F
 
 import engine.fast.lens_kernel as lens_module
 from engine.fast.lens_kernel import kernel_usable, lens_linear, lens_statistics
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.engine.conftest import run_without_compiler
 
 # rows: one, a partial group of six, whole groups, whole groups and a rest; in: under one vector,
 # lane tails, the bundled model's 576; out: a single row, an odd count, a block and a bit
@@ -97,6 +92,7 @@ def test_rows_that_are_not_finite_leave_the_statistics_to_torch() -> None:
 WITHOUT_COMPILER = """
 import torch, torch.nn.functional as F
 from engine.fast.lens_kernel import kernel_usable, lens_linear, lens_statistics
+from tests.engine.conftest import run_without_compiler
 assert not kernel_usable()
 x, w = torch.randn(3, 16), torch.randn(5, 16)
 assert torch.equal(lens_linear(x, w), F.linear(x, w))
@@ -105,8 +101,5 @@ print("F.linear")
 
 
 def test_without_a_compiler_the_lens_uses_f_linear_and_says_so(tmp_path) -> None:
-    env = {**os.environ, "CXX": "/bin/false", "TOKEN_BY_TOKEN_CACHE": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", WITHOUT_COMPILER], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_without_compiler(WITHOUT_COMPILER, tmp_path)
     assert "F.linear" in done.stdout and "lens kernel could not be built" in done.stderr

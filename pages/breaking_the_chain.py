@@ -186,7 +186,9 @@ def round_view(lanes: bc.Lanes) -> None:
     added = counted(len(record.emitted), "token")
     if record.drafted:
         guessed = plain(" ".join(quoted(p.text) for p in record.drafted))  # copied from the visitor's prompt
-        source = ("copied from the context: a deterministic guess, so q = 1 for each guessed token"
+        # a greedy trained draft is deterministic too, but it scores its guesses: only these copy
+        copied = "copied from the context: " if record.method in ("prompt-lookup", "lookahead") else ""
+        source = (f"{copied}a deterministic guess, so q = 1 for each guessed token"
                   if record.deterministic_draft else "the draft model's own distribution q at each position")
         st.markdown(f"### Round {record.index}: {counted(len(record.drafted), 'guess', 'guesses')}, "
                     f"{record.accepted} kept, {added} added, one forward pass")

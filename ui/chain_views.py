@@ -48,7 +48,7 @@ CHAIN_CSS = """
 .bc-pos{border:1px solid var(--tbt-rule,#dee2e6);border-radius:6px;padding:4px 6px;min-width:0;flex:1 1 220px;
  max-width:420px;font-size:.8rem}
 .bc-pos h4{margin:0 0 2px 0;padding:0;font-size:.85rem;font-weight:600;line-height:1.3;overflow-wrap:anywhere}
-.bc-pos.bc-no{opacity:.45}
+.bc-pos.bc-no{border-style:dashed;color:var(--tbt-muted,#5f5b57)}  /* never checked: dashed, still legible */
 .bc-ok{color:var(--tbt-ok,#2b7a3b);font-weight:700}.bc-bad{color:var(--tbt-bad,#b02525);font-weight:700}
 .bc-bonus{color:var(--tbt-bonus,#6741d9);font-weight:700}
 .bc-plain{font-weight:700}
@@ -72,7 +72,7 @@ CHAIN_CSS = """
 .bc-line-chips{gap:.3rem .25rem}
 .bc-mark{font-family:system-ui,sans-serif;margin-right:.5rem;color:var(--tbt-muted,#5f5b57)}
 .bc-rejected{text-decoration:line-through;text-decoration-color:#c92a2a}
-.bc-skip{opacity:.5}
+.bc-skip{outline:2px dotted #868e96;outline-offset:1px}  /* not used: dotted, its text at full contrast */
 .bc-sr{position:absolute;width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap}
 .bc-arrow{font-family:system-ui,sans-serif;margin:0 .4rem 0 .2rem;font-weight:700}
 </style>

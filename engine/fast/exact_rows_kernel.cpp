@@ -8,6 +8,14 @@
 // row is read once for all rows instead of once a row, as the batched 1-row products do.
 //
 // Compiled with -ffp-contract=off so that no multiply and add are ever fused.
+//
+// Other CPUs make MKL take another kernel, with another order. Measured on a Sapphire Rapids
+// (AVX-512, tests/engine/test_exact_rows_kernel.py's meeting sizes, then every product of the
+// model's shapes bit for bit): sixteen lanes with fused multiply-adds. Lane 0 starts with
+// product 0; lane l then takes products 1 + l + 16c in turn, c = 0, 1, ... while sixteen remain;
+// the lanes are halved (l + l+8, l + l+4, l + l+2, l + l+1); the r < 16 products left are fused
+// into a vector holding that total in lane 0 and zero elsewhere, which is halved again.
+// `set_sum_order` picks the order (exact_rows_kernel.py probes which one this CPU's product takes).
 
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -182,6 +190,133 @@ std::vector<torch::Tensor> one_row_linears(const torch::Tensor& x, std::vector<t
   return outs;
 }
 
+
+// ---- the sixteen fused lanes order (kSixteenFused) --------------------------------------------
+
+constexpr int kFourLanes = 0;
+constexpr int kSixteenFused = 1;
+int sum_order = kFourLanes;  // set once, before any pass, by set_sum_order
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+// l + l+8, then l + l+4, l + l+2, l + l+1: lane 0 of each step, as MKL's kernel halves its lanes.
+inline float halved(__m512 v) {
+  const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)));
+}
+
+// `R` rows (x_rows) against the `O` outputs o[0..O-1] of w (repeats where fewer remain: only the
+// first `count` are written). The block's weight rows are streamed once for all R rows.
+template <int O, int R>
+void fused_block(const float* const* x_rows, const float* w, int64_t in, const int64_t* o, int count,
+                 float* const* outs, bool prefetch) {
+  const float* w_rows[O];
+  for (int q = 0; q < O; ++q) w_rows[q] = w + o[q] * in;
+  const __mmask16 first = 1;
+  __m512 acc[O][R];
+  __m512 x_first[R];
+  for (int r = 0; r < R; ++r) x_first[r] = _mm512_maskz_loadu_ps(first, x_rows[r]);
+  for (int q = 0; q < O; ++q) {
+    const __m512 w_first = _mm512_maskz_loadu_ps(first, w_rows[q]);
+    for (int r = 0; r < R; ++r) acc[q][r] = _mm512_fmadd_ps(w_first, x_first[r], _mm512_setzero_ps());
+  }
+  const int64_t chunks = (in - 1) / 16;
+  const int64_t ahead = static_cast<int64_t>(O) * in;  // the next block's rows (they follow these)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t at = 1 + c * 16;
+    if (prefetch)
+      for (int q = 0; q < O; ++q) __builtin_prefetch(w_rows[q] + ahead + at, 0, 3);
+    __m512 x[R];
+    for (int r = 0; r < R; ++r) x[r] = _mm512_loadu_ps(x_rows[r] + at);
+    for (int q = 0; q < O; ++q) {
+      const __m512 weights = _mm512_loadu_ps(w_rows[q] + at);
+      for (int r = 0; r < R; ++r) acc[q][r] = _mm512_fmadd_ps(weights, x[r], acc[q][r]);
+    }
+  }
+  const int64_t at = 1 + chunks * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (in - at)) - 1u);
+  __m512 x_tail[R];
+  for (int r = 0; r < R; ++r) x_tail[r] = _mm512_maskz_loadu_ps(tail, x_rows[r] + at);
+  for (int q = 0; q < count; ++q) {
+    const __m512 w_tail = _mm512_maskz_loadu_ps(tail, w_rows[q] + at);
+    for (int r = 0; r < R; ++r) {
+      const __m512 total = _mm512_zextps128_ps512(_mm_set_ss(halved(acc[q][r])));
+      outs[r][o[q]] = tail ? halved(_mm512_fmadd_ps(w_tail, x_tail[r], total)) : _mm_cvtss_f32(_mm512_castps512_ps128(total));
+    }
+  }
+}
+
+// Rows `row0 .. row0 + R - 1` of x against one block of outputs.
+template <int O, int R>
+void fused_rows(const float* x, int64_t row0, const float* w, int64_t in, const int64_t* o, int count, float* out,
+                int64_t out_features, bool prefetch) {
+  const float* x_rows[R];
+  float* outs[R];
+  for (int r = 0; r < R; ++r) {
+    x_rows[r] = x + (row0 + r) * in;
+    outs[r] = out + (row0 + r) * out_features;
+  }
+  fused_block<O, R>(x_rows, w, in, o, count, outs, prefetch);
+}
+
+constexpr int kFusedOutputsOneRow = 8;  // one row: eight weight rows in flight
+constexpr int kFusedOutputs = 4;        // several rows: four outputs x four rows of accumulators
+constexpr int kFusedRowsPerGroup = 4;
+
+// Every row of x through every weight in the sixteen fused lanes order: one parallel region.
+void fused_linears(const torch::Tensor& x, std::vector<torch::Tensor>& weights, std::vector<torch::Tensor>& outs) {
+  const int64_t rows = x.size(0), in = x.size(1);
+  const int outputs = rows == 1 ? kFusedOutputsOneRow : kFusedOutputs;
+  std::vector<int64_t> first_block{0};
+  for (const auto& weight : weights) first_block.push_back(first_block.back() + (weight.size(0) + outputs - 1) / outputs);
+  const float* x_data = x.data_ptr<float>();
+  constexpr int64_t kProductsPerTask = 1 << 16;  // waking a second thread costs microseconds
+  const int64_t grain = std::max<int64_t>(1, kProductsPerTask / (outputs * in * rows));
+  at::parallel_for(0, first_block.back(), grain, [&](int64_t begin, int64_t end) {
+    size_t i = 0;
+    for (int64_t block = begin; block < end; ++block) {
+      while (block >= first_block[i + 1]) ++i;
+      const int64_t out_features = weights[i].size(0);
+      const float* w = weights[i].data_ptr<float>();
+      float* out = outs[i].data_ptr<float>();
+      const int64_t first = (block - first_block[i]) * outputs;
+      const int count = static_cast<int>(std::min<int64_t>(outputs, out_features - first));
+      int64_t o[kFusedOutputsOneRow];
+      for (int q = 0; q < outputs; ++q) o[q] = first + std::min(q, count - 1);
+      const bool prefetch = block + 1 < first_block[i + 1];  // the next block is this weight's
+      if (rows == 1) {
+        fused_rows<kFusedOutputsOneRow, 1>(x_data, 0, w, in, o, count, out, out_features, prefetch);
+        continue;
+      }
+      for (int64_t row0 = 0; row0 < rows; row0 += kFusedRowsPerGroup) {
+        const bool ahead = prefetch && row0 == 0;
+        switch (std::min<int64_t>(kFusedRowsPerGroup, rows - row0)) {
+          case 4: fused_rows<kFusedOutputs, 4>(x_data, row0, w, in, o, count, out, out_features, ahead); break;
+          case 3: fused_rows<kFusedOutputs, 3>(x_data, row0, w, in, o, count, out, out_features, ahead); break;
+          case 2: fused_rows<kFusedOutputs, 2>(x_data, row0, w, in, o, count, out, out_features, ahead); break;
+          default: fused_rows<kFusedOutputs, 1>(x_data, row0, w, in, o, count, out, out_features, ahead);
+        }
+      }
+    }
+  });
+}
+constexpr bool kSixteenFusedBuilt = true;
+#else
+void fused_linears(const torch::Tensor&, std::vector<torch::Tensor>&, std::vector<torch::Tensor>&) {
+  TORCH_CHECK(false, "the sixteen fused lanes order needs AVX-512");
+}
+constexpr bool kSixteenFusedBuilt = false;
+#endif
+
+// Which order the kernel sums in from now on; false (and nothing changed) where this build lacks it.
+bool set_sum_order(int64_t order) {
+  if (order == kSixteenFused && !kSixteenFusedBuilt) return false;
+  if (order != kFourLanes && order != kSixteenFused) return false;
+  sum_order = static_cast<int>(order);
+  return true;
+}
+
 // x [rows, in] -> [in / 4][padded_rows][4]: a chunk of four inputs of four rows in one vector
 // (rows past `rows` zero).
 torch::Tensor packed_rows(const torch::Tensor& x, int64_t padded_rows) {
@@ -215,6 +350,10 @@ std::vector<torch::Tensor> lone_rows_linears(const torch::Tensor& x_in, at::Tens
     first_block.push_back(first_block.back() + (weight.size(0) + kOutputsPerBlock - 1) / kOutputsPerBlock);
   }
   if (rows == 0) return outs;
+  if (sum_order == kSixteenFused) {
+    fused_linears(x, weights, outs);
+    return outs;
+  }
   if (rows == 1) return one_row_linears(x, weights, outs);
   constexpr int64_t kRowsPerPass = 4 * kRowsPerVector;
   const int64_t padded_rows = (rows + kRowsPerVector - 1) / kRowsPerVector * kRowsPerVector;
@@ -257,4 +396,5 @@ torch::Tensor lone_rows_linear(const torch::Tensor& x, const torch::Tensor& weig
 TORCH_LIBRARY(token_by_token, m) {
   m.def("lone_rows_linear(Tensor x, Tensor weight) -> Tensor", &lone_rows_linear);
   m.def("lone_rows_linears(Tensor x, Tensor[] weights) -> Tensor[]", &lone_rows_linears);
+  m.def("set_sum_order(int order) -> bool", &set_sum_order);
 }

@@ -16,6 +16,15 @@ this machine (MKL's sgemv, float32) sums `in` products in four lanes, lane j tak
 before it is added; then (lane 0 + lane 2) + (lane 1 + lane 3). The same for every input
 length that is a multiple of four and every output count that is a multiple of four.
 
+On a Sapphire Rapids Xeon MKL takes another kernel and the same measurement shows another
+order: sixteen lanes with fused multiply-adds, lane 0 starting with product 0 and lane l taking
+products 1 + l + 16c, the lanes halved, then the products left fused into a vector holding
+that total (exact_rows_kernel.cpp has the details). There each of MKL's threads takes a
+contiguous share of the outputs, and the last outputs of a share that is not a multiple of four
+are summed in yet another order, which the kernel does not copy (the probe finds such shapes;
+none of the bundled model's is one). The kernel can sum in either order; which one this CPU's
+product uses is probed when it is built (`sum_order`).
+
 A single row (a lone visitor's decode step) has its own path in the kernel: four outputs to a
 vector instead of four rows, so no lane is wasted, and both of this machine's threads share the
 weight's rows. It reads the model's weights at 24-31 GB/s where the 1-row product reaches 8-17
@@ -44,24 +53,61 @@ SOURCE = Path(__file__).with_name("exact_rows_kernel.cpp")
 NAMESPACE = "token_by_token"
 BUILD_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]  # never fuse a multiply and an add
 PROBE_ROWS = 5  # rows of the agreement probe: a whole group of four and one more
+# the orders the kernel can sum in (its set_sum_order codes): MKL's 1-row product on AVX2 and
+# earlier AVX-512 CPUs; and on a Sapphire Rapids (engine/fast/exact_rows_kernel.cpp describes both)
+SUM_ORDERS = ("four lanes", "sixteen fused lanes")
+ORDER_PROBE_OUTPUTS, ORDER_PROBE_INPUTS = 128, 576
 
 _log = logging.getLogger(__name__)
 _lock = threading.RLock()  # kernel_agrees holds it while the op it probes makes sure it is registered
 _built: bool | None = None  # None: not tried yet
+_order = "none"
 _agreement: dict[tuple, bool] = {}
 
 
 def kernel_available() -> bool:
     """Whether the compiled kernel is registered as `torch.ops.token_by_token.lone_rows_linear`
-    (built on first call). Either way the op exists afterwards, so scripted passes that name it
-    compile: without the compiled kernel it is batched 1-row products, and never chosen."""
+    (built on first call, its summation order then chosen). Either way the op exists afterwards,
+    so scripted passes that name it compile: without the compiled kernel it is batched 1-row
+    products, and never chosen."""
     global _built
     with _lock:
         if _built is None:
             _built = _build()
-            if not _built:
+            if _built:
+                _choose_sum_order()
+            else:
                 _register_fallback()
         return _built
+
+
+def sum_order() -> str:
+    """The summation order the kernel copies on this machine (one of SUM_ORDERS), or "none"
+    where it is not built or neither order is this CPU's 1-row product's."""
+    kernel_available()
+    return _order
+
+
+def _choose_sum_order() -> None:
+    """The first order whose products equal this CPU's 1-row products on a probe weight of the
+    bundled model's width (one row and several): MKL picks its kernel by CPU, so the order is
+    a property of the machine. `kernel_agrees` still probes every shape before a pass uses it."""
+    global _order
+    generator = torch.Generator().manual_seed(11)
+    weight = torch.randn((ORDER_PROBE_OUTPUTS, ORDER_PROBE_INPUTS), generator=generator)
+    probe = torch.randn((PROBE_ROWS, ORDER_PROBE_INPUTS), generator=generator)
+    loop = torch.cat([F.linear(probe[i:i + 1], weight) for i in range(PROBE_ROWS)])
+    for code, name in enumerate(SUM_ORDERS):
+        if not torch.ops.token_by_token.set_sum_order(code):
+            continue  # this build lacks it (the fused order needs AVX-512)
+        one = torch.cat([lone_rows_linear(probe[i:i + 1], weight) for i in range(PROBE_ROWS)])
+        if torch.equal(one, loop) and torch.equal(lone_rows_linear(probe, weight), loop):
+            _order = name
+            _log.info("the exact rows kernel sums in the %s order, as this CPU's 1-row product", name)
+            return
+    torch.ops.token_by_token.set_sum_order(0)
+    _order = "none"
+    _log.info("this CPU's 1-row product sums in neither of the exact rows kernel's orders; it is not used")
 
 
 def kernel_agrees(weight: torch.Tensor, one_row: bool = False) -> bool:

@@ -79,12 +79,43 @@ def test_infinities_and_nans_come_out_as_the_one_row_product_gives_them(lone_ord
     torch.testing.assert_close(lone_rows_linear(x, weight), row_by_row(x, weight), rtol=0, atol=0, equal_nan=True)
 
 
-def test_the_kernel_sums_in_the_documented_order() -> None:
+@pytest.fixture
+def order_restored():
+    """Lets a test set the kernel's summation order; the order chosen for this machine comes back."""
+    chosen = lone_rows_module.sum_order()
+    yield
+    code = lone_rows_module.SUM_ORDERS.index(chosen) if chosen in lone_rows_module.SUM_ORDERS else 0
+    assert torch.ops.token_by_token.set_sum_order(code)
+
+
+def test_the_kernel_sums_in_the_documented_four_lanes_order(order_restored) -> None:
     """The order itself, measured: four lanes, lane 0 starting with the first four products."""
+    assert torch.ops.token_by_token.set_sum_order(0)
     ours = meeting_sizes(lone_rows_linear, 32)
     assert ours[0][:5] == [1, 2, 3, 4, 5]  # inputs 0-3 summed one by one, then input 4 in lane 0
     assert ours[0][8] == 6 and ours[5][9] == 2 and ours[6][10] == 2  # lanes take every fourth input
     assert ours[0][6] == 18 and ours[5][7] == 14 and ours[0][5] == 32  # (lane 0 + lane 2) + (lane 1 + lane 3)
+
+
+def test_the_kernel_sums_in_the_documented_sixteen_fused_lanes_order(order_restored) -> None:
+    """Lane 0 starts with input 0, lane l takes inputs 1 + l + 16c, the lanes are halved, then the
+    15 left are fused into a vector holding that total in lane 0 and halved again."""
+    if not torch.ops.token_by_token.set_sum_order(1):
+        pytest.skip("this build has no AVX-512: the fused order is not compiled in")
+    ours = meeting_sizes(lone_rows_linear, 32)
+    assert ours[0][1] == 2 and ours[0][9] == 3 and ours[0][5] == 5 and ours[0][3] == 9  # lane 0 meets lanes 8, 4, 2
+    assert ours[2][10] == 2 and ours[2][6] == 4 and ours[0][2] == 17  # lane 1 meets 9, then 5; then lane 0
+    assert ours[0][17] == 18 and ours[0][25] == 19 and ours[21][29] == 2 and ours[0][21] == 21  # the tail's lanes
+    assert ours[18][26] == 2 and ours[0][18] == 32  # the tail's odd half comes last
+
+
+def test_the_order_chosen_is_the_one_row_products_where_either_is(order_restored) -> None:
+    sizes = meeting_sizes(F.linear, 32)
+    matching = []
+    for code, name in enumerate(lone_rows_module.SUM_ORDERS):
+        if torch.ops.token_by_token.set_sum_order(code) and meeting_sizes(lone_rows_linear, 32) == sizes:
+            matching.append(name)
+    assert lone_rows_module.sum_order() == (matching[0] if matching else "none")
 
 
 def test_the_kernel_sums_in_the_order_the_one_row_product_uses(lone_order) -> None:
@@ -113,8 +144,10 @@ def test_a_scripted_pass_takes_the_kernel_from_four_rows_with_lone_logits(monkey
     for rows in (3, 4, 6):
         layers, head = plan.hows_for(rows)
         matrices = {how for how, weight in zip(layers, plan.weights.layers, strict=True) if weight.dim() == 2}
-        kernel = scripted_llama.LONE_ROWS if rows >= packed_module.LONE_ROWS_FROM else scripted_llama.ONE_ROW_PRODUCTS
-        assert matrices == set(head) == {kernel}, rows
+        if rows >= packed_module.LONE_ROWS_FROM:
+            assert matrices == set(head) == {scripted_llama.LONE_ROWS}, rows
+        else:  # the batched 1-row products, or one call a row where this CPU's batched call differs
+            assert matrices | set(head) <= {scripted_llama.ONE_ROW_PRODUCTS, scripted_llama.ROW_LOOP}, rows
     lengths, tokens = (2, 9, 5, 1, 30, 7), [4, 8, 15, 16, 23, 42]
     caches = [filled_cache(tiny, n, offset=n) for n in lengths]
     expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip(tokens, caches, strict=True)])

@@ -40,9 +40,13 @@ _on_worker = threading.local()  # .active is True on the sampler's worker thread
 
 def _become_single_threaded() -> None:
     # a thread takes the current default count the first time it asks for one or runs a
-    # parallel op; have that happen now, so the count set next is not overwritten later
+    # parallel op; have that happen now, so the count set next is not overwritten later. The op
+    # is below torch's grain size, so it runs on this thread alone: one that split across two
+    # would leave this thread a team of OpenMP threads of its own, and while it lives every
+    # forward pass on the visitors' threads took 36 ms instead of 23 (`bench.engine_bench`, a
+    # Sapphire Rapids, 3 December 2026)
     torch.get_num_threads()
-    torch.ones(2 ** 16).add_(1)
+    torch.ones(16).add_(1)
     torch.set_num_threads(1)
     _on_worker.active = True
 

@@ -82,3 +82,28 @@ def test_a_decision_has_the_same_last_digits_whatever_the_callers_thread_count(l
     finally:
         torch.set_num_threads(before)
     assert decisions[0] == decisions[1] == gen.steps[-1].decision
+
+
+def test_the_sampler_worker_starts_no_threads_of_its_own_beside_itself() -> None:
+    """An OpenMP team of the worker's own (left by a first op split across two threads) made every
+    forward pass on the visitors' threads half as slow again while it lived; the worker is one
+    thread, and its ops never start others. A fresh interpreter: this one's worker exists already."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import os, torch\n"
+        "torch.ones(2 ** 16).add_(1)\n"  # the main thread's own team, before counting
+        "before = len(os.listdir('/proc/self/task'))\n"
+        "from engine.cpu_threads import on_sampler_thread\n"
+        "on_sampler_thread(lambda: torch.ones(2 ** 16).softmax(-1))()\n"
+        "print(len(os.listdir('/proc/self/task')) - before)\n")
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("no /proc to count threads in")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) == 1

@@ -11,8 +11,12 @@ A visitor alone always gets transformers' numbers. Its decode steps (one token r
 filled cache) run as one compiled call through a kernel that reads the weights at memory speed
 (engine/fast/lone.py), once a probe on this machine has shown that pass gives this one's
 logits and cache entries bit for bit; everything else, and every step where the probe did not
-agree, runs transformers' own pass (`eager_step`). Several visitors' decode steps packed into one
-pass (continuous batching) live with the server that needs them: engine/serving/packed.py.
+agree, runs transformers' own pass (`eager_step`). Speculative decoding's verify pass (a few
+tokens read after a filled cache, `forward_all`) goes the same way where its own probe agreed:
+one pass over the weights whose every row has the digits of the decode step that would read
+it, so the tokens a round keeps are plain decoding's to the last bit. Several visitors' decode
+steps packed into one pass (continuous batching) live with the server that needs them:
+engine/serving/packed.py.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from engine.fast.lone import LoneDecision, lone_decision, lone_step
+from engine.fast.lone import LoneDecision, lone_decision, lone_step, verify_decision, verify_rows
 from engine.loading import LoadedModel
 
 
@@ -99,6 +103,12 @@ def lone_pass_decision(lm: LoadedModel) -> LoneDecision:
     return lone_decision(lm, eager_step)
 
 
+def verify_pass_decision(lm: LoadedModel) -> LoneDecision:
+    """Which pass several tokens of one sequence after a filled cache take (speculative decoding's
+    verify pass) at this thread's count, and why (probed once)."""
+    return verify_decision(lm, eager_step)
+
+
 def forward_one(lm: LoadedModel, token_ids: list[int], cache: DynamicCache | None) -> torch.Tensor:
     """One sequence's next-token logits `[vocab]` after reading `token_ids`."""
     return forward(lm, torch.tensor([token_ids]), cache)[0]
@@ -113,7 +123,18 @@ def forward_all(lm: LoadedModel, token_ids: list[int], cache: DynamicCache | Non
     keep = len(token_ids) if keep is None else keep
     if not 1 <= keep <= len(token_ids):
         raise ValueError(f"keep = {keep} is not allowed: a whole number from 1 to {len(token_ids)} (the tokens fed).")
+    if (fast := _verified(lm, token_ids, cache)) is not None:
+        return fast[0][-keep:]
     return _logits(lm, torch.tensor([token_ids]), cache, keep=keep)[0]
+
+
+@torch.inference_mode()
+def _verified(lm: LoadedModel, token_ids: list[int], cache: DynamicCache | None
+              ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Several tokens after a filled cache in one pass whose every row has the digits of the
+    decode step that would read it (engine/fast/lone.py `verify_rows`), where that is proven here:
+    speculative decoding's verify pass then keeps exactly plain decoding's numbers."""
+    return verify_rows(lm, token_ids, cache, eager_step)
 
 
 @torch.inference_mode()
@@ -125,6 +146,8 @@ def forward_all_hidden(lm: LoadedModel, token_ids: list[int], cache: DynamicCach
     reads the hidden state (parallel decoding heads, multi-token prediction) changes no number."""
     if not 1 <= keep <= len(token_ids):
         raise ValueError(f"keep = {keep} is not allowed: a whole number from 1 to {len(token_ids)} (the tokens fed).")
+    if (fast := _verified(lm, token_ids, cache)) is not None:
+        return fast[0][-keep:], fast[1][-keep:]
     input_ids = torch.tensor([token_ids], device=lm.device)
     mask = torch.ones((1, cache_length(cache) + len(token_ids)), dtype=torch.long, device=lm.device)
     options = dict(input_ids=input_ids, attention_mask=mask, past_key_values=cache, use_cache=cache is not None)

@@ -43,6 +43,10 @@ LONE_PASS_ENV = "TBT_LONE_PASS"  # "eager": every lone step through transformers
 PROBE_PROMPTS = ((1, 2, 3), tuple(range(10, 47)), (7,))
 PROBE_STEPS = (5, 11, 3, 42, 9)
 
+# the verify pass: several tokens of one sequence in one pass, each row with its decode step's digits
+VERIFY_MAX_ROWS = 16  # a round's k + 1 (k <= 8) and a few unseen tokens; beyond, transformers' pass reads them
+VERIFY_PROBE = (((1, 2, 3), (5, 11)), ((7,), (3, 42, 9, 5)), (tuple(range(10, 47)), (4, 8, 15, 16, 23, 42, 6, 1, 2)))
+
 EagerStep = Callable[[LoadedModel, list[int], DynamicCache], torch.Tensor]  # logits [1, vocab]; the cache grows
 
 _log = logging.getLogger(__name__)
@@ -108,6 +112,22 @@ class LonePass:
 
 
 @dataclass(frozen=True)
+class VerifyPass:
+    """The compiled verify pass: n tokens in one pass over the weights (every weight through the
+    kernel's multi-row path), each row with the digits of the decode step that would read it."""
+
+    run: Callable
+    weights: scripted_llama.LlamaWeights
+    layer_hows: list[int]
+    head_hows: list[int]
+
+    def read(self, token_ids: Sequence[int], cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits `[n, vocab]` and the normed last state `[n, hidden]`; the cache grows by n."""
+        return scripted_llama.run_verify(self.run, self.weights, self.layer_hows, self.head_hows,
+                                         int(self.weights.head.shape[0]), token_ids, cache)
+
+
+@dataclass(frozen=True)
 class PartsSeen:
     """What a decode step made in parts showed of itself (engine/inside.py reads it)."""
 
@@ -118,7 +138,7 @@ class PartsSeen:
     marks: list[tuple[str, int, float]]  # (part, layer, perf_counter), as engine/inside.py's hooks mark them
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # the verify pass's decision takes the lone pass's inside it
 _decisions: weakref.WeakKeyDictionary[PreTrainedModel, dict[int, tuple[LoneDecision, LonePass | None]]] = \
     weakref.WeakKeyDictionary()
 
@@ -201,6 +221,80 @@ def _probe_agrees(lm: LoadedModel, fast: LonePass, eager: EagerStep) -> bool:
             if not torch.equal(fast.step(token, ours), eager(lm, [token], theirs)):
                 return False
         if not same_entries(ours, theirs):
+            return False
+    return True
+
+
+_verify_decisions: weakref.WeakKeyDictionary[PreTrainedModel, dict[int, tuple[LoneDecision, VerifyPass | None]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def verify_rows(lm: LoadedModel, token_ids: Sequence[int], cache: DynamicCache | None, eager: EagerStep
+                ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The verify pass's logits `[n, vocab]` and normed last states `[n, hidden]` for 2 to
+    VERIFY_MAX_ROWS tokens read after a filled plain cache, each row bit for bit the decode step
+    that would read it; or None where it does not apply or was not proven here (the caller runs
+    transformers' multi-token pass)."""
+    if not 2 <= len(token_ids) <= VERIFY_MAX_ROWS or not plain_filled(cache, lm):
+        return None
+    fast = _verify_decided(lm, eager)[1]
+    return fast.read([int(t) for t in token_ids], cache) if fast is not None else None
+
+
+def verify_decision(lm: LoadedModel, eager: EagerStep) -> LoneDecision:
+    """Which pass several tokens of one sequence take at this thread's count (probed on first call)."""
+    return _verify_decided(lm, eager)[0]
+
+
+def _verify_decided(lm: LoadedModel, eager: EagerStep) -> tuple[LoneDecision, VerifyPass | None]:
+    threads = torch.get_num_threads()
+    with _lock:
+        known = _verify_decisions.setdefault(lm.model, {})
+        if threads not in known:
+            try:
+                known[threads] = _decide_verify(lm, eager, threads)
+            except Exception as error:  # whatever went wrong, transformers' pass is still right
+                known[threads] = LoneDecision(False, threads, f"its probe failed ({type(error).__name__})"), None
+            decision = known[threads][0]
+            _log.info("verify passes of %s at %d threads: %s (%s)", lm.name, threads,
+                      "one row per decode step" if decision.fast else "transformers' multi-token pass",
+                      decision.reason)
+        return known[threads]
+
+
+@torch.inference_mode()
+def _decide_verify(lm: LoadedModel, eager: EagerStep, threads: int) -> tuple[LoneDecision, VerifyPass | None]:
+    def no(reason: str) -> tuple[LoneDecision, None]:
+        return LoneDecision(False, threads, reason), None
+
+    lone = _decided(lm, eager)
+    if lone[1] is None:
+        return no(f"the lone pass is not in use ({lone[0].reason})")
+    run = scripted_llama.compiled_verify()
+    if run is None:
+        return no("TorchScript could not compile the pass")
+    weights = lone[1].weights
+    products = [w for w in weights.layers if w.dim() == 2] + [weights.head]
+    if not all(exact_rows_kernel.kernel_agrees(w) for w in products):
+        return no("the kernel's multi-row path does not sum as this CPU's 1-row product for every weight")
+    fast = VerifyPass(run, weights, lone[1].layer_hows, lone[1].head_hows)
+    if not _verify_probe_agrees(lm, fast, eager):
+        return no("its probe pass differed from one-token eager steps in logits or cache entries")
+    return LoneDecision(True, threads, "probed equal to one-token eager steps, logits and cache, torch.equal"), fast
+
+
+def _verify_probe_agrees(lm: LoadedModel, fast: VerifyPass, eager: EagerStep) -> bool:
+    """Each probe prompt read by the eager pass into two caches; then the probe's tokens read in
+    one verify pass into one cache and one eager step at a time into the other: every row's
+    logits, and every entry, equal."""
+    vocab = lm.vocab_size
+    for prompt, tokens in VERIFY_PROBE:
+        ours, theirs = DynamicCache(config=lm.model.config), DynamicCache(config=lm.model.config)
+        eager(lm, [t % vocab for t in prompt], ours)
+        eager(lm, [t % vocab for t in prompt], theirs)
+        logits, _ = fast.read([t % vocab for t in tokens], ours)
+        expected = torch.cat([eager(lm, [t % vocab], theirs) for t in tokens])
+        if not torch.equal(logits, expected) or not same_entries(ours, theirs):
             return False
     return True
 

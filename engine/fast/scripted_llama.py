@@ -216,6 +216,39 @@ def packed_logits(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor
     return sliced_linear(hidden, head_weight, head_hows, head_chunk), grown_keys, grown_values
 
 
+def verify_logits(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor], hows: list[int],
+                  keys: list[Tensor], values: list[Tensor], eps: float, head_dim: int, scale: float, gqa: bool,
+                  norm_weight: Tensor, head_weight: Tensor, head_hows: list[int], head_chunk: int
+                  ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
+    """`n` tokens of one sequence read after its cache in one pass (speculative decoding's verify
+    pass), each row with the digits of the one-token decode step that would read it: `hidden`
+    `[1, n, hidden]`, row i at the cache's length + i (`cos`, `sin` `[1, n, head_dim]`); every
+    linear layer multiplies each row as its own 1-row product (LONE_ROWS), and row i's query
+    meets the cache's keys and those of rows 0 to i, grown as i + 1 steps would have grown them.
+    `keys[layer]`: the cache's keys at that layer. Returns the logits `[1, n, vocab]`, the
+    decoder's last state after the final norm `[1, n, hidden]`, and each layer's keys and values
+    grown by all n tokens; the caches passed in are not changed."""
+    n, per_layer = hidden.shape[1], 9  # LAYER_WEIGHTS
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    no_rows = no_prompt_rows()
+    grown_keys: list[Tensor] = []
+    grown_values: list[Tensor] = []
+    for layer in range(len(weights) // per_layer):
+        w = weights[layer * per_layer:(layer + 1) * per_layer]
+        how = hows[layer * per_layer:(layer + 1) * per_layer]
+        query, key, value = rotated_projections(hidden, w, how, eps, head_dim, cos, sin, no_rows)
+        row_keys, row_values = keys[layer], values[layer]
+        outputs: list[Tensor] = []
+        for i in range(n):  # as a decode step: the cache grown by this token, then one query over it
+            attended, row_keys, row_values = attend_row(query, key, value, i, row_keys, row_values, scale, gqa)
+            outputs.append(attended)
+        grown_keys.append(row_keys)
+        grown_values.append(row_values)
+        hidden = after_attention(hidden, torch.cat(outputs, dim=2), w, how, eps, no_rows)
+    normed = rms_norm(hidden, norm_weight, eps)
+    return sliced_linear(normed, head_weight, head_hows, head_chunk), normed, grown_keys, grown_values
+
+
 def prefill_logits(hidden: Tensor, cos: Tensor, sin: Tensor, starts: list[int], lengths: list[int],
                    weights: list[Tensor], prompt_rows: PromptRows, last_rows: Tensor, eps: float, head_dim: int,
                    scale: float, gqa: bool, norm_weight: Tensor, head_weight: Tensor, head_hows: list[int],
@@ -304,6 +337,28 @@ def run_decode(run: Callable, weights: "LlamaWeights", layer_hows: list[int], he
     return logits[0]
 
 
+def run_verify(run: Callable, weights: "LlamaWeights", layer_hows: list[int], head_hows: list[int], head_chunk: int,
+               token_ids: Sequence[int], cache: DynamicCache) -> tuple[Tensor, Tensor]:
+    """`token_ids` read after `cache` (plain DynamicCache, every layer filled) through the compiled
+    `verify_logits` (`run`): the logits `[n, vocab]` and the normed last state `[n, hidden]`. The
+    cache grows by the n tokens only once the pass is complete."""
+    device = weights.head.device
+    hidden = weights.embed(torch.tensor([list(token_ids)], device=device))  # [1, n, hidden]
+    start = cache.get_seq_length()
+    positions = torch.arange(start, start + len(token_ids), device=device).unsqueeze(0)
+    cos, sin = weights.rotary(hidden, positions)  # [1, n, head_dim]
+    keys = [layer.keys for layer in cache.layers]
+    values = [layer.values for layer in cache.layers]
+    with torch.jit.optimized_execution(False):  # run the ops as written: no graph rewrites
+        logits, normed, grown_keys, grown_values = run(hidden, cos, sin, list(weights.layers), layer_hows, keys,
+                                                       values, weights.eps, weights.head_dim, weights.scale,
+                                                       weights.gqa, weights.norm, weights.head, head_hows,
+                                                       head_chunk)
+    for layer, grown_key, grown_value in zip(cache.layers, grown_keys, grown_values, strict=True):
+        layer.keys, layer.values = grown_key, grown_value
+    return logits[0], normed[0]
+
+
 _compiled: dict[str, Callable] = {}
 _compile_failed = False
 
@@ -311,6 +366,11 @@ _compile_failed = False
 def compiled_pass() -> Callable | None:
     """`packed_logits` compiled by TorchScript (once), or None where it cannot be compiled."""
     return _compiled_functions().get("decode")
+
+
+def compiled_verify() -> Callable | None:
+    """`verify_logits` compiled by TorchScript (once), or None where it cannot be compiled."""
+    return _compiled_functions().get("verify")
 
 
 def compiled_prefill() -> Callable | None:
@@ -340,6 +400,7 @@ def _compiled_functions() -> dict[str, Callable]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # still supported; see the module docstring
                 _compiled.update(decode=torch.jit.script(packed_logits), prefill=torch.jit.script(prefill_logits),
+                                 verify=torch.jit.script(verify_logits),
                                  attention=torch.jit.script(lone_attention), mlp=torch.jit.script(lone_mlp),
                                  head=torch.jit.script(lone_head))
         except Exception:  # any failure to compile leaves the eager passes in charge

@@ -4,7 +4,8 @@ One round (`SpeculativeGeneration.step` reads as this):
   1. draft: a cheap method guesses the next k tokens (engine/speculative/drafting.py);
   2. verify: ONE forward pass of the target model reads the tokens its cache has not seen
      plus the k guesses, and returns its distribution p at each of the k + 1 positions
-     (every guessed position, and the one after the last guess);
+     (every guessed position, and the one after the last guess); where it is proven on this
+     machine, each row has the digits of the decode step that would read it (engine/forward.py);
   3. accept / reject, left to right (engine/speculative/rule.py): greedy keeps a guess when it is the target's argmax;
      sampling keeps it when a uniform u < min(1, p(x) / q(x)), q being the draft's
      probability of its own guess. The first rejected position instead draws from the

@@ -13,7 +13,7 @@ import torch
 
 from engine import Generation, GenerationFinished, SamplerSettings, SettingsError, StopSettings
 from engine.errors import ModelLoadError
-from engine.forward import forward_all, forward_one, new_cache, plain_head
+from engine.forward import forward_all, forward_one, new_cache, plain_head, verify_pass_decision
 from engine.speculative.drafting import NO_DRAFT, Draft, DraftModel, PromptLookup, latest_match, self_draft
 from engine.speculative.generation import SpeculativeGeneration
 
@@ -100,9 +100,10 @@ def test_copying_prompt_makes_several_tokens_per_forward_pass(lm) -> None:
     assert sum(len(r.emitted) for r in generation.rounds) == tokens
 
 
-def test_the_verify_pass_gives_plain_decodings_logits_to_float_rounding(lm) -> None:
-    """One pass over k + 1 positions uses other matrix shapes than k + 1 one-token passes, so
-    the last bits differ; the gap is far below any greedy margin on these prompts."""
+def test_the_verify_pass_gives_plain_decodings_logits(lm) -> None:
+    """Where the verify pass is proven here, each of its k + 1 rows has its decode step's digits
+    (tests/engine/test_verify_pass.py); elsewhere transformers' multi-token pass uses other matrix
+    shapes than k + 1 one-token passes, so the last bits differ, far below any greedy margin."""
     context = Generation(lm, COPY_PROMPT, chat=True).prompt_ids
     continuation = plain_ids(lm, COPY_PROMPT, True, 1.0, ())[:9]
     one_by_one, cache = [], new_cache(lm)
@@ -114,7 +115,7 @@ def test_the_verify_pass_gives_plain_decodings_logits_to_float_rounding(lm) -> N
     verified = forward_all(lm, [context[-1], *continuation[:-1]], cache)  # [9, vocab]
     gap = float((verified - torch.stack(one_by_one)).abs().max())
     print(f"max |logit difference| verify pass vs one-token decode: {gap:.3g}")
-    assert 0 <= gap < 1e-3
+    assert gap == 0 if verify_pass_decision(lm).fast else 0 <= gap < 1e-3
     assert verified.argmax(-1).tolist() == continuation
 
 

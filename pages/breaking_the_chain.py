@@ -13,6 +13,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from engine import LoadedModel, self_draft
+from engine.forward import verify_pass_decision
 from engine.speculative import K_MAX, K_MIN, DraftMethod, expected_tokens_per_round, speculative_to_trace
 from ui import chain_controller as bc
 from ui.chain_views import (
@@ -27,6 +28,7 @@ from ui.chain_views import (
     speculative_chips_html,
     speed_verdict,
     verify_cost_text,
+    verify_path_text,
 )
 from ui.chips import chip_window, context_html
 from ui.deployment import current_deployment, downloadable
@@ -286,6 +288,8 @@ def cost_section(lanes: bc.Lanes) -> None:
         mean_fed = sum(r.fed_tokens for r in guessed) / len(guessed)
         text += " " + verify_cost_text(verify_ms, sum(decode) / len(decode), mean_fed)
     st.markdown(text)
+    decision = verify_pass_decision(spec.lm)
+    st.caption(verify_path_text(decision.fast, decision.reason))
     st.markdown(time_per_token_text(lanes))
     if st.button("Measure prefill against decode", key=CHAIN.measure,
                  help="The KV cache & speed page's measurement: the prompt in one pass against one token per pass"):

@@ -357,6 +357,16 @@ def verify_cost_text(verify_ms: float, decode_ms: float, mean_fed: float) -> str
             f"**{times_a_step(ratio)}**: {against}. (Timings on a shared machine are noisy.)")
 
 
+def verify_path_text(fast: bool, reason: str) -> str:
+    """Which pass this server's verify passes take (engine.forward.verify_pass_decision), in words."""
+    if fast:
+        return ("On this server a verify pass gives each of its rows the digits of the decode step that would read "
+                "it (probed equal to one-token steps, bit for bit), so every kept token is plain decoding's to the "
+                "last bit.")
+    return (f"On this server a verify pass is transformers' multi-token pass ({reason}): each row equals its decode "
+            "step's logits to float rounding, far below any greedy margin.")
+
+
 def speed_verdict(spec_ms: float, plain_ms: float) -> str:
     """Which lane makes tokens faster, per token, in words that fit the figures."""
     if abs(plain_ms / spec_ms - 1) <= SAME_WITHIN:

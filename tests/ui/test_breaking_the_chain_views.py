@@ -24,6 +24,7 @@ from ui.chain_views import (
     speed_verdict,
     times_a_step,
     verify_cost_text,
+    verify_path_text,
 )
 from ui.format import pct
 
@@ -123,3 +124,9 @@ def test_the_verify_cost_is_worded_from_the_measured_ratio() -> None:
 def test_the_speed_verdict_never_says_one_times_slower(spec_ms, plain_ms, words) -> None:
     verdict = speed_verdict(spec_ms, plain_ms)
     assert words in verdict and "1.00×" not in verdict
+
+
+def test_the_verify_path_says_which_pass_this_server_takes_and_why() -> None:
+    assert "bit for bit" in verify_path_text(True, "probed equal") and "last bit" in verify_path_text(True, "x")
+    slow = verify_path_text(False, "the lone pass is not in use (TBT_LONE_PASS=eager)")
+    assert "transformers' multi-token pass" in slow and "TBT_LONE_PASS=eager" in slow and "float rounding" in slow

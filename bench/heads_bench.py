@@ -4,8 +4,8 @@ training/prompts.txt; prompt lookup and the copy-heavy prompt are bench.speculat
 
     .venv/bin/python -m bench.heads_bench [--rounds 2] [--tokens 40] [--threads N]
 
-Methods: plain decoding (engine.Generation), Medusa heads (k = 3, the draft vocabulary and the
-whole LM head) and the MTP module (k = 2, 3 on the draft vocabulary; k = 3 on the whole head).
+Methods: plain decoding (engine.Generation), Medusa heads (k = 1 and 3 on the draft vocabulary, 3
+on the whole LM head) and the MTP module (k = 1, 2, 3 on the draft vocabulary; k = 3 on the whole head).
 Every configuration runs once per round and the rounds are interleaved, so all see the same
 machine; the median and the fastest round are kept. Each run must give plain decoding's tokens
 exactly. Beside each speed-up: the measured acceptance α (kept
@@ -40,8 +40,9 @@ PROMPTS = {  # name: (prompt, chat)
 }
 GREEDY = SamplerSettings(temperature=0)
 # (label, factory key, k)
-CONFIGS = [("plain", "plain", 1), ("medusa-heads", "medusa", 3), ("medusa-heads, whole head", "medusa-full", 3),
-           ("mtp", "mtp", 2), ("mtp", "mtp", 3), ("mtp, whole head", "mtp-full", 3)]
+CONFIGS = [("plain", "plain", 1), ("medusa-heads", "medusa", 1), ("medusa-heads", "medusa", 3),
+           ("medusa-heads, whole head", "medusa-full", 3), ("mtp", "mtp", 1), ("mtp", "mtp", 2), ("mtp", "mtp", 3),
+           ("mtp, whole head", "mtp-full", 3)]
 
 
 @dataclass(frozen=True)

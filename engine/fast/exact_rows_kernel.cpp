@@ -260,14 +260,17 @@ void fused_rows(const float* x, int64_t row0, const float* w, int64_t in, const 
   fused_block<O, R>(x_rows, w, in, o, count, outs, prefetch);
 }
 
-constexpr int kFusedOutputsOneRow = 8;  // one row: eight weight rows in flight
-constexpr int kFusedOutputs = 4;        // several rows: four outputs x four rows of accumulators
-constexpr int kFusedRowsPerGroup = 4;
+constexpr int kFusedRowsPerGroup = 4;  // beyond four rows: groups of four, four outputs a block
+constexpr int kFusedMaxOutputs = 8;
+
+// Outputs a block for `rows` rows: as many weight rows in flight as the accumulators allow (up to
+// 24 of the 32 vector registers), so that a few rows stream the weights as fast as one does.
+int fused_outputs(int64_t rows) { return rows <= 3 ? 8 : rows == 4 ? 6 : 4; }
 
 // Every row of x through every weight in the sixteen fused lanes order: one parallel region.
 void fused_linears(const torch::Tensor& x, std::vector<torch::Tensor>& weights, std::vector<torch::Tensor>& outs) {
   const int64_t rows = x.size(0), in = x.size(1);
-  const int outputs = rows == 1 ? kFusedOutputsOneRow : kFusedOutputs;
+  const int outputs = fused_outputs(rows);
   std::vector<int64_t> first_block{0};
   for (const auto& weight : weights) first_block.push_back(first_block.back() + (weight.size(0) + outputs - 1) / outputs);
   const float* x_data = x.data_ptr<float>();
@@ -282,20 +285,23 @@ void fused_linears(const torch::Tensor& x, std::vector<torch::Tensor>& weights, 
       float* out = outs[i].data_ptr<float>();
       const int64_t first = (block - first_block[i]) * outputs;
       const int count = static_cast<int>(std::min<int64_t>(outputs, out_features - first));
-      int64_t o[kFusedOutputsOneRow];
+      int64_t o[kFusedMaxOutputs];
       for (int q = 0; q < outputs; ++q) o[q] = first + std::min(q, count - 1);
       const bool prefetch = block + 1 < first_block[i + 1];  // the next block is this weight's
-      if (rows == 1) {
-        fused_rows<kFusedOutputsOneRow, 1>(x_data, 0, w, in, o, count, out, out_features, prefetch);
-        continue;
+      switch (rows) {
+        case 1: fused_rows<8, 1>(x_data, 0, w, in, o, count, out, out_features, prefetch); continue;
+        case 2: fused_rows<8, 2>(x_data, 0, w, in, o, count, out, out_features, prefetch); continue;
+        case 3: fused_rows<8, 3>(x_data, 0, w, in, o, count, out, out_features, prefetch); continue;
+        case 4: fused_rows<6, 4>(x_data, 0, w, in, o, count, out, out_features, prefetch); continue;
+        default: break;
       }
       for (int64_t row0 = 0; row0 < rows; row0 += kFusedRowsPerGroup) {
         const bool ahead = prefetch && row0 == 0;
         switch (std::min<int64_t>(kFusedRowsPerGroup, rows - row0)) {
-          case 4: fused_rows<kFusedOutputs, 4>(x_data, row0, w, in, o, count, out, out_features, ahead); break;
-          case 3: fused_rows<kFusedOutputs, 3>(x_data, row0, w, in, o, count, out, out_features, ahead); break;
-          case 2: fused_rows<kFusedOutputs, 2>(x_data, row0, w, in, o, count, out, out_features, ahead); break;
-          default: fused_rows<kFusedOutputs, 1>(x_data, row0, w, in, o, count, out, out_features, ahead);
+          case 4: fused_rows<4, 4>(x_data, row0, w, in, o, count, out, out_features, ahead); break;
+          case 3: fused_rows<4, 3>(x_data, row0, w, in, o, count, out, out_features, ahead); break;
+          case 2: fused_rows<4, 2>(x_data, row0, w, in, o, count, out, out_features, ahead); break;
+          default: fused_rows<4, 1>(x_data, row0, w, in, o, count, out, out_features, ahead);
         }
       }
     }

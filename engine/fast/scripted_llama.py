@@ -237,13 +237,19 @@ def verify_logits(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor
         w = weights[layer * per_layer:(layer + 1) * per_layer]
         how = hows[layer * per_layer:(layer + 1) * per_layer]
         query, key, value = rotated_projections(hidden, w, how, eps, head_dim, cos, sin, no_rows)
-        row_keys, row_values = keys[layer], values[layer]
+        # the cache grown by all n at once: row i's keys are its first length + i + 1, the very
+        # values i + 1 decode steps would have grown it to (one copy a layer, not one a row)
+        length = keys[layer].shape[-2]
+        all_keys = torch.cat([keys[layer], key], dim=-2)
+        all_values = torch.cat([values[layer], value], dim=-2)
         outputs: list[Tensor] = []
-        for i in range(n):  # as a decode step: the cache grown by this token, then one query over it
-            attended, row_keys, row_values = attend_row(query, key, value, i, row_keys, row_values, scale, gqa)
-            outputs.append(attended)
-        grown_keys.append(row_keys)
-        grown_values.append(row_values)
+        for i in range(n):  # as a decode step: one query over the keys it would meet
+            outputs.append(F.scaled_dot_product_attention(query[:, :, i:i + 1], all_keys[:, :, :length + i + 1],
+                                                          all_values[:, :, :length + i + 1], attn_mask=None,
+                                                          dropout_p=0.0, is_causal=False, scale=scale,
+                                                          enable_gqa=gqa))
+        grown_keys.append(all_keys)
+        grown_values.append(all_values)
         hidden = after_attention(hidden, torch.cat(outputs, dim=2), w, how, eps, no_rows)
     normed = rms_norm(hidden, norm_weight, eps)
     return sliced_linear(normed, head_weight, head_hows, head_chunk), normed, grown_keys, grown_values

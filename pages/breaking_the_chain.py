@@ -13,8 +13,14 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from engine import LoadedModel, self_draft
-from engine.forward import verify_pass_decision
-from engine.speculative import K_MAX, K_MIN, DraftMethod, expected_tokens_per_round, speculative_to_trace
+from engine.speculative import (
+    K_MAX,
+    K_MIN,
+    DraftMethod,
+    expected_tokens_per_round,
+    speculative_to_trace,
+    verify_pass_decision,
+)
 from ui import chain_controller as bc
 from ui.chain_views import (
     counted,

@@ -5,6 +5,7 @@ the accept / reject rule on frozen logits (`rule.py`), and the generation that r
 around them (`generation.py`); `trace.py` saves and replays it.
 """
 
+from engine.forward import verify_pass_decision  # which pass a round's verify pass takes here, and why
 from engine.speculative.drafting import (
     Draft,
     DraftMethod,
@@ -66,4 +67,5 @@ __all__ = [
     "save_speculative_trace",
     "self_draft",
     "speculative_to_trace",
+    "verify_pass_decision",
 ]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+import ui  # noqa: F401  first: it sets OpenMP's wait policy, which OpenMP reads once, when torch loads
+
+# isort: split
 from engine import SettingsError
 from ui.deployment import current_deployment
 from ui.format import plain

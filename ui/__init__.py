@@ -7,9 +7,13 @@ server during a Step click, against 56 ms alone. Told to sleep instead ("passive
 55-78 ms in the server and cost 1-2 ms alone. OpenMP reads this once, when torch loads; app.py
 imports this package before anything imports torch. (A server whose first visitor opens a page's
 own link runs that page, which loads torch first: `make run` sets the variable itself.) An
-explicit setting is left alone.
+explicit setting is left alone, and none is made once torch has loaded: the exact rows kernel
+reads the variable to know whether OpenMP's threads sleep (engine/fast/exact_rows_kernel.cpp), so
+it must say what OpenMP read.
 """
 
 import os
+import sys
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if "torch" not in sys.modules:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import weakref
 from pathlib import Path
@@ -191,3 +193,33 @@ def test_a_lock_left_by_a_build_that_died_is_cleared_and_a_fresh_one_is_kept(tmp
     native_build.clear_stale_lock(fresh)
     native_build.clear_stale_lock(tmp_path / "missing")  # no folder, no lock: nothing to do
     assert not (stale / "lock").exists() and (fresh / "lock").exists()
+
+
+def test_where_openmps_threads_sleep_the_kernels_own_helper_gives_the_same_digits() -> None:
+    """With OMP_WAIT_POLICY=PASSIVE a few rows at two threads are split with the kernel's own helper
+    thread instead of an OpenMP region: every row still has its 1-row product's digits, however
+    many calls come back to back or apart."""
+    script = (
+        "import time, torch, torch.nn.functional as F\n"
+        "from engine.fast.exact_rows_kernel import kernel_agrees, lone_rows_linear, lone_rows_linears\n"
+        "torch.set_num_threads(2)\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "for shape in [(576, 576), (1536, 576), (576, 1536), (49152, 576)]:\n"
+        "    w = torch.randn(shape, generator=g)\n"
+        "    if not kernel_agrees(w):\n"
+        "        continue\n"
+        "    for rows in (1, 2, 3, 4, 5, 16, 17):\n"
+        "        x = torch.randn((rows, shape[1]), generator=g)\n"
+        "        loop = torch.cat([F.linear(x[i:i + 1], w) for i in range(rows)])\n"
+        "        assert torch.equal(lone_rows_linear(x, w), loop), (shape, rows)\n"
+        "        time.sleep(0.002)  # long enough for the helper to have gone to sleep\n"
+        "x = torch.randn((1, 576), generator=g)\n"
+        "ws = [torch.randn((n, 576), generator=g) for n in (576, 192, 192)]\n"
+        "for _ in range(200):\n"
+        "    for out, w in zip(lone_rows_linears(x, ws), ws):\n"
+        "        assert torch.equal(out, F.linear(x, w))\n"
+        "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("ok")

@@ -26,3 +26,18 @@ def test_the_ui_package_sets_a_passive_wait_before_anything_the_app_imports_load
 
 def test_an_explicit_wait_policy_is_left_alone() -> None:
     assert _run("import os, ui; print(os.environ['OMP_WAIT_POLICY'])", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
+
+
+def test_the_app_imports_the_ui_package_before_the_engine_loads_torch() -> None:
+    import ast
+
+    tree = ast.parse((ROOT / "app.py").read_text())
+    modules = [node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+               for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
+    assert modules.index("ui") < modules.index("engine")
+
+
+def test_no_wait_policy_is_set_once_torch_has_loaded() -> None:
+    """OpenMP has read the variable by then; setting it later would tell the exact rows kernel
+    that OpenMP's threads sleep when they spin."""
+    assert _run("import os, torch, ui; print(os.environ.get('OMP_WAIT_POLICY'))") == "None"

@@ -49,7 +49,9 @@ namespace {
 // no digit: each output is summed whole by one thread either way.
 
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(300);
-constexpr int64_t kPairMaxRows = 16;  // lone steps and verify passes; packed passes keep OpenMP's threads
+// One visitor's rows only (a lone step, a verify pass): several visitors' packed passes keep
+// OpenMP's threads, for with the helper 10 and 30 visitors made 10-15 % fewer tokens a second.
+constexpr int64_t kPairMaxRows = 16;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -123,11 +125,11 @@ bool openmp_threads_sleep() {
   return sleep;
 }
 
-// body(begin, end) over [0, total): on the helper and this thread for a few rows at two torch
-// threads where OpenMP's threads sleep, else through torch's own parallel_for.
+// body(begin, end) over [0, total): on the helper and this thread for one visitor's rows at two
+// torch threads where OpenMP's threads sleep, else through torch's own parallel_for.
 template <typename Body>
-void split_blocks(int64_t total, int64_t grain, int64_t rows, const Body& body) {
-  if (rows <= kPairMaxRows && openmp_threads_sleep() && at::get_num_threads() == 2 && !at::in_parallel_region() &&
+void split_blocks(int64_t total, int64_t grain, bool one_visitor, const Body& body) {
+  if (one_visitor && openmp_threads_sleep() && at::get_num_threads() == 2 && !at::in_parallel_region() &&
       total >= 2 * grain) {
     const int64_t half = (total + 1) / 2;
     const std::function<void()> theirs = [&] { body(half, total); };
@@ -283,7 +285,7 @@ std::vector<torch::Tensor> one_row_linears(const torch::Tensor& x, std::vector<t
   // waking a second thread costs microseconds: give each thread at least this many products
   constexpr int64_t kProductsPerTask = 1 << 16;
   const int64_t grain = std::max<int64_t>(1, kProductsPerTask / (kOutputs * in));
-  split_blocks(first_block.back(), grain, 1, [&](int64_t begin, int64_t end) {
+  split_blocks(first_block.back(), grain, true, [&](int64_t begin, int64_t end) {
     size_t i = 0;
     for (int64_t block = begin; block < end; ++block) {
       while (block >= first_block[i + 1]) ++i;
@@ -376,7 +378,8 @@ constexpr int kFusedMaxOutputs = 8;
 int fused_outputs(int64_t rows) { return rows <= 3 ? 8 : rows == 4 ? 6 : 4; }
 
 // Every row of x through every weight in the sixteen fused lanes order: one parallel region.
-void fused_linears(const torch::Tensor& x, std::vector<torch::Tensor>& weights, std::vector<torch::Tensor>& outs) {
+void fused_linears(const torch::Tensor& x, std::vector<torch::Tensor>& weights, std::vector<torch::Tensor>& outs,
+                   bool one_visitor) {
   const int64_t rows = x.size(0), in = x.size(1);
   const int outputs = fused_outputs(rows);
   std::vector<int64_t> first_block{0};
@@ -384,7 +387,7 @@ void fused_linears(const torch::Tensor& x, std::vector<torch::Tensor>& weights, 
   const float* x_data = x.data_ptr<float>();
   constexpr int64_t kProductsPerTask = 1 << 16;  // waking a second thread costs microseconds
   const int64_t grain = std::max<int64_t>(1, kProductsPerTask / (outputs * in * rows));
-  split_blocks(first_block.back(), grain, rows, [&](int64_t begin, int64_t end) {
+  split_blocks(first_block.back(), grain, one_visitor, [&](int64_t begin, int64_t end) {
     size_t i = 0;
     for (int64_t block = begin; block < end; ++block) {
       while (block >= first_block[i + 1]) ++i;
@@ -417,7 +420,7 @@ void fused_linears(const torch::Tensor& x, std::vector<torch::Tensor>& weights, 
 }
 constexpr bool kSixteenFusedBuilt = true;
 #else
-void fused_linears(const torch::Tensor&, std::vector<torch::Tensor>&, std::vector<torch::Tensor>&) {
+void fused_linears(const torch::Tensor&, std::vector<torch::Tensor>&, std::vector<torch::Tensor>&, bool) {
   TORCH_CHECK(false, "the sixteen fused lanes order needs AVX-512");
 }
 constexpr bool kSixteenFusedBuilt = false;
@@ -448,8 +451,9 @@ torch::Tensor packed_rows(const torch::Tensor& x, int64_t padded_rows) {
 }
 
 // Every row of x through every weight (all of one input width): one parallel region for all, so
-// a layer's query, key and value (or gate and up) wake the CPU's threads once.
-std::vector<torch::Tensor> lone_rows_linears(const torch::Tensor& x_in, at::TensorList weights_in) {
+// a layer's query, key and value (or gate and up) wake the CPU's threads once. `one_visitor`:
+// the rows are one sequence's (a verify pass), not several visitors'.
+std::vector<torch::Tensor> rows_linears(const torch::Tensor& x_in, at::TensorList weights_in, bool one_visitor) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == torch::kFloat, "x: float32 [rows, in]");
   const int64_t rows = x_in.size(0), in = x_in.size(1);
   TORCH_CHECK(in % 4 == 0 && in >= 8, "in must be a multiple of 4, at least 8");
@@ -465,7 +469,7 @@ std::vector<torch::Tensor> lone_rows_linears(const torch::Tensor& x_in, at::Tens
   }
   if (rows == 0) return outs;
   if (sum_order == kSixteenFused) {
-    fused_linears(x, weights, outs);
+    fused_linears(x, weights, outs, one_visitor && rows <= kPairMaxRows);
     return outs;
   }
   if (rows == 1) return one_row_linears(x, weights, outs);
@@ -501,8 +505,21 @@ std::vector<torch::Tensor> lone_rows_linears(const torch::Tensor& x_in, at::Tens
   return outs;
 }
 
+std::vector<torch::Tensor> lone_rows_linears(const torch::Tensor& x, at::TensorList weights) {
+  return rows_linears(x, weights, x.size(0) == 1);
+}
+
 torch::Tensor lone_rows_linear(const torch::Tensor& x, const torch::Tensor& weight) {
-  return lone_rows_linears(x, {weight})[0];
+  return rows_linears(x, {weight}, x.size(0) == 1)[0];
+}
+
+// One sequence's rows (a verify pass): the same digits, the helper thread allowed.
+std::vector<torch::Tensor> sequence_rows_linears(const torch::Tensor& x, at::TensorList weights) {
+  return rows_linears(x, weights, true);
+}
+
+torch::Tensor sequence_rows_linear(const torch::Tensor& x, const torch::Tensor& weight) {
+  return rows_linears(x, {weight}, true)[0];
 }
 
 }  // namespace
@@ -510,5 +527,7 @@ torch::Tensor lone_rows_linear(const torch::Tensor& x, const torch::Tensor& weig
 TORCH_LIBRARY(token_by_token, m) {
   m.def("lone_rows_linear(Tensor x, Tensor weight) -> Tensor", &lone_rows_linear);
   m.def("lone_rows_linears(Tensor x, Tensor[] weights) -> Tensor[]", &lone_rows_linears);
+  m.def("sequence_rows_linear(Tensor x, Tensor weight) -> Tensor", &sequence_rows_linear);
+  m.def("sequence_rows_linears(Tensor x, Tensor[] weights) -> Tensor[]", &sequence_rows_linears);
   m.def("set_sum_order(int order) -> bool", &set_sum_order);
 }

@@ -169,3 +169,8 @@ def _register_fallback() -> None:
     _fallback_library.impl("lone_rows_linear", one_row_products, "CompositeExplicitAutograd")
     _fallback_library.impl("lone_rows_linears", lambda x, weights: [one_row_products(x, w) for w in weights],
                            "CompositeExplicitAutograd")
+    _fallback_library.define("sequence_rows_linear(Tensor x, Tensor weight) -> Tensor")
+    _fallback_library.define("sequence_rows_linears(Tensor x, Tensor[] weights) -> Tensor[]")
+    _fallback_library.impl("sequence_rows_linear", one_row_products, "CompositeExplicitAutograd")
+    _fallback_library.impl("sequence_rows_linears", lambda x, weights: [one_row_products(x, w) for w in weights],
+                           "CompositeExplicitAutograd")

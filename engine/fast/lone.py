@@ -277,7 +277,8 @@ def _decide_verify(lm: LoadedModel, eager: EagerStep, threads: int) -> tuple[Lon
     products = [w for w in weights.layers if w.dim() == 2] + [weights.head]
     if not all(exact_rows_kernel.kernel_agrees(w) for w in products):
         return no("the kernel's multi-row path does not sum as this CPU's 1-row product for every weight")
-    fast = VerifyPass(run, weights, lone[1].layer_hows, lone[1].head_hows)
+    sequence = [scripted_llama.SEQUENCE_ROWS if how == scripted_llama.LONE_ROWS else how for how in lone[1].layer_hows]
+    fast = VerifyPass(run, weights, sequence, [scripted_llama.SEQUENCE_ROWS])
     if not _verify_probe_agrees(lm, fast, eager):
         return no("its probe pass differed from one-token eager steps in logits or cache entries")
     return LoneDecision(True, threads, "probed equal to one-token eager steps, logits and cache, torch.equal"), fast

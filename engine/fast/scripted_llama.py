@@ -42,6 +42,7 @@ ONE_ROW_PRODUCTS = 1  # each row its own 1-row product, all in one batched call 
 ROW_LOOP = 2  # each row its own 1-row product, one call a row (exact, where the batched call differs)
 PROMPT_ROWS = 3  # prompts stacked end to end: each row through the product its lone prompt's pass uses
 LONE_ROWS = 4  # every row in one pass over the weight, each summed as its 1-row product (exact_rows_kernel.py)
+SEQUENCE_ROWS = 5  # LONE_ROWS for one sequence's rows (a verify pass): the same digits, the helper thread allowed
 
 LAYER_WEIGHTS = 9  # per decoder layer: input norm, q, k, v, o, post-attention norm, gate, up, down
 
@@ -83,6 +84,8 @@ def rows_linear(x: Tensor, weight: Tensor, how: int, prompt_rows: PromptRows) ->
         return prompts_linear(x[0], weight, prompt_rows).unsqueeze(0)
     if how == 4:  # LONE_ROWS
         return torch.ops.token_by_token.lone_rows_linear(x[0], weight).unsqueeze(0)
+    if how == 5:  # SEQUENCE_ROWS
+        return torch.ops.token_by_token.sequence_rows_linear(x[0], weight).unsqueeze(0)
     parts: list[Tensor] = []
     for i in range(rows):
         parts.append(F.linear(x[:, i:i + 1], weight))
@@ -130,6 +133,9 @@ def rotated_projections(hidden: Tensor, w: list[Tensor], how: list[int], eps: fl
     if how[1] == 4 and how[2] == 4 and how[3] == 4:  # LONE_ROWS: the three products in one call
         q, k, v = torch.ops.token_by_token.lone_rows_linears(normed[0], [w[1], w[2], w[3]])
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+    elif how[1] == 5 and how[2] == 5 and how[3] == 5:  # SEQUENCE_ROWS: likewise
+        q, k, v = torch.ops.token_by_token.sequence_rows_linears(normed[0], [w[1], w[2], w[3]])
+        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     else:
         q = rows_linear(normed, w[1], how[1], prompt_rows)
         k = rows_linear(normed, w[2], how[2], prompt_rows)
@@ -160,6 +166,9 @@ def mlp_block(hidden: Tensor, w: list[Tensor], how: list[int], eps: float, promp
     normed = rms_norm(hidden, w[5], eps)
     if how[6] == 4 and how[7] == 4:  # LONE_ROWS: gate and up in one call
         gate, up = torch.ops.token_by_token.lone_rows_linears(normed[0], [w[6], w[7]])
+        gated = F.silu(gate.unsqueeze(0)) * up.unsqueeze(0)
+    elif how[6] == 5 and how[7] == 5:  # SEQUENCE_ROWS: likewise
+        gate, up = torch.ops.token_by_token.sequence_rows_linears(normed[0], [w[6], w[7]])
         gated = F.silu(gate.unsqueeze(0)) * up.unsqueeze(0)
     else:
         gated = F.silu(rows_linear(normed, w[6], how[6], prompt_rows)) * rows_linear(normed, w[7], how[7], prompt_rows)

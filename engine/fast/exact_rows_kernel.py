@@ -145,6 +145,13 @@ def lone_rows_linears(x: torch.Tensor, weights: list[torch.Tensor]) -> list[torc
     return torch.ops.token_by_token.lone_rows_linears(x, weights)
 
 
+def sequence_rows_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`lone_rows_linear` for one sequence's rows (a verify pass, a draft's states): the same digits,
+    with the kernel's own helper thread allowed where OpenMP's threads sleep."""
+    kernel_available()
+    return torch.ops.token_by_token.sequence_rows_linear(x, weight)
+
+
 def _build() -> bool:
     try:
         native_build.build_library(SOURCE, BUILD_FLAGS, "token_by_token_lone_rows")

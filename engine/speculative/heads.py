@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from engine.errors import ModelLoadError, SettingsError
+from engine.fast import exact_rows_kernel
 from engine.loading import LoadedModel
 from engine.settings import SamplerSettings
 from engine.speculative.drafting import NO_DRAFT, Draft, DraftPicture, Leader, RoundOutcome, _draft_pick, leaders_of
@@ -215,6 +216,10 @@ class _HiddenStateDraft:
             self.vocab_ids = self.trained.vocab_ids[:draft_vocab]
             self.head_rows = head[self.vocab_ids].contiguous()  # [V, hidden]
         self.vocab = lm.vocab_size
+        rows = self.head_rows
+        self._kernel_scores = (rows.dtype == torch.float32 and rows.device.type == "cpu" and rows.is_contiguous()
+                               and rows.shape[1] % 4 == 0 and rows.shape[1] >= 8
+                               and exact_rows_kernel.kernel_available())
         self.embeddings = lm.model.get_input_embeddings().weight.detach()  # [vocab, hidden]
         self.eos_ids = frozenset(lm.eos_ids)
         self._context: tuple[int, ...] | None = None  # the context the kept state belongs to
@@ -242,8 +247,12 @@ class _HiddenStateDraft:
         return self._hidden
 
     def _scores(self, states: torch.Tensor) -> torch.Tensor:
-        """Draft-vocabulary logits `[n, V]` of states `[n, hidden]`, as W h^T (engine/forward.py's
-        layout, the fast one for a few rows on the CPU)."""
+        """Draft-vocabulary logits `[n, V]` of states `[n, hidden]`: through the exact rows kernel
+        where it is built (it streams the head's rows at memory speed, and a draft's guesses need
+        no particular product's digits), else as W h^T (engine/forward.py's layout, the fast one
+        for a few rows on the CPU)."""
+        if self._kernel_scores:
+            return exact_rows_kernel.sequence_rows_linear(states.float().contiguous(), self.head_rows)
         return (self.head_rows @ states.T).T
 
     def _pick(self, scores: torch.Tensor, context: list[int], sampler: SamplerSettings,

@@ -459,13 +459,11 @@ std::vector<torch::Tensor> rows_linears(const torch::Tensor& x_in, at::TensorLis
   TORCH_CHECK(in % 4 == 0 && in >= 8, "in must be a multiple of 4, at least 8");
   const auto x = x_in.contiguous();
   std::vector<torch::Tensor> weights, outs;
-  std::vector<int64_t> first_block{0};  // weight i's output blocks start here
   for (const auto& weight : weights_in) {
     TORCH_CHECK(weight.dim() == 2 && weight.size(1) == in && weight.scalar_type() == torch::kFloat,
                 "weights: float32 [out, in]");
     weights.push_back(weight.contiguous());
     outs.push_back(torch::empty({rows, weight.size(0)}, x.options()));
-    first_block.push_back(first_block.back() + (weight.size(0) + kOutputsPerBlock - 1) / kOutputsPerBlock);
   }
   if (rows == 0) return outs;
   if (sum_order == kSixteenFused) {
@@ -473,6 +471,9 @@ std::vector<torch::Tensor> rows_linears(const torch::Tensor& x_in, at::TensorLis
     return outs;
   }
   if (rows == 1) return one_row_linears(x, weights, outs);
+  std::vector<int64_t> first_block{0};  // weight i's output blocks start here
+  for (const auto& weight : weights)
+    first_block.push_back(first_block.back() + (weight.size(0) + kOutputsPerBlock - 1) / kOutputsPerBlock);
   constexpr int64_t kRowsPerPass = 4 * kRowsPerVector;
   const int64_t padded_rows = (rows + kRowsPerVector - 1) / kRowsPerVector * kRowsPerVector;
   const auto packed = packed_rows(x, padded_rows);

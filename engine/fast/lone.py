@@ -170,17 +170,24 @@ def plain_filled(cache: DynamicCache | None, lm: LoadedModel) -> bool:
 
 
 def _decided(lm: LoadedModel, eager: EagerStep) -> tuple[LoneDecision, LonePass | None]:
+    return _decided_once(_decisions, lm, eager, _decide, "lone decode steps",
+                         lambda decision: decision.path)
+
+
+def _decided_once(table: weakref.WeakKeyDictionary, lm: LoadedModel, eager: EagerStep, decide: Callable,
+                  what: str, path: Callable[[LoneDecision], str]) -> tuple[LoneDecision, object]:
+    """`decide(lm, eager, threads)` once per model and thread count, kept in `table`; a decision
+    that raised is the eager pass's, with the reason. The log says which pass `what` take, once."""
     threads = torch.get_num_threads()
     with _lock:
-        known = _decisions.setdefault(lm.model, {})
+        known = table.setdefault(lm.model, {})
         if threads not in known:
             try:
-                known[threads] = _decide(lm, eager, threads)
+                known[threads] = decide(lm, eager, threads)
             except Exception as error:  # whatever went wrong, transformers' pass is still right
                 known[threads] = LoneDecision(False, threads, f"its probe failed ({type(error).__name__})"), None
             decision = known[threads][0]
-            _log.info("lone decode steps of %s at %d threads: %s (%s)", lm.name, threads, decision.path,
-                      decision.reason)
+            _log.info("%s of %s at %d threads: %s (%s)", what, lm.name, threads, path(decision), decision.reason)
         return known[threads]
 
 
@@ -247,19 +254,9 @@ def verify_decision(lm: LoadedModel, eager: EagerStep) -> LoneDecision:
 
 
 def _verify_decided(lm: LoadedModel, eager: EagerStep) -> tuple[LoneDecision, VerifyPass | None]:
-    threads = torch.get_num_threads()
-    with _lock:
-        known = _verify_decisions.setdefault(lm.model, {})
-        if threads not in known:
-            try:
-                known[threads] = _decide_verify(lm, eager, threads)
-            except Exception as error:  # whatever went wrong, transformers' pass is still right
-                known[threads] = LoneDecision(False, threads, f"its probe failed ({type(error).__name__})"), None
-            decision = known[threads][0]
-            _log.info("verify passes of %s at %d threads: %s (%s)", lm.name, threads,
-                      "one row per decode step" if decision.fast else "transformers' multi-token pass",
-                      decision.reason)
-        return known[threads]
+    return _decided_once(_verify_decisions, lm, eager, _decide_verify, "verify passes",
+                         lambda decision: "one row per decode step" if decision.fast
+                         else "transformers' multi-token pass")
 
 
 @torch.inference_mode()

@@ -201,8 +201,7 @@ def describe_distribution(lm: LoadedModel, raw_logits: torch.Tensor, raw_probs: 
     # every token that beats a leader is a leader, so a leader's rank is its first tie's place
     ranks = [logits.index(value) + 1 for value in logits]
     leader_set = set(ids)
-    final_values, final_ids = torch.topk(chain.final_probs, min(FINAL_TOP_N, raw_logits.numel()))
-    extras = [i for i, v in zip(final_ids.tolist(), final_values.tolist(), strict=True) if v > 0]  # no zero "leaders"
+    extras = chain.leaders(FINAL_TOP_N)  # no zero "leaders"
     for extra in dict.fromkeys([*extras, *always]):
         if extra not in leader_set:
             leader_set.add(extra)

@@ -245,9 +245,10 @@ def _draft_pick(logits: torch.Tensor, context_ids: list[int], sampler: SamplerSe
                 generator: torch.Generator) -> tuple[int, torch.Tensor]:
     """The draft's token and its final distribution q `[vocab]`, through the same sampler chain
     as the target (so q and p are shaped alike) and the generation's own generator."""
-    q = run_chain(logits, torch.tensor(context_ids), sampler).final_probs
-    if sampler.greedy:
-        return int(torch.argmax(q)), q
+    chain = run_chain(logits, torch.tensor(context_ids), sampler)
+    q = chain.final_probs
+    if chain.greedy_token is not None:
+        return chain.greedy_token, q
     token, _ = pick_by_cdf(q, draw_uniform(generator))
     return token, q
 

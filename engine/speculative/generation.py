@@ -36,7 +36,7 @@ from engine.forward import crop_cache, forward_all, forward_all_hidden
 from engine.kvcache import KVSnapshot
 from engine.limits import Limits
 from engine.loading import LoadedModel
-from engine.sampling import ChainOutput, Draw
+from engine.sampling import ChainOutput, Draw, leading_ids
 from engine.settings import SamplerSettings, StopSettings
 from engine.shell import GenerationShell
 from engine.speculative.drafting import NO_DRAFT, Draft, DraftMethod, RoundOutcome
@@ -153,11 +153,6 @@ def _token_probs(texts: TokenTexts, ids: Sequence[int], p: torch.Tensor, q: torc
     return tuple(sorted(rows, key=lambda r: (-r.p, -r.q, r.token_id)))
 
 
-def _leaders(values: torch.Tensor, n: int) -> list[int]:
-    top_values, top_ids = torch.topk(values, min(n, values.numel()))
-    return [i for i, v in zip(top_ids.tolist(), top_values.tolist(), strict=True) if v > 0]
-
-
 def position_view(texts: TokenTexts, position: int, chain: ChainOutput, draft: Draft, index: int,
                   reached: bool, residual: torch.Tensor | None = None, top_n: int = VIEW_TOP_N,
                   raw: torch.Tensor | None = None) -> PositionView:
@@ -168,9 +163,10 @@ def position_view(texts: TokenTexts, position: int, chain: ChainOutput, draft: D
     p = chain.final_probs
     drafted_id = draft.token_ids[index] if index < len(draft.token_ids) else None
     q = draft.q[index] if draft.q is not None and drafted_id is not None else None  # [vocab]
-    ids = dict.fromkeys(_leaders(p, top_n) + (_leaders(q, top_n) if q is not None else [])
-                        + (_leaders(residual, top_n) if residual is not None else [])
-                        + (_leaders(raw, top_n) if raw is not None else [])
+    # under greedy the residual is p's own one-hot (rule.py `_greedy_residual`): no other leaders
+    residual_leaders = leading_ids(residual, top_n) if residual is not None and chain.greedy_token is None else []
+    ids = dict.fromkeys(chain.leaders(top_n) + (leading_ids(q, top_n) if q is not None else [])
+                        + residual_leaders + (leading_ids(raw, top_n) if raw is not None else [])
                         + ([drafted_id] if drafted_id is not None else []))
     top = _token_probs(texts, list(ids), p, q, drafted_id, residual, raw)
     others_raw = max(0.0, 1.0 - sum(row.p_raw for row in top)) if raw is not None else None
@@ -321,8 +317,8 @@ class SpeculativeGeneration(GenerationShell):
     def _settle(self, verified: _Verified, before: _Checkpoint) -> RoundRecord:
         """Accept / reject, apply the stop conditions, crop the caches and keep the record."""
         bookkeeping_started = time.perf_counter()
-        verdict, eos_probs = _verify(verified.logits, verified.context, verified.draft, self.sampler,
-                                     self._generator, self.lm.eos_ids)  # 3
+        verdict, eos_probs, positions = _verify(verified.logits, verified.context, verified.draft, self.sampler,
+                                                self._generator, self.lm.eos_ids, self.lm.texts)  # 3
         emitted, text, termination = self._stop_within(verdict.emitted, eos_probs)  # 4
         self._generated += emitted
         self._text_cache = (len(self._generated), text)
@@ -334,7 +330,7 @@ class SpeculativeGeneration(GenerationShell):
         self.draft.update(self.context_ids)
         held = self._cache.get_seq_length()
         kv = KVChange(before.cache_length, verified.fed, before.cache_length + verified.fed - held, held, self.kv)
-        record = self._record(verified, verdict, emitted, termination, text, kv)
+        record = self._record(verified, verdict, positions, emitted, termination, text, kv)
         bookkeeping_ms = (time.perf_counter() - bookkeeping_started) * 1e3
         record = replace(record, timing=RoundTiming(verified.draft_ms, verified.verify_ms, bookkeeping_ms,
                                                     (time.perf_counter() - before.started) * 1e3))
@@ -352,18 +348,10 @@ class SpeculativeGeneration(GenerationShell):
                 return list(emitted[:count]), text, termination
         raise AssertionError("a round always emits at least one token")
 
-    def _record(self, verified: _Verified, verdict: Verdict, emitted: list[int], termination: Termination,
-                text: str, kv: KVChange) -> RoundRecord:
+    def _record(self, verified: _Verified, verdict: Verdict, positions: tuple[PositionView, ...], emitted: list[int],
+                termination: Termination, text: str, kv: KVChange) -> RoundRecord:
         texts, context, draft = self.lm.texts, verified.context, verified.draft
         n = len(draft.token_ids)
-        raw = verified.logits.softmax(dim=-1)  # [n + 1, vocab]: the model's own softmax at each verified position
-        reached = len(verdict.checks)  # positions 0..reached-1 checked; the bonus position if none rejected
-        positions = tuple(
-            position_view(texts, len(context) + i, verdict.chains[i], draft, i,
-                          reached=i < reached or (i == n and not verdict.rejected),
-                          residual=verdict.residual if verdict.rejected and i == verdict.accepted else None,
-                          raw=raw[i])
-            for i in range(n + 1))
         rejection = None
         if verdict.rejected:
             check = verdict.checks[-1]
@@ -383,13 +371,26 @@ class SpeculativeGeneration(GenerationShell):
 
 @on_sampler_thread
 def _verify(logits: torch.Tensor, context: list[int], draft: Draft, sampler: SamplerSettings,
-            generator: torch.Generator, eos_ids: tuple[int, ...]) -> tuple[Verdict, list[float]]:
+            generator: torch.Generator, eos_ids: tuple[int, ...], texts: TokenTexts
+            ) -> tuple[Verdict, list[float], tuple[PositionView, ...]]:
     """The sampler's part of a round, in one hop to the sampler's worker: the chain at each
-    verified position, the accept / reject rule, and the raw end-token probability at each."""
+    verified position, the accept / reject rule, the raw end-token probability at each, and
+    each position's view for the page (every op over the vocabulary is here, on one thread)."""
     chains = target_chains(logits, context, draft.token_ids, sampler)
     verdict = judge(chains, draft, sampler, generator)
-    if eos_ids:
-        eos_probs = logits.softmax(dim=-1)[:, list(eos_ids)].double().sum(dim=-1).tolist()  # [n + 1]
-    else:
-        eos_probs = [0.0] * logits.shape[0]
-    return verdict, eos_probs
+    raw = logits.softmax(dim=-1)  # [n + 1, vocab]: the model's own softmax at each verified position
+    eos_probs = raw[:, list(eos_ids)].double().sum(dim=-1).tolist() if eos_ids else [0.0] * logits.shape[0]
+    return verdict, eos_probs, _position_views(texts, len(context), verdict, draft, raw)
+
+
+def _position_views(texts: TokenTexts, first: int, verdict: Verdict, draft: Draft, raw: torch.Tensor
+                    ) -> tuple[PositionView, ...]:
+    """Every verified position's view; `first` is the context index the first one predicts."""
+    n = len(draft.token_ids)
+    reached = len(verdict.checks)  # positions 0..reached-1 checked; the bonus position if none rejected
+    return tuple(
+        position_view(texts, first + i, verdict.chains[i], draft, i,
+                      reached=i < reached or (i == n and not verdict.rejected),
+                      residual=verdict.residual if verdict.rejected and i == verdict.accepted else None,
+                      raw=raw[i])
+        for i in range(n + 1))

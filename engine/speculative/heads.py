@@ -36,6 +36,7 @@ from torch import nn
 from engine.errors import ModelLoadError, SettingsError
 from engine.fast import exact_rows_kernel
 from engine.loading import LoadedModel
+from engine.sampling import top_token
 from engine.settings import SamplerSettings
 from engine.speculative.drafting import NO_DRAFT, Draft, DraftPicture, Leader, RoundOutcome, _draft_pick, leaders_of
 
@@ -260,7 +261,7 @@ class _HiddenStateDraft:
         """One guess from draft-vocabulary logits `[V]`, and q `[vocab]` (None when greedy: a
         deterministic guess). Tokens outside the draft vocabulary have q = 0."""
         if sampler.greedy and sampler.repetition_penalty == 1:
-            best = int(torch.argmax(scores))
+            best = top_token(scores)
             return (best if self.vocab_ids is None else int(self.vocab_ids[best])), None
         full = scores if self.vocab_ids is None else torch.full((self.vocab,), float("-inf")).index_put_(
             (self.vocab_ids,), scores)  # [vocab]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.errors import SettingsError
-from engine.sampling import ChainOutput, Draw, draw_uniform, pick_by_cdf, run_chain
+from engine.sampling import ChainOutput, Draw, draw_uniform, pick_by_cdf, run_chain, top_token
 from engine.settings import SamplerSettings, is_whole
 from engine.speculative.drafting import Draft
 
@@ -103,7 +103,7 @@ def judge(chains: Sequence[ChainOutput], draft: Draft, sampler: SamplerSettings,
     checks: list[Check] = []
     for index, token in enumerate(draft.token_ids):
         p = chains[index].final_probs  # [vocab]
-        p_token, q_token, argmax = float(p[token]), draft.q_of(index), int(torch.argmax(p))
+        p_token, q_token, argmax = float(p[token]), draft.q_of(index), _top(chains[index])
         if sampler.greedy:
             u, accept_prob = None, 1.0 if token == argmax else 0.0
             accepted = token == argmax
@@ -113,21 +113,37 @@ def judge(chains: Sequence[ChainOutput], draft: Draft, sampler: SamplerSettings,
         checks.append(Check(index, token, p_token, q_token, accepted, argmax, u, accept_prob))
         if not accepted:
             return _rejected(chains, draft, checks, sampler, generator)
-    last = chains[len(draft.token_ids)].final_probs
-    token, draw = _draw(last, sampler, generator)
+    last = chains[len(draft.token_ids)]
+    if sampler.greedy:
+        return Verdict(tuple(checks), len(checks), _top(last), None, 0.0, None, tuple(chains))
+    token, draw = pick_by_cdf(last.final_probs, draw_uniform(generator))
     return Verdict(tuple(checks), len(checks), token, None, 0.0, draw, tuple(chains))
 
 
 def _rejected(chains: Sequence[ChainOutput], draft: Draft, checks: list[Check], sampler: SamplerSettings,
               generator: torch.Generator) -> Verdict:
     index = len(checks) - 1
-    p = chains[index].final_probs
-    residual, mass = residual_distribution(p, draft.q_row(index, p.numel()))
-    token, draw = _draw(residual, sampler, generator)
+    chain = chains[index]
+    if chain.greedy_token is not None:
+        residual, mass = _greedy_residual(chain, draft, index)
+        return Verdict(tuple(checks), index, chain.greedy_token, residual, mass, None, tuple(chains))
+    residual, mass = residual_distribution(chain.final_probs, draft.q_row(index, chain.final_probs.numel()))
+    if sampler.greedy:
+        return Verdict(tuple(checks), index, top_token(residual), residual, mass, None, tuple(chains))
+    token, draw = pick_by_cdf(residual, draw_uniform(generator))
     return Verdict(tuple(checks), index, token, residual, mass, draw, tuple(chains))
 
 
-def _draw(probs: torch.Tensor, sampler: SamplerSettings, generator: torch.Generator) -> tuple[int, Draw | None]:
-    if sampler.greedy:
-        return int(torch.argmax(probs)), None
-    return pick_by_cdf(probs, draw_uniform(generator))
+def _top(chain: ChainOutput) -> int:
+    """The most probable token of a chain's final distribution."""
+    return chain.greedy_token if chain.greedy_token is not None else top_token(chain.final_probs)
+
+
+def _greedy_residual(chain: ChainOutput, draft: Draft, index: int) -> tuple[torch.Tensor, float]:
+    """`residual_distribution` where p is greedy's one-hot on a token t other than the guess, with
+    no pass over the vocabulary: max(0, p - q) is 1 - q(t) at t and 0 elsewhere, so renormalised it
+    is p again (x / x is exactly 1), and its mass is 1 - q(t) (0 for a deterministic guess)."""
+    t = chain.greedy_token
+    q_t = 0.0 if draft.q is None else float(draft.q[index, t].double())
+    mass = 1.0 - q_t
+    return chain.final_probs.clone(), (mass if mass > 0 else 0.0)

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.sampling import STAGES, Argmax, InverseCdf, Multinomial, decide, pick_by_cdf, run_chain
+from engine.sampling import (
+    STAGES,
+    Argmax,
+    InverseCdf,
+    Multinomial,
+    decide,
+    leading_ids,
+    pick_by_cdf,
+    run_chain,
+    top_token,
+)
 from engine.settings import CHAINS, SamplerSettings
 
 ACTIVE = SamplerSettings(temperature=0.7, top_k=50, top_p=0.9, min_p=0.05, repetition_penalty=1.3)
@@ -91,3 +101,28 @@ def test_inverse_cdf_and_multinomial_strategies_draw_as_their_pickers(logits: to
     decision, _ = decide(logits, CONTEXT, ACTIVE, Multinomial(generator))
     expected = torch.multinomial(chain.final_probs, 1, generator=torch.Generator().manual_seed(9))
     assert decision.token_id == int(expected) and decision.draw.method == "multinomial"
+
+
+def test_top_token_is_torch_argmax_on_ties_infinities_nans_and_bfloat16() -> None:
+    generator = torch.Generator().manual_seed(11)
+    for trial in range(600):
+        size = (49_152, 8_192, 300, 17, 1)[trial % 5]
+        values = torch.randint(-2, 3, (size,), generator=generator).float()  # many ties
+        if trial % 3 == 0:
+            values[torch.randint(0, size, (2,), generator=generator)] = float("nan")
+        if trial % 4 == 0:
+            values[torch.randint(0, size, (2,), generator=generator)] = float("inf")
+        if trial % 7 == 0:
+            values[:] = float("-inf")
+        if trial % 5 == 1:
+            values = values.to(torch.bfloat16)
+        assert top_token(values) == int(torch.argmax(values)), trial
+
+
+def test_a_greedy_chains_leaders_are_its_one_token_as_ranking_the_vocabulary_would_give(logits: torch.Tensor) -> None:
+    for settings in (SamplerSettings(temperature=0), SamplerSettings(temperature=0, repetition_penalty=1.4)):
+        chain = run_chain(logits, CONTEXT, settings)
+        assert chain.greedy_token == int(torch.argmax(chain.final_logits))
+        assert chain.leaders(8) == leading_ids(chain.final_probs, 8) == [chain.greedy_token]
+    sampled = run_chain(logits, CONTEXT, ACTIVE)
+    assert sampled.greedy_token is None and sampled.leaders(8) == leading_ids(sampled.final_probs, 8)

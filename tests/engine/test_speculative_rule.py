@@ -183,3 +183,15 @@ def test_residual_of_identical_distributions_falls_back_to_p() -> None:
 @pytest.mark.parametrize(("alpha", "k", "expected"), [(0.0, 4, 1.0), (1.0, 4, 5.0), (0.5, 2, 1.75)])
 def test_expected_tokens_per_round_is_the_geometric_sum(alpha, k, expected) -> None:
     assert expected_tokens_per_round(alpha, k) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("q", [None, "one-hot", "spread"])
+def test_greedys_residual_is_what_the_general_rule_computes(q) -> None:
+    greedy = SamplerSettings(temperature=0)
+    frozen = chains(greedy)  # argmax at position 0: token 0
+    rows = {None: None, "one-hot": torch.eye(VOCAB)[[4]], "spread": Q_CLOSE.roll(1).unsqueeze(0)}[q]
+    draft = Draft((4,), rows)
+    verdict = judge(frozen, draft, greedy, torch.Generator())
+    residual, mass = residual_distribution(frozen[0].final_probs, draft.q_row(0, VOCAB))
+    assert verdict.rejected and verdict.token_id == 0
+    assert torch.equal(verdict.residual, residual) and verdict.residual_mass == mass

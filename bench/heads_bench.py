@@ -39,10 +39,13 @@ PROMPTS = {  # name: (prompt, chat)
     "question": ("How do submarines dive and come back up?", True),
 }
 GREEDY = SamplerSettings(temperature=0)
-# (label, factory key, k)
+# (label, factory key, k): k is the most a round guesses; the drafts stop sooner when unsure
+# (engine/speculative/heads.py GO_ON), except the "every guess" rows, which always guess k
 CONFIGS = [("plain", "plain", 1), ("medusa-heads", "medusa", 1), ("medusa-heads", "medusa", 3),
-           ("medusa-heads, whole head", "medusa-full", 3), ("mtp", "mtp", 1), ("mtp", "mtp", 2), ("mtp", "mtp", 3),
-           ("mtp, whole head", "mtp-full", 3)]
+           ("medusa-heads, every guess", "medusa-all", 3), ("medusa-heads, whole head", "medusa-full", 3),
+           ("mtp", "mtp", 1), ("mtp", "mtp", 2), ("mtp", "mtp", 3), ("mtp", "mtp", 4),
+           ("mtp, every guess", "mtp-all", 2), ("mtp, every guess", "mtp-all", 3), ("mtp, whole head", "mtp-full", 3)]
+SURE_BANDS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # the draft's probability of its guess
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     lm = load_model()
-    drafts = {"medusa": MedusaHeads(lm), "medusa-full": MedusaHeads(lm, full_head=True),  # loaded (and checked) once
-              "mtp": MtpDraft(lm), "mtp-full": MtpDraft(lm, full_head=True)}
+    drafts = {"medusa": MedusaHeads(lm), "medusa-all": MedusaHeads(lm, go_on=0.0),
+              "medusa-full": MedusaHeads(lm, full_head=True),
+              "mtp": MtpDraft(lm), "mtp-all": MtpDraft(lm, go_on=0.0), "mtp-full": MtpDraft(lm, full_head=True)}
     names = args.prompts.split(",")
     runs: dict[tuple[str, str, int], list[Run]] = {}
     for round_number in range(args.rounds):
@@ -103,10 +107,12 @@ def main() -> None:
         print(f"round {round_number + 1}/{args.rounds} done", flush=True)
     rows = [summary(name, label, k, results, runs[(name, "plain", 1)]) for (name, label, k), results in runs.items()]
     print_table(rows)
+    bands = kept_by_sureness(lm, drafts["mtp-all"], names, args.tokens)
+    print_bands(bands)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / args.out
     out.write_text(json.dumps({"threads": torch.get_num_threads(), "tokens": args.tokens, "rounds": args.rounds,
-                               "rows": rows}, indent=1))
+                               "rows": rows, "mtp_kept_by_sureness": bands}, indent=1))
     print(f"wrote {out}")
 
 
@@ -126,6 +132,38 @@ def summary(name: str, label: str, k: int, results: list[Run], plain: list[Run])
                                         for a, c in zip(first.accepted_at, first.checked_at, strict=True)],
             "draft_ms_per_round": statistics.median(r.draft_ms for r in results),
             "runs_ms_per_token": per_token}
+
+
+def kept_by_sureness(lm: LoadedModel, draft: MtpDraft, names: list[str], tokens: int, k: int = 4) -> list[dict]:
+    """How often the target kept an MTP guess, by the draft's own probability of it (its
+    softmax, what GO_ON reads), from untimed runs that always guess k: per band, the guesses
+    checked and kept at the first position and at the later ones."""
+    checked, kept = {}, {}
+    draft.picturing = True
+    try:
+        for name in names:
+            prompt, chat = PROMPTS[name]
+            generation = SpeculativeGeneration(lm, prompt, chat=chat, draft=draft, k=k, sampler=GREEDY,
+                                               stop=StopSettings(max_new_tokens=tokens))
+            while not generation.finished:
+                record = generation.step()
+                picture = draft.last_picture
+                for check in record.checks if picture is not None else ():
+                    sure = picture.leaders[check.index][0].prob  # greedy guesses the draft's own top token
+                    band = (min(int(sure * 10), 9), "first" if check.index == 0 else "later")
+                    checked[band] = checked.get(band, 0) + 1
+                    kept[band] = kept.get(band, 0) + check.accepted
+    finally:
+        draft.picturing = False
+    return [{"from": SURE_BANDS[b], "to": SURE_BANDS[b + 1], "position": where, "checked": checked[(b, where)],
+             "kept": kept[(b, where)]} for (b, where) in sorted(checked)]
+
+
+def print_bands(bands: list[dict]) -> None:
+    print("\nMTP guesses kept, by the draft's probability of the guess (every guess made, k = 4):")
+    for where in ("first", "later"):
+        cells = [f"{b['from']:.1f}-{b['to']:.1f}: {b['kept']}/{b['checked']}" for b in bands if b["position"] == where]
+        print(f"  {where:<6} " + "  ".join(cells))
 
 
 def print_table(rows: list[dict]) -> None:

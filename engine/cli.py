@@ -50,7 +50,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "(in the trace, each step's \"inside\")")
     parser.add_argument("--speculative", choices=[*DRAFT_METHODS, "draft-model"],
                         help="speculative decoding: where the guesses come from (one row per round)")
-    parser.add_argument("--draft-k", type=int, default=4, help="tokens guessed per round, 1 to 8 (default 4)")
+    parser.add_argument("--draft-k", type=int, default=4,
+                        help="the most tokens guessed per round, 1 to 8 (default 4; the trained drafts stop "
+                        "sooner when unsure)")
     parser.add_argument("--draft-model", metavar="SOURCE",
                         help="with --speculative draft-model: a model with the same tokenizer (Hub id, folder, .gguf)")
     return parser.parse_args(argv)

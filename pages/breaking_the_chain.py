@@ -14,6 +14,7 @@ from streamlit.errors import StreamlitAPIException
 
 from engine import LoadedModel, self_draft
 from engine.speculative import (
+    GO_ON,
     K_MAX,
     K_MIN,
     DraftMethod,
@@ -110,7 +111,9 @@ def setup_controls() -> None:
         st.selectbox("Draft method", bc.METHODS, key=CHAIN.method, on_change=on_method,
                      help="Where the guesses come from. Switching keeps the tokens so far.")
         st.number_input(f"k: tokens guessed per round ({K_MIN} to {K_MAX})", step=1, key=CHAIN.k,
-                        help="More guesses can add more tokens per pass, but a rejection wastes the rest.")
+                        help="More guesses can add more tokens per pass, but a rejection wastes the rest. The "
+                             f"trained drafts (heads, MTP) guess up to k: they stop after a guess they gave under "
+                             f"{GO_ON:.0%}, which is seldom kept.")
     if S.get(CHAIN.preset) in bc.PRESETS_BY_NAME:
         st.caption(f"Preset: {bc.PRESETS_BY_NAME[S[CHAIN.preset]].about}")
     for control in ("setup", "sampler", "stop", "k", "method"):

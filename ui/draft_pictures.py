@@ -115,7 +115,7 @@ def _heads(picture: DraftPicture, checks: dict[int, Check], texts: TokenTexts) -
             f"{counted(count, 'head')}, side by side:</div>"
             f'<div class="dp-row">{boxes}</div>'
             + '<div class="dp-note">Every head reads the same state in one small product: no guess waits for '
-            "another, so a later head guesses further ahead with less to go on.</div>")
+            "another, so a later head guesses further ahead with less to go on.</div>" + _unsure_note(picture))
 
 
 def _sequential(picture: DraftPicture, checks: dict[int, Check], texts: TokenTexts, maker: str) -> str:
@@ -133,7 +133,18 @@ def _mtp(picture: DraftPicture, checks: dict[int, Check], texts: TokenTexts) -> 
             + _sequential(picture, checks, texts, "the MTP block")
             + '<div class="dp-note">The first block reads the model\'s last hidden state and the embedding of '
             f"{esc(_quoted(texts, picture.after_token))}; each later one reads the state the block before "
-            "made and the embedding of that block's own guess. One small block per guess, not the whole model.</div>")
+            "made and the embedding of that block's own guess. One small block per guess, not the whole model.</div>"
+            + _unsure_note(picture))
+
+
+def _unsure_note(picture: DraftPicture) -> str:
+    """Why a trained draft guessed fewer than k: it was unsure of its last guess."""
+    if picture.stopped_unsure is None or picture.go_on is None:
+        return ""
+    return (f'<div class="dp-note" data-stopped="unsure">It stopped after guess {len(picture.guesses)}: it gave that '
+            f"guess {esc(pct(picture.stopped_unsure))}, and it guesses again only at {esc(pct(picture.go_on))} or "
+            "more. An unsure guess is seldom kept, and each further guess would cost a draft step and a row of "
+            "the verify pass.</div>")
 
 
 def _early_exit(picture: DraftPicture, checks: dict[int, Check], texts: TokenTexts) -> str:

@@ -18,7 +18,7 @@ from engine.speculative.drafting import (
 )
 from engine.speculative.early_exit import EarlyExit, ExitChoice, best_exit, layer_agreement
 from engine.speculative.generation import KVChange, PositionView, Rejection, RoundRecord, SpeculativeGeneration
-from engine.speculative.heads import MedusaHeads, MtpDraft, TrainedDraft, load_trained
+from engine.speculative.heads import GO_ON, MedusaHeads, MtpDraft, TrainedDraft, load_trained
 from engine.speculative.lookahead import Lookahead, LookaheadGuess
 from engine.speculative.methods import DRAFT_METHODS, chosen_exit, draft_for
 from engine.speculative.rule import K_MAX, K_MIN, Check, Verdict, check_k, expected_tokens_per_round, judge
@@ -31,6 +31,7 @@ from engine.speculative.trace import (
 
 __all__ = [
     "DRAFT_METHODS",
+    "GO_ON",
     "K_MAX",
     "K_MIN",
     "Check",

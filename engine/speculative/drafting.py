@@ -85,6 +85,8 @@ class DraftPicture:
     pool_size: int = 0  # lookahead: n-grams in the whole pool
     exit_layer: int | None = None  # early exit: the layers the draft ran
     layers: int | None = None  # early exit: the target's layers, all of which verify
+    stopped_unsure: float | None = None  # trained drafts: the last guess's probability, where that ended the draft
+    go_on: float | None = None  # trained drafts: the probability at which they guess again
 
 
 def leaders_of(scores: torch.Tensor, ids: torch.Tensor | None = None) -> tuple[Leader, ...]:

@@ -86,3 +86,16 @@ def test_the_heads_leaders_are_the_draft_vocabularys_softmax_of_each_head(lm) ->
         top = torch.topk(probs[head], 3)
         assert [leader.token_id for leader in leaders] == draft.vocab_ids[top.indices].tolist()
         assert [leader.prob for leader in leaders] == pytest.approx(top.values.tolist(), abs=1e-7)
+
+
+def test_a_trained_drafts_picture_says_when_it_stopped_because_it_was_unsure(lm) -> None:
+    draft = draft_for(lm, "mtp")
+    seen = rounds_with_pictures(lm, draft, rounds=8)
+    for record, picture, _ in seen:
+        if picture is None:
+            continue
+        html = draft_picture_html(picture, record, lm.texts)
+        assert ('data-stopped="unsure"' in html) == (picture.stopped_unsure is not None)
+        if picture.stopped_unsure is not None:
+            assert f"after guess {len(picture.guesses)}" in html and "50%" in html
+    assert any(picture is not None and picture.stopped_unsure is not None for _, picture, _ in seen)

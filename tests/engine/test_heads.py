@@ -19,7 +19,7 @@ from engine.forward import forward_one
 from engine.sampling import run_chain
 from engine.speculative.drafting import NO_DRAFT, RoundOutcome
 from engine.speculative.generation import SpeculativeGeneration
-from engine.speculative.heads import MEDUSA, MTP, MedusaHeads, MedusaNet, MtpDraft, MtpNet, load_trained
+from engine.speculative.heads import GO_ON, MEDUSA, MTP, MedusaHeads, MedusaNet, MtpDraft, MtpNet, load_trained
 from tests.engine.test_speculative_rule import chi_square_p_value, total_variation
 from training.fit import save
 
@@ -139,6 +139,34 @@ def test_sampled_guesses_come_with_q_zero_outside_the_draft_vocabulary(tiny_lm, 
     assert all(guess.q[i, t] > 0 for i, t in enumerate(guess.token_ids))
 
 
+@pytest.mark.parametrize("kind", [MEDUSA, MTP])
+def test_a_draft_guesses_again_only_after_a_guess_it_was_sure_enough_of(tiny_lm, tiny_manifest, kind) -> None:
+    every = _draft(kind, tiny_lm, tiny_manifest, go_on=0.0)
+    every.observe(_outcome(tiny_lm, (1, 2, 3)))
+    every.picturing = True
+    full = every.get_candidates([1, 2, 3], 3, GREEDY, torch.Generator())
+    sure = [leaders[0].prob for leaders in every.last_picture.leaders]  # greedy guesses the draft's top token
+    assert len(full.token_ids) == 3 and every.last_picture.stopped_unsure is None
+    for cut in range(1, 3):  # a threshold just above guess `cut`'s probability and below the ones before
+        if min(sure[:cut - 1], default=1.0) <= sure[cut - 1]:
+            continue
+        draft = _draft(kind, tiny_lm, tiny_manifest, go_on=(sure[cut - 1] + min(sure[:cut - 1], default=1.0)) / 2)
+        draft.observe(_outcome(tiny_lm, (1, 2, 3)))
+        draft.picturing = True
+        guess = draft.get_candidates([1, 2, 3], 3, GREEDY, torch.Generator())
+        assert guess.token_ids == full.token_ids[:cut]
+        assert draft.last_picture.stopped_unsure == pytest.approx(sure[cut - 1])
+    always_unsure = _draft(kind, tiny_lm, tiny_manifest, go_on=1.0)
+    always_unsure.observe(_outcome(tiny_lm, (1, 2, 3)))
+    assert always_unsure.get_candidates([1, 2, 3], 3, GREEDY, torch.Generator()).token_ids == full.token_ids[:1]
+
+
+@pytest.mark.parametrize("go_on", [-0.1, 1.5, True, "half"])
+def test_a_threshold_that_is_not_a_probability_is_refused(tiny_lm, tiny_manifest, go_on) -> None:
+    with pytest.raises(SettingsError, match="go_on"):
+        _draft(MTP, tiny_lm, tiny_manifest, go_on=go_on)
+
+
 def test_a_sampled_medusa_guess_is_drawn_from_its_q(tiny_lm, tiny_manifest) -> None:
     draft = _draft(MEDUSA, tiny_lm, tiny_manifest, draft_vocab=6)
     sampler = SamplerSettings(temperature=3.0)
@@ -157,12 +185,13 @@ def test_a_sampled_medusa_guess_is_drawn_from_its_q(tiny_lm, tiny_manifest) -> N
 @pytest.mark.parametrize("kind", [MEDUSA, MTP])
 @pytest.mark.parametrize("sampler", [GREEDY, SamplerSettings(temperature=0, repetition_penalty=1.4)],
                          ids=["greedy", "repetition-penalty"])
+@pytest.mark.parametrize("go_on", [GO_ON, 0.0, 0.05], ids=["default", "every-guess", "often-unsure"])
 def test_greedy_with_trained_drafts_equals_plain_decoding_on_the_tiny_model(tiny_lm, tiny_manifest, kind,
-                                                                            sampler) -> None:
+                                                                            sampler, go_on) -> None:
     stop = StopSettings(max_new_tokens=24)
     plain = Generation(tiny_lm, "abc abc", sampler=sampler, stop=stop)
     list(plain.run())
-    spec = SpeculativeGeneration(tiny_lm, "abc abc", draft=_draft(kind, tiny_lm, tiny_manifest), k=3,
+    spec = SpeculativeGeneration(tiny_lm, "abc abc", draft=_draft(kind, tiny_lm, tiny_manifest, go_on=go_on), k=3,
                                  sampler=sampler, stop=stop)
     list(spec.run())
     assert spec.generated_ids == plain.generated_ids
@@ -196,7 +225,7 @@ def test_sampling_with_a_trained_draft_gives_plain_decodings_distribution(tiny_l
     trained = load_trained(kind, tiny_lm, tiny_manifest)
     vocab_ids = torch.tensor([token for token, _ in likely.most_common(3)])
     cls = MedusaHeads if kind == MEDUSA else MtpDraft
-    draft = cls(tiny_lm, trained=replace(trained, vocab_ids=vocab_ids))
+    draft = cls(tiny_lm, trained=replace(trained, vocab_ids=vocab_ids), go_on=0.0)  # always two guesses
     accepted = 0
     for seed in range(1200):
         generation = SpeculativeGeneration(tiny_lm, prompt, draft=draft, k=2, sampler=sampler, seed=seed,
@@ -237,6 +266,27 @@ def test_greedy_with_the_shipped_drafts_equals_plain_decoding(lm, shipped, promp
         list(spec.run())
         assert spec.generated_ids == plain.generated_ids, kind
         assert spec.text == plain.text
+
+
+def test_the_shipped_mtp_stops_drafting_when_unsure_and_says_so_in_its_picture(lm) -> None:
+    draft = MtpDraft(lm)
+    draft.picturing = True
+    generation = SpeculativeGeneration(lm, "The history of the printing press", draft=draft, k=4, sampler=GREEDY,
+                                       stop=StopSettings(max_new_tokens=32))
+    pictures = []
+    while not generation.finished:
+        record = generation.step()  # record.k: 4, or the room left before max_new_tokens
+        if draft.last_picture is not None:
+            pictures.append((record.k, draft.last_picture))
+    lengths = {len(picture.guesses) for _, picture in pictures}
+    assert 1 in lengths and max(lengths) > 1  # short rounds where unsure, longer ones where sure
+    for k, picture in pictures:
+        sure = [leaders[0].prob for leaders in picture.leaders]
+        assert all(s >= GO_ON for s in sure[:-1])  # it went on only after sure guesses
+        if len(picture.guesses) < k and picture.guesses[-1] not in lm.eos_ids:
+            assert picture.stopped_unsure == pytest.approx(sure[-1]) and sure[-1] < GO_ON
+        else:
+            assert picture.stopped_unsure is None
 
 
 def test_the_shipped_drafts_make_more_than_one_token_per_pass_on_free_form_text(lm, shipped) -> None:

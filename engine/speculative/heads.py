@@ -286,9 +286,15 @@ class _HiddenStateDraft:
         token, q = _draft_pick(full, context, sampler, generator)
         return token, (None if sampler.greedy else q), float(full.softmax(dim=-1)[token])
 
-    def _ends_draft(self, token: int, sure: float) -> bool:
-        """No guess after this one: an end token (nothing follows it), or a guess the draft was unsure of."""
-        return token in self.eos_ids or sure < self.go_on
+    def _after_guess(self, token: int, sure: float, made: int, k: int) -> tuple[bool, float | None]:
+        """Whether the draft ends after its `made`-th guess of at most k (an end token: nothing
+        follows it; or a guess it was unsure of), and, where it ends short of k because unsure,
+        how sure it was (for the picture)."""
+        if token in self.eos_ids:
+            return True, None
+        if sure < self.go_on:
+            return True, (sure if made < k else None)
+        return False, None
 
     def _leaders(self, scores: torch.Tensor) -> tuple[Leader, ...]:
         """The draft's leading tokens for one guess's draft-vocabulary logits `[V]` (picturing only)."""
@@ -333,8 +339,8 @@ class MedusaHeads(_HiddenStateDraft):
             token, q, sure = self._pick(scores[i], context + tokens, sampler, generator)
             tokens.append(token)
             rows.append(q)
-            if self._ends_draft(token, sure):
-                stopped = sure if token not in self.eos_ids and i + 1 < count else None
+            ends, stopped = self._after_guess(token, sure, i + 1, count)
+            if ends:
                 break
         return self._draft(tokens, rows, context, [self._leaders(scores[i]) for i in range(len(tokens))], stopped)
 
@@ -363,7 +369,7 @@ class MtpDraft(_HiddenStateDraft):
             tokens.append(token)
             rows.append(q)
             leaders.append(self._leaders(scores))
-            if self._ends_draft(token, sure):
-                stopped = sure if token not in self.eos_ids and i + 1 < k else None
+            ends, stopped = self._after_guess(token, sure, i + 1, k)
+            if ends:
                 break
         return self._draft(tokens, rows, context, leaders, stopped)

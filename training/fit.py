@@ -57,15 +57,16 @@ class Log:
                 handle.write(line + "\n")
 
 
-def arguments(description: str, default_log: Path, defaults: RunConfig) -> argparse.Namespace:
-    """The command line both scripts take."""
+def arguments(description: str, default_log: Path, defaults: RunConfig,
+              max_new_tokens: int = Recipe.max_new_tokens) -> argparse.Namespace:
+    """The command line both scripts take (the defaults: the run that made the shipped weights)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--batch", type=int, default=defaults.batch)
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--draft-vocab", type=int, default=defaults.draft_vocab)
-    parser.add_argument("--max-new-tokens", type=int, default=Recipe.max_new_tokens)
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="the continuations' length")
     parser.add_argument("--prompts", type=int, default=None, help="use only the first n prompts (a smoke run)")
     parser.add_argument("--out", type=Path, default=MANIFEST.parent, help="folder for the weights and manifest")
     parser.add_argument("--log", type=Path, default=default_log)
@@ -182,9 +183,10 @@ def finish(method: str, net: nn.Module, lm: LoadedModel, data: Distilled, config
 
 
 def script(description: str, default_log: Path, defaults: RunConfig,
-           train: Callable[[LoadedModel, Distilled, RunConfig, Path, Log], dict]) -> None:
+           train: Callable[[LoadedModel, Distilled, RunConfig, Path, Log], dict],
+           max_new_tokens: int = Recipe.max_new_tokens) -> None:
     """A training script's main: arguments, the model and its data, the run, a last line."""
-    args = arguments(description, default_log, defaults)
+    args = arguments(description, default_log, defaults, max_new_tokens)
     log = Log(args.log)
     started = time.perf_counter()
     lm, data = prepare(args, log)

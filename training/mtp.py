@@ -1,7 +1,7 @@
 """Train one DeepSeek-V3-style multi-token-prediction module for the bundled model by
 self-distillation, as a draft that feeds its own output back.
 
-    .venv/bin/python -m training.mtp [--epochs 3] [--seed 0] [--draft-vocab 8192] [--prompts N]
+    .venv/bin/python -m training.mtp [--epochs 8] [--max-new-tokens 320] [--seed 0] [--draft-vocab 8192] [--prompts N]
 
 The module reads the target's state h_t (after the final norm) and the embedding of token t+1
 (the model's own, frozen) and predicts the target's state at t+1; the frozen LM head on that
@@ -41,7 +41,10 @@ EVAL_DEPTH = 5  # steps measured on held-out rows
 BLOCKS = 1
 STATE_WEIGHT = 1.0  # of the smooth-L1 pull towards the target's state, beside the token loss
 LOG = Path(__file__).parent / "mtp.log"
-DEFAULTS = RunConfig(epochs=3, batch=256, lr=1e-3, weight_decay=0.01)
+# the shipped run: continuations of up to 320 tokens (66 k training tokens), 8 epochs; the first
+# module had 160 tokens (38 k) and 3 epochs, and its held-out top-1 was still rising (0.25 / 0.30 / 0.32)
+DEFAULTS = RunConfig(epochs=8, batch=256, lr=1e-3, weight_decay=0.01)
+MAX_NEW_TOKENS = 320
 EVAL_CHUNK = 1024
 
 
@@ -124,7 +127,7 @@ def train_mtp(lm: LoadedModel, data: Distilled, config: RunConfig, out: Path, lo
 
 
 def main() -> None:
-    script(__doc__.splitlines()[0], LOG, DEFAULTS, train_mtp)
+    script(__doc__.splitlines()[0], LOG, DEFAULTS, train_mtp, MAX_NEW_TOKENS)
 
 
 if __name__ == "__main__":

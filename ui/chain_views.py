@@ -325,6 +325,15 @@ def rounds_table_html(rounds: Sequence[RoundRecord], last: int = 12) -> str:
 SAME_WITHIN = 0.05  # two timings closer than this read as "about the same": shared-machine noise
 
 
+def _go_on_text(draft: object) -> str:
+    """A trained draft's rule for guessing again, where it has one."""
+    go_on = getattr(draft, "go_on", None)
+    if not isinstance(go_on, float) or go_on <= 0:
+        return ""
+    return (f" It guesses again only after a guess it gave at least {pct(go_on, 0)}, so a round may guess "
+            "fewer than k: an unsure guess is seldom kept.")
+
+
 def no_guess_reason(record: RoundRecord, draft: object) -> str:
     """Why a round proposed nothing: no room before the stop, or (prompt lookup, read from the
     `draft` in use) no earlier place in the context matched its last tokens."""
@@ -393,11 +402,11 @@ def method_note(record: RoundRecord, draft: object, texts: TokenTexts) -> str | 
     if record.method == "medusa-heads" and record.drafted:
         return (f"Parallel decoding heads: all {counted(len(record.drafted), 'guess', 'guesses')} came from ONE hidden "
                 "state, the model's last one after the previous token: head i guessed the token i + 1 places ahead, "
-                "each through the model's own LM head (its 8,192 most frequent rows).")
+                "each through the model's own LM head (its 8,192 most frequent rows)." + _go_on_text(draft))
     if record.method == "mtp" and record.drafted:
         return ("Multi-token prediction: one small trained block took the model's last hidden state and the newest "
                 "token's embedding and guessed the next token, then fed its own guess back for the one after: "
-                "the guesses are sequential, each from the one before.")
+                "the guesses are sequential, each from the one before." + _go_on_text(draft))
     layer = getattr(draft, "exit_layer", None)
     if record.method.startswith("early-exit-") and isinstance(layer, int):
         return (f"Early exit: each guess came from the first {layer} layers, then the model's final norm and LM head "

@@ -142,7 +142,7 @@ def _unsure_note(picture: DraftPicture) -> str:
     if picture.stopped_unsure is None or picture.go_on is None:
         return ""
     return (f'<div class="dp-note" data-stopped="unsure">It stopped after guess {len(picture.guesses)}: it gave that '
-            f"guess {esc(pct(picture.stopped_unsure))}, and it guesses again only at {esc(pct(picture.go_on))} or "
+            f"guess {esc(pct(picture.stopped_unsure))}, and it guesses again only at {esc(pct(picture.go_on, 0))} or "
             "more. An unsure guess is seldom kept, and each further guess would cost a draft step and a row of "
             "the verify pass.</div>")
 

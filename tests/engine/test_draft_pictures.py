@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from engine import SamplerSettings, StopSettings
-from engine.speculative import DraftModel, EarlyExit, Lookahead, SpeculativeGeneration, draft_for, self_draft
+from engine.speculative import DraftModel, EarlyExit, Lookahead, MtpDraft, SpeculativeGeneration, draft_for, self_draft
+from ui.chain_views import method_note
 from ui.draft_pictures import draft_picture_html
 
 GREEDY = SamplerSettings(temperature=0.0)
@@ -97,5 +98,13 @@ def test_a_trained_drafts_picture_says_when_it_stopped_because_it_was_unsure(lm)
         html = draft_picture_html(picture, record, lm.texts)
         assert ('data-stopped="unsure"' in html) == (picture.stopped_unsure is not None)
         if picture.stopped_unsure is not None:
-            assert f"after guess {len(picture.guesses)}" in html and "50%" in html
+            assert f"after guess {len(picture.guesses)}" in html and "guesses again only at 50% or more" in html
     assert any(picture is not None and picture.stopped_unsure is not None for _, picture, _ in seen)
+
+
+def test_the_trained_drafts_round_note_says_when_they_guess_again(lm) -> None:
+    for draft, said in ((draft_for(lm, "mtp"), True), (MtpDraft(lm, go_on=0.0), False)):
+        record = next(r for r, _, _ in rounds_with_pictures(lm, draft, rounds=3) if r.drafted)
+        note = method_note(record, draft, lm.texts)
+        assert note is not None and note.startswith("Multi-token prediction")
+        assert ("guesses again only after a guess it gave at least 50%" in note) == said

@@ -142,7 +142,7 @@ def _top(chain: ChainOutput) -> int:
 def _greedy_residual(chain: ChainOutput, draft: Draft, index: int) -> tuple[torch.Tensor, float]:
     """`residual_distribution` where p is greedy's one-hot on a token t other than the guess, with
     no pass over the vocabulary: max(0, p - q) is 1 - q(t) at t and 0 elsewhere, so renormalised it
-    is p again (x / x is exactly 1), and its mass is 1 - q(t) (0 for a deterministic guess)."""
+    is p again (x / x is exactly 1), and its mass is 1 - q(t) (1 for a deterministic guess: q(t) = 0)."""
     t = chain.greedy_token
     q_t = 0.0 if draft.q is None else float(draft.q[index, t].double())
     mass = 1.0 - q_t

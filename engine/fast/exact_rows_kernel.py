@@ -171,13 +171,9 @@ def _register_fallback() -> None:
     if _fallback_library is not None:
         return
     _fallback_library = torch.library.Library(NAMESPACE, "DEF")
-    _fallback_library.define("lone_rows_linear(Tensor x, Tensor weight) -> Tensor")
-    _fallback_library.define("lone_rows_linears(Tensor x, Tensor[] weights) -> Tensor[]")
-    _fallback_library.impl("lone_rows_linear", one_row_products, "CompositeExplicitAutograd")
-    _fallback_library.impl("lone_rows_linears", lambda x, weights: [one_row_products(x, w) for w in weights],
-                           "CompositeExplicitAutograd")
-    _fallback_library.define("sequence_rows_linear(Tensor x, Tensor weight) -> Tensor")
-    _fallback_library.define("sequence_rows_linears(Tensor x, Tensor[] weights) -> Tensor[]")
-    _fallback_library.impl("sequence_rows_linear", one_row_products, "CompositeExplicitAutograd")
-    _fallback_library.impl("sequence_rows_linears", lambda x, weights: [one_row_products(x, w) for w in weights],
-                           "CompositeExplicitAutograd")
+    for rows in ("lone_rows", "sequence_rows"):  # the kernel's two entry points: the same products
+        _fallback_library.define(f"{rows}_linear(Tensor x, Tensor weight) -> Tensor")
+        _fallback_library.define(f"{rows}_linears(Tensor x, Tensor[] weights) -> Tensor[]")
+        _fallback_library.impl(f"{rows}_linear", one_row_products, "CompositeExplicitAutograd")
+        _fallback_library.impl(f"{rows}_linears", lambda x, weights: [one_row_products(x, w) for w in weights],
+                               "CompositeExplicitAutograd")

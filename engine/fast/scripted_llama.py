@@ -82,14 +82,20 @@ def rows_linear(x: Tensor, weight: Tensor, how: int, prompt_rows: PromptRows) ->
         return one_row_products(x[0], weight).unsqueeze(0)
     if how == 3:  # PROMPT_ROWS
         return prompts_linear(x[0], weight, prompt_rows).unsqueeze(0)
-    if how == 4:  # LONE_ROWS
-        return torch.ops.token_by_token.lone_rows_linear(x[0], weight).unsqueeze(0)
-    if how == 5:  # SEQUENCE_ROWS
-        return torch.ops.token_by_token.sequence_rows_linear(x[0], weight).unsqueeze(0)
+    if how == 4 or how == 5:  # LONE_ROWS, SEQUENCE_ROWS
+        return kernel_linears(x[0], [weight], how)[0].unsqueeze(0)
     parts: list[Tensor] = []
     for i in range(rows):
         parts.append(F.linear(x[:, i:i + 1], weight))
     return torch.cat(parts, dim=1)
+
+
+def kernel_linears(x: Tensor, weights: list[Tensor], how: int) -> list[Tensor]:
+    """`[rows, in]` through several weights of that input width in one call of the exact rows
+    kernel: LONE_ROWS, or SEQUENCE_ROWS (one sequence's rows: the kernel's helper thread allowed)."""
+    if how == 5:  # SEQUENCE_ROWS
+        return torch.ops.token_by_token.sequence_rows_linears(x, weights)
+    return torch.ops.token_by_token.lone_rows_linears(x, weights)
 
 
 def prompts_linear(x: Tensor, weight: Tensor, prompt_rows: PromptRows) -> Tensor:
@@ -130,11 +136,8 @@ def rotated_projections(hidden: Tensor, w: list[Tensor], how: list[int], eps: fl
     `w` and `how`: the layer's LAYER_WEIGHTS weights and how each multiplies."""
     n = hidden.shape[1]
     normed = rms_norm(hidden, w[0], eps)
-    if how[1] == 4 and how[2] == 4 and how[3] == 4:  # LONE_ROWS: the three products in one call
-        q, k, v = torch.ops.token_by_token.lone_rows_linears(normed[0], [w[1], w[2], w[3]])
-        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
-    elif how[1] == 5 and how[2] == 5 and how[3] == 5:  # SEQUENCE_ROWS: likewise
-        q, k, v = torch.ops.token_by_token.sequence_rows_linears(normed[0], [w[1], w[2], w[3]])
+    if (how[1] == 4 or how[1] == 5) and how[2] == how[1] and how[3] == how[1]:  # the kernel: one call for all three
+        q, k, v = kernel_linears(normed[0], [w[1], w[2], w[3]], how[1])
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     else:
         q = rows_linear(normed, w[1], how[1], prompt_rows)
@@ -164,11 +167,8 @@ def attention_output(residual: Tensor, attended: Tensor, w: list[Tensor], how: l
 def mlp_block(hidden: Tensor, w: list[Tensor], how: list[int], eps: float, prompt_rows: PromptRows) -> Tensor:
     """The post-attention norm, the SiLU MLP and its residual."""
     normed = rms_norm(hidden, w[5], eps)
-    if how[6] == 4 and how[7] == 4:  # LONE_ROWS: gate and up in one call
-        gate, up = torch.ops.token_by_token.lone_rows_linears(normed[0], [w[6], w[7]])
-        gated = F.silu(gate.unsqueeze(0)) * up.unsqueeze(0)
-    elif how[6] == 5 and how[7] == 5:  # SEQUENCE_ROWS: likewise
-        gate, up = torch.ops.token_by_token.sequence_rows_linears(normed[0], [w[6], w[7]])
+    if (how[6] == 4 or how[6] == 5) and how[7] == how[6]:  # the kernel: gate and up in one call
+        gate, up = kernel_linears(normed[0], [w[6], w[7]], how[6])
         gated = F.silu(gate.unsqueeze(0)) * up.unsqueeze(0)
     else:
         gated = F.silu(rows_linear(normed, w[6], how[6], prompt_rows)) * rows_linear(normed, w[7], how[7], prompt_rows)

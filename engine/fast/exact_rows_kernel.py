@@ -29,6 +29,9 @@ A single row (a lone visitor's decode step) has its own path in the kernel: four
 vector instead of four rows, so no lane is wasted, and both of this machine's threads share the
 weight's rows. It reads the model's weights at 24-31 GB/s where the 1-row product reaches 8-17
 (`bench.lone_bench`; figures in the README).
+Where the build has no AVX-512 the packed path's four-row vectors spill, so there several rows go
+row by row through the single-row path, each block of weight rows fetched from memory once (on an
+AVX2 EPYC a verify pass took 66-70 ms instead of 214; the README has the figures).
 
 Nothing is assumed: the kernel is built with the machine's compiler on first use (about ten
 seconds, then kept in the cache folder, engine/loading.py's `cache_root`), and `kernel_agrees`

@@ -272,13 +272,18 @@ void one_row_block(const float* x, const float* w, int64_t in, const int64_t* o,
   }
 }
 
+#ifdef __AVX512F__
+constexpr bool kPackedRowsPay = true;  // the packed path, four rows to a vector (rows_linears)
+#else
+constexpr bool kPackedRowsPay = false;
+#endif
 constexpr int kOneRowGroups = 2;  // outputs in flight: 2 x 4 weight rows streamed at once
 
 // x [rows, in] through every weight, each row by the single-row kernel: one parallel region for
 // all weights, and each block of weight rows fetched from memory once, then summed against every
 // row while it is still in the L1 cache.
 std::vector<torch::Tensor> one_row_linears(const torch::Tensor& x, std::vector<torch::Tensor>& weights,
-                                           std::vector<torch::Tensor>& outs, bool one_visitor = true) {
+                                           std::vector<torch::Tensor>& outs, bool one_visitor) {
   const int64_t rows = x.size(0), in = x.size(1);
   constexpr int64_t kOutputs = kOneRowGroups * kOutputsPerBlock;
   std::vector<int64_t> first_block{0};
@@ -474,15 +479,11 @@ std::vector<torch::Tensor> rows_linears(const torch::Tensor& x_in, at::TensorLis
     fused_linears(x, weights, outs, one_visitor && rows <= kPairMaxRows);
     return outs;
   }
-  if (rows == 1) return one_row_linears(x, weights, outs);
-#ifndef __AVX512F__
   // Without AVX-512 the packed kernel's four-row vectors are split in two and its accumulators
   // spill: on an AVX2 EPYC (3 December 2026) it took 1.8 / 8.3 / 17.5 ms for a layer's gate and up
   // at 2 / 5 / 30 rows, where 1-row products row by row took 0.7 / 1.6 / 6.9. Row by row through
-  // the single-row kernel, a block of weight rows fetched once: 0.4 / 0.9 ms at 2 / 5 rows, the
-  // same digits.
-  return one_row_linears(x, weights, outs, one_visitor && rows <= kPairMaxRows);
-#endif
+  // the single-row kernel, a block of weight rows fetched once: 0.3 / 0.8 / 4.6 ms, the same digits.
+  if (rows == 1 || !kPackedRowsPay) return one_row_linears(x, weights, outs, one_visitor && rows <= kPairMaxRows);
   std::vector<int64_t> first_block{0};  // weight i's output blocks start here
   for (const auto& weight : weights)
     first_block.push_back(first_block.back() + (weight.size(0) + kOutputsPerBlock - 1) / kOutputsPerBlock);

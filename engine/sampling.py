@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from engine.settings import CHAINS, GREEDY_BELOW_TEMPERATURE, SamplerSettings
 
@@ -192,9 +193,22 @@ def leading_ids(values: torch.Tensor, n: int) -> list[int]:
     return [i for i, v in zip(top_ids.tolist(), top_values.tolist(), strict=True) if v > 0]
 
 
+SUM_BLOCK = 1024  # a long sum's terms, summed a block at a time by one thread
+
+
+def ordered_sum(values: torch.Tensor) -> torch.Tensor:
+    """The sum of a 1-D tensor (0-d), the same digits at any thread count. torch splits one long
+    sum between threads, so its last digit moved with the thread count (a 49,152-token entropy,
+    measured between the sampler's one thread and a page's two); here each block is summed whole
+    by one thread, then the blocks in order."""
+    values = values.flatten()
+    blocks = F.pad(values, (0, -values.numel() % SUM_BLOCK)).view(-1, SUM_BLOCK)  # + 0.0 changes no sum
+    return blocks.sum(dim=1).sum()
+
+
 def entropy_bits(probs: torch.Tensor) -> float:
     """Shannon entropy of a distribution, in bits (0 = certain)."""
-    return float(torch.special.entr(probs.double()).sum()) / math.log(2)  # entr(0) = 0
+    return float(ordered_sum(torch.special.entr(probs.double()))) / math.log(2)  # entr(0) = 0
 
 
 class _Softmaxes:
@@ -225,7 +239,7 @@ def _applied_record(stage: Stage, settings: SamplerSettings, before: torch.Tenso
     gone_after = torch.isneginf(after)
     removed = gone_after & ~torch.isneginf(before)
     removed_count = int(removed.sum())
-    removed_mass = float(before.softmax(dim=-1).double()[removed].sum()) if removed_count else 0.0
+    removed_mass = float(ordered_sum(before.softmax(dim=-1).double()[removed])) if removed_count else 0.0
     return StageRecord(stage.name, stage.label(settings), active=True, kept=after.numel() - int(gone_after.sum()),
                        removed=removed_count, removed_mass=removed_mass)
 
@@ -313,7 +327,7 @@ def _leading_cdf(final_probs: torch.Tensor, u: float, total: torch.Tensor) -> tu
 def pick_by_cdf(final_probs: torch.Tensor, u: float) -> tuple[int, Draw]:
     """Inverse-CDF sampling: order tokens by probability, lay their masses end to end on
     [0, 1), and pick the token whose band contains u."""
-    order, cdf = _leading_cdf(final_probs, u, final_probs.double().sum())
+    order, cdf = _leading_cdf(final_probs, u, ordered_sum(final_probs.double()))
     rank0 = int(torch.searchsorted(cdf, torch.tensor([u], dtype=torch.float64), right=True))
     rank0 = min(rank0, len(order) - 1)  # float rounding must never land u past the last token
     low = float(cdf[rank0 - 1]) if rank0 > 0 else 0.0
@@ -330,8 +344,8 @@ def pick_like_multinomial(final_probs: torch.Tensor, generator: torch.Generator)
     mine = final_probs[token]
     ahead = (final_probs > mine) | ((final_probs == mine) & (torch.arange(final_probs.numel()) < token))
     probs = final_probs.double()
-    total = probs.sum()
-    low = float(probs[ahead].sum() / total)
+    total = ordered_sum(probs)
+    low = float(ordered_sum(probs[ahead]) / total)
     high = low + float(probs[token] / total)
     return token, Draw(u=None, cdf_low=low, cdf_high=high, rank=int(ahead.sum()) + 1, method="multinomial")
 

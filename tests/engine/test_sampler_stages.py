@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -11,7 +13,9 @@ from engine.sampling import (
     InverseCdf,
     Multinomial,
     decide,
+    entropy_bits,
     leading_ids,
+    ordered_sum,
     pick_by_cdf,
     run_chain,
     top_token,
@@ -126,3 +130,23 @@ def test_a_greedy_chains_leaders_are_its_one_token_as_ranking_the_vocabulary_wou
         assert chain.leaders(8) == leading_ids(chain.final_probs, 8) == [chain.greedy_token]
     sampled = run_chain(logits, CONTEXT, ACTIVE)
     assert sampled.greedy_token is None and sampled.leaders(8) == leading_ids(sampled.final_probs, 8)
+
+
+def test_an_entropy_has_the_same_digits_at_one_and_two_threads_and_is_the_sum_of_its_terms() -> None:
+    """The step records its entropy on the sampler's one thread and a page recomputes it on two:
+    a plain torch sum split between threads differed in the last digit for a third of these."""
+    generator, threads = torch.Generator().manual_seed(5), torch.get_num_threads()
+    try:
+        for trial in range(60):
+            size = (49_152, 50_257, 151_936, 1_000, 1)[trial % 5]
+            probs = (torch.randn(size, generator=generator) * (1 + trial % 7)).softmax(-1)
+            torch.set_num_threads(2)
+            two = entropy_bits(probs)
+            torch.set_num_threads(1)
+            one = entropy_bits(probs)
+            assert one == two, trial
+            assert one == pytest.approx(math.fsum(torch.special.entr(probs.double()).tolist()) / math.log(2), abs=1e-9)
+    finally:
+        torch.set_num_threads(threads)
+    assert entropy_bits(torch.tensor([1.0, 0.0])) == 0.0 and entropy_bits(torch.tensor([0.5, 0.5])) == 1.0
+    assert float(ordered_sum(torch.zeros(0, dtype=torch.float64))) == 0.0

@@ -70,7 +70,9 @@ def test_a_prompt_typed_and_stepped_at_once_makes_its_token_and_the_link_survive
     page.get_by_test_id("stSidebar").get_by_role("link", name="Sampler lab").click()
     page.wait_for_function("location.pathname.endsWith('sampler_lab')", timeout=60_000)
     page.get_by_test_id("stSidebar").get_by_role("link", name="Step through").click()
-    page.wait_for_function("location.search.includes('tokens=')", timeout=60_000)
+    # the lab's address carries the link too: wait for the Step page's own, not the lab's
+    page.wait_for_function("!location.pathname.endsWith('sampler_lab') && location.search.includes('tokens=')",
+                           timeout=60_000)
     assert page.url == linked
     page.reload()
     page.wait_for_function(f"{STEPS} === 2", timeout=90_000)

@@ -1,6 +1,6 @@
 """A lone visitor's decode step, part by part: where its time goes, against memory's own speed.
 
-    .venv/bin/python -m bench.lone_bench [--context 64] [--steps 40] [--threads 2]
+    .venv/bin/python -m bench.lone_bench [--context 64] [--steps 40] [--threads 2] [--profile]
 
 Measures, on this machine and in one run (the real bundled model, `--threads` torch threads):
   - the whole decode step through the fast lone pass (engine/fast/lone.py) and through
@@ -14,7 +14,11 @@ Measures, on this machine and in one run (the real bundled model, `--threads` to
     sin, handing the grown cache back). What the parts leave of the whole step is the
     interpreter's own time between ops;
   - memory's read speed (torch.sum over 512 MiB) and the products' bandwidth against it;
-  - the process's peak resident memory (the fast pass reads the model's own weight tensors: no copy).
+  - the process's peak resident memory (the fast pass reads the model's own weight tensors: no copy);
+  - with `--profile`, the fast steps back to back under torch's profiler: each op's time inside
+    the real step, grouped (the products, the cache's growth and rotate_half's concatenations,
+    attention, the rest), against the step's time without the profiler. The parts above are
+    timed alone; this says what they cost in place.
 Writes bench/results/lone.json.
 """
 
@@ -31,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.profiler import ProfilerActivity, profile
 
 from engine import load_model
 from engine.fast import exact_rows_kernel
@@ -137,6 +142,35 @@ def whole_steps(lm, context: list[int], steps: int) -> tuple[list[float], list[f
     return fast_ms, eager_ms
 
 
+# in-place op groups (--profile): an op's name -> the group its time is counted in
+OP_GROUPS = (("token_by_token::", "products (the exact rows kernel)"),
+             ("aten::cat", "concatenations (the cache's growth, rotate_half)"),
+             ("attention", "attention over the cache"))
+
+
+def in_place_ms(lm, context: list[int], steps: int) -> tuple[float, dict[str, float]]:
+    """The fast step's median back to back without the profiler, then each op group's
+    self time per step under it (ops outside every group: "the other ops")."""
+    cache = new_cache(lm)
+    eager_step(lm, context, cache)
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        forward_one(lm, [5], cache)
+        times.append((time.perf_counter() - started) * 1e3)
+    profiled = max(5, steps // 4)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(profiled):
+            forward_one(lm, [5], cache)
+    groups: dict[str, float] = {}
+    for event in prof.key_averages():
+        if not event.key.startswith(("aten::", "token_by_token::")):
+            continue  # a scripted function's own frame: its ops are counted one by one
+        group = next((name for prefix, name in OP_GROUPS if prefix in event.key), "the other ops")
+        groups[group] = groups.get(group, 0.0) + event.self_cpu_time_total / 1e3 / profiled
+    return statistics.median(times), groups
+
+
 def parts_ms(lm, context_tokens: int, repeats: int) -> dict[str, float]:
     weights = llama_weights(lm.model)
     layers = list(weights.layers)
@@ -192,6 +226,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=64, help="tokens in the cache the step reads")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--profile", action="store_true", help="also each op group's time inside the real step")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -202,6 +237,7 @@ def main() -> None:
     with torch.inference_mode():
         fast_ms, eager_ms = whole_steps(lm, context, args.steps)
         parts = parts_ms(lm, args.context, args.steps)
+        in_place = in_place_ms(lm, context, args.steps) if args.profile else None
     step_ms = statistics.median(fast_ms)
     products = sum(ms for name, ms in parts.items() if "product" in name)
     weight_bytes = linear_weight_bytes(lm)
@@ -220,6 +256,8 @@ def main() -> None:
         "read_gb_s": read / 1e9,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+    if in_place is not None:
+        results["back_to_back_step_ms"], results["in_place_ms"] = in_place
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "lone.json").write_text(json.dumps(results, indent=2))
     print(f"lone decode step at {args.context} cached tokens, {args.threads} threads, median of {args.steps}")
@@ -231,6 +269,10 @@ def main() -> None:
     print(f"  weights {weight_bytes / 1e6:.0f} MB: products {products:.1f} ms = {results['products_gb_s']:.1f} GB/s; "
           f"whole step {results['step_gb_s']:.1f} GB/s; plain read (torch.sum) {results['read_gb_s']:.1f} GB/s "
           f"-> step at {100 * results['step_gb_s'] / results['read_gb_s']:.0f}% of the read")
+    if in_place is not None:
+        print(f"  in place, steps back to back: {in_place[0]:.1f} ms a step; under the profiler, per step:")
+        for name, ms in sorted(in_place[1].items(), key=lambda item: -item[1]):
+            print(f"    {name:<70} {ms:6.2f} ms")
     print(f"  peak RSS {results['peak_rss_mb']:.0f} MB")
 
 

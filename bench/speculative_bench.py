@@ -99,6 +99,17 @@ def verify_logit_gap(lm: LoadedModel, prompt: str, chat: bool, continuation: tup
     return float((forward_all(lm, fed, cache) - torch.stack(one_by_one)).abs().max())
 
 
+def warm_up(lm: LoadedModel, methods: list[str], make) -> None:
+    """A few untimed tokens of plain decoding and of each method: the first lone step and the
+    first verify pass decide, by a probe, which pass serves them (a second or two on a 2-core
+    CPU), and without this the first timed run of each would pay it (measured: the copy-heavy
+    prompt's plain run at 98 ms a token instead of about 25)."""
+    prompt, chat = PROMPTS["free-form"]
+    run_plain(lm, prompt, chat, 4)
+    for method in methods:
+        run_speculative(lm, prompt, chat, 4, make(method), KS[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -120,6 +131,7 @@ def main() -> None:
         return PromptLookup(lm.eos_ids) if method == "prompt-lookup" else draft_for(lm, method)
 
     configs = [("plain", 1)] + [(method, k) for method in methods for k in KS]
+    warm_up(lm, methods, make)
     runs: dict[tuple[str, str, int], list[Run]] = {}
     for round_number in range(args.rounds):
         for name, (prompt, chat) in PROMPTS.items():

@@ -277,6 +277,11 @@ constexpr bool kPackedRowsPay = true;  // the packed path, four rows to a vector
 #else
 constexpr bool kPackedRowsPay = false;
 #endif
+// Up to this many rows go row by row even where the packed path pays: padded to whole vectors and
+// given one thread per 4M products, it took a verify pass's 2 or 3 rows 2-3x as long as one row
+// (a Zen 5 EPYC, 4 December 2026: query, key and value of all 30 layers 5.8 ms at 2 rows against
+// 2.2 at 1; row by row 1.3-1.6). Row by row won up to 9 rows there, the packed path from 12.
+constexpr int64_t kRowByRowMaxRows = 8;
 constexpr int kOneRowGroups = 2;  // outputs in flight: 2 x 4 weight rows streamed at once
 
 // x [rows, in] through every weight, each row by the single-row kernel: one parallel region for
@@ -479,11 +484,12 @@ std::vector<torch::Tensor> rows_linears(const torch::Tensor& x_in, at::TensorLis
     fused_linears(x, weights, outs, one_visitor && rows <= kPairMaxRows);
     return outs;
   }
-  // Without AVX-512 the packed kernel's four-row vectors are split in two and its accumulators
-  // spill: on an AVX2 EPYC (3 December 2026) it took 1.8 / 8.3 / 17.5 ms for a layer's gate and up
+  // A few rows (kRowByRowMaxRows) go row by row, and any number without AVX-512: there the packed
+  // kernel's four-row vectors are split in two and its accumulators spill: on an AVX2 EPYC (3 December 2026) it took 1.8 / 8.3 / 17.5 ms for a layer's gate and up
   // at 2 / 5 / 30 rows, where 1-row products row by row took 0.7 / 1.6 / 6.9. Row by row through
   // the single-row kernel, a block of weight rows fetched once: 0.3 / 0.8 / 4.6 ms, the same digits.
-  if (rows == 1 || !kPackedRowsPay) return one_row_linears(x, weights, outs, one_visitor && rows <= kPairMaxRows);
+  if (rows <= kRowByRowMaxRows || !kPackedRowsPay)
+    return one_row_linears(x, weights, outs, one_visitor && rows <= kPairMaxRows);
   std::vector<int64_t> first_block{0};  // weight i's output blocks start here
   for (const auto& weight : weights)
     first_block.push_back(first_block.back() + (weight.size(0) + kOutputsPerBlock - 1) / kOutputsPerBlock);

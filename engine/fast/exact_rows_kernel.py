@@ -29,9 +29,11 @@ A single row (a lone visitor's decode step) has its own path in the kernel: four
 vector instead of four rows, so no lane is wasted, and both of this machine's threads share the
 weight's rows. It reads the model's weights at 24-31 GB/s where the 1-row product reaches 8-17
 (`bench.lone_bench`; figures in the README).
-Where the build has no AVX-512 the packed path's four-row vectors spill, so there several rows go
-row by row through the single-row path, each block of weight rows fetched from memory once (on an
-AVX2 EPYC a verify pass took 66-70 ms instead of 214; the README has the figures).
+A few rows (up to 8: a verify pass, a small class) go row by row through the single-row path,
+each block of weight rows fetched from memory once and summed against every row; so do any
+number where the build has no AVX-512, for there the packed path's four-row vectors spill (on an
+AVX2 EPYC a verify pass took 66-70 ms instead of 214; on a Zen 5 EPYC 2 or 3 rows took the packed
+path 2-3x as long as one row, row by row about as long: the README has the figures).
 
 Nothing is assumed: the kernel is built with the machine's compiler on first use (about ten
 seconds, then kept in the cache folder, engine/loading.py's `cache_root`), and `kernel_agrees`
@@ -55,7 +57,9 @@ from engine.fast.row_products import one_row_products
 SOURCE = Path(__file__).with_name("exact_rows_kernel.cpp")
 NAMESPACE = "token_by_token"
 BUILD_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]  # never fuse a multiply and an add
-PROBE_ROWS = 5  # rows of the agreement probe: a whole group of four and one more
+# rows of the agreement probes: up to 8 rows go row by row (the kernel's kRowByRowMaxRows), more
+# through the packed path where the build has it, so both are probed
+PROBE_ROWS = (5, 13)
 # the orders the kernel can sum in (its set_sum_order codes): MKL's 1-row product on AVX2 and
 # earlier AVX-512 CPUs; and on a Sapphire Rapids (engine/fast/exact_rows_kernel.cpp describes both)
 SUM_ORDERS = ("four lanes", "sixteen fused lanes")
@@ -98,13 +102,11 @@ def _choose_sum_order() -> None:
     global _order
     generator = torch.Generator().manual_seed(11)
     weight = torch.randn((ORDER_PROBE_OUTPUTS, ORDER_PROBE_INPUTS), generator=generator)
-    probe = torch.randn((PROBE_ROWS, ORDER_PROBE_INPUTS), generator=generator)
-    loop = torch.cat([F.linear(probe[i:i + 1], weight) for i in range(PROBE_ROWS)])
+    probe = torch.randn((max(PROBE_ROWS), ORDER_PROBE_INPUTS), generator=generator)
     for code, name in enumerate(SUM_ORDERS):
         if not torch.ops.token_by_token.set_sum_order(code):
             continue  # this build lacks it (the fused order needs AVX-512)
-        one = torch.cat([lone_rows_linear(probe[i:i + 1], weight) for i in range(PROBE_ROWS)])
-        if torch.equal(one, loop) and torch.equal(lone_rows_linear(probe, weight), loop):
+        if _agrees_on(probe, weight, one_row=True) and _agrees_on(probe, weight, one_row=False):
             _order = name
             _log.info("the exact rows kernel sums in the %s order, as this CPU's 1-row product", name)
             return
@@ -126,14 +128,18 @@ def kernel_agrees(weight: torch.Tensor, one_row: bool = False) -> bool:
     key = (tuple(weight.shape), weight.stride(), torch.get_num_threads(), one_row)
     with _lock:
         if key not in _agreement:
-            probe = torch.randn((PROBE_ROWS, weight.shape[1]), generator=torch.Generator().manual_seed(7))
-            loop = torch.cat([F.linear(probe[i:i + 1], weight) for i in range(PROBE_ROWS)])
-            if one_row:
-                kernel = torch.cat([lone_rows_linear(probe[i:i + 1], weight) for i in range(PROBE_ROWS)])
-            else:
-                kernel = lone_rows_linear(probe, weight)
-            _agreement[key] = torch.equal(kernel, loop)
+            probe = torch.randn((max(PROBE_ROWS), weight.shape[1]), generator=torch.Generator().manual_seed(7))
+            _agreement[key] = _agrees_on(probe, weight, one_row)
         return _agreement[key]
+
+
+def _agrees_on(probe: torch.Tensor, weight: torch.Tensor, one_row: bool) -> bool:
+    """The kernel's products of `probe`'s rows equal to 1-row products: one row at a time (the
+    single-row path) with `one_row`, else PROBE_ROWS rows at a time (each of the kernel's paths)."""
+    loop = torch.cat([F.linear(probe[i:i + 1], weight) for i in range(probe.shape[0])])
+    if one_row:
+        return torch.equal(torch.cat([lone_rows_linear(probe[i:i + 1], weight) for i in range(probe.shape[0])]), loop)
+    return all(torch.equal(lone_rows_linear(probe[:rows], weight), loop[:rows]) for rows in PROBE_ROWS)
 
 
 def lone_rows_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

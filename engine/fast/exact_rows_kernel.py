@@ -57,9 +57,10 @@ from engine.fast.row_products import one_row_products
 SOURCE = Path(__file__).with_name("exact_rows_kernel.cpp")
 NAMESPACE = "token_by_token"
 BUILD_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]  # never fuse a multiply and an add
-# rows of the agreement probes: up to 8 rows go row by row (the kernel's kRowByRowMaxRows), more
-# through the packed path where the build has it, so both are probed
-PROBE_ROWS = (5, 13)
+# rows of the agreement probes, each count through the path the passes give it: up to 8 rows go
+# row by row (the kernel's kRowByRowMaxRows) and more through the packed path where the build has
+# it; the sixteen fused lanes order has its own code for 2, 3 and 4 rows, then groups of 1-4
+PROBE_ROWS = (2, 3, 4, 6, 7, 13)
 # the orders the kernel can sum in (its set_sum_order codes): MKL's 1-row product on AVX2 and
 # earlier AVX-512 CPUs; and on a Sapphire Rapids (engine/fast/exact_rows_kernel.cpp describes both)
 SUM_ORDERS = ("four lanes", "sixteen fused lanes")
@@ -135,7 +136,7 @@ def kernel_agrees(weight: torch.Tensor, one_row: bool = False) -> bool:
 
 def _agrees_on(probe: torch.Tensor, weight: torch.Tensor, one_row: bool) -> bool:
     """The kernel's products of `probe`'s rows equal to 1-row products: one row at a time (the
-    single-row path) with `one_row`, else PROBE_ROWS rows at a time (each of the kernel's paths)."""
+    single-row path) with `one_row`, else the first PROBE_ROWS rows at a time (each of the kernel's paths)."""
     loop = torch.cat([F.linear(probe[i:i + 1], weight) for i in range(probe.shape[0])])
     if one_row:
         return torch.equal(torch.cat([lone_rows_linear(probe[i:i + 1], weight) for i in range(probe.shape[0])]), loop)

@@ -6,7 +6,7 @@ another order than a 1-row product, so a row's logits from a batch differ from i
 pass's in the last bits (bench/batch_parity.py measures by how much). So a packed pass comes in
 two kinds:
 - exact (the default): every linear layer gives each row its own 1-row product's digits. The
-  scripted pass, from four rows, through a kernel that sums each row in the order the 1-row
+  scripted pass, from two rows, through a kernel that sums each row in the order the 1-row
   product does and reads each weight once for all rows (engine/fast/exact_rows_kernel.py);
   otherwise, and in the eager twin (engine/serving/packed_twin.py), as 1-row products, all
   rows in one batched call. Each visitor gets its lone pass's logits bit for bit.
@@ -37,7 +37,9 @@ from engine.serving import packed_twin
 from engine.serving.packed_twin import ROWWISE_CHUNK
 from engine.serving.prompt_rows import RowKinds, measure_row_kinds, prompt_rows
 
-LONE_ROWS_FROM = 4  # rows from which one pass over a weight beats batched 1-row products (bench: README)
+# rows from which one pass over a weight beats batched 1-row products: 3 visitors 54 tok/s through
+# the kernel against 34-37 through batched products (a Zen 5 EPYC, `bench.sched_bench --visitors 2,3`)
+LONE_ROWS_FROM = 2
 
 
 @torch.inference_mode()
@@ -101,8 +103,8 @@ def head_slices(head: torch.Tensor, chunk: int) -> list[torch.Tensor]:
 
 
 def one_row_products_how(weight: torch.Tensor, rows: int) -> int:
-    """How `rows` rows each get their own 1-row product's digits by `weight`: from four rows, in
-    one pass over the weight where the kernel gives those digits for this shape
+    """How `rows` rows each get their own 1-row product's digits by `weight`: from LONE_ROWS_FROM
+    rows, in one pass over the weight where the kernel gives those digits for this shape
     (engine/fast/exact_rows_kernel.py); else in one batched call where the probe says it gives the row-by-row
     loop's digits; else one call a row."""
     if rows >= LONE_ROWS_FROM and exact_rows_kernel.kernel_agrees(weight):

@@ -161,8 +161,11 @@ def test_where_the_batched_row_product_would_change_digits_the_rows_go_one_by_on
 
 def test_the_scripted_pass_multiplies_row_by_row_where_the_probe_says_the_batched_product_differs(
         tiny, monkeypatch) -> None:
+    """Where neither the exact rows kernel nor the batched call gives a row its 1-row product's
+    digits, each row gets its own call."""
     monkeypatch.setattr(packed_module, "_plans", weakref.WeakKeyDictionary())
     monkeypatch.setattr(twin_module, "batched_rows_agree", lambda weight, rows: False)
+    monkeypatch.setattr(packed_module.exact_rows_kernel, "kernel_agrees", lambda weight, one_row=False: False)
     caches = [filled_cache(tiny, length, offset=length) for length in (2, 9, 5)]
     expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip([4, 8, 15], caches, strict=True)])
     assert torch.equal(forward_packed(tiny, [4, 8, 15], caches), expected)
@@ -627,7 +630,7 @@ def test_exact_packed_passes_of_every_size_give_each_row_its_lone_logits(lm, row
     lone = torch.stack([lone_logits(lm, t, c) for t, c in zip(tokens, caches, strict=True)])
     plan = scripted_plan(lm)
     assert plan is not None  # the pass the server runs: one scripted call
-    # the exact rows kernel from four rows where it sums as this CPU's 1-row product does
+    # the exact rows kernel from LONE_ROWS_FROM rows where it sums as this CPU's 1-row product does
     uses_kernel = rows >= packed_module.LONE_ROWS_FROM and kernel_agrees(plan.weights.head[:ROWWISE_CHUNK])
     kernel = scripted_llama.LONE_ROWS if uses_kernel else scripted_llama.ONE_ROW_PRODUCTS
     assert set(plan.hows_for(rows)[1]) == {kernel}

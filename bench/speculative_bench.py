@@ -38,7 +38,7 @@ from engine import (
     load_model,
     self_draft,
 )
-from engine.forward import forward_all, forward_one, new_cache
+from engine.forward import forward_all, forward_one, lone_pass_decision, new_cache, verify_pass_decision
 from engine.speculative import DRAFT_METHODS, draft_for
 
 RESULTS = Path(__file__).parent / "results"
@@ -100,10 +100,11 @@ def verify_logit_gap(lm: LoadedModel, prompt: str, chat: bool, continuation: tup
 
 
 def warm_up(lm: LoadedModel, methods: list[str], make) -> None:
-    """A few untimed tokens of plain decoding and of each method: the first lone step and the
-    first verify pass decide, by a probe, which pass serves them (a second or two on a 2-core
-    CPU), and without this the first timed run of each would pay it (measured: the copy-heavy
-    prompt's plain run at 98 ms a token instead of about 25)."""
+    """The lone and verify passes' probes decided, and a few untimed tokens of plain decoding and
+    of each method: the first lone step and the first verify pass would otherwise pay their probe
+    (a second or two on a 2-core CPU) inside the first timed run."""
+    lone_pass_decision(lm)
+    verify_pass_decision(lm)
     prompt, chat = PROMPTS["free-form"]
     run_plain(lm, prompt, chat, 4)
     for method in methods:

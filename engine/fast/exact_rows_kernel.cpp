@@ -280,7 +280,9 @@ constexpr bool kPackedRowsPay = false;
 // Up to this many rows go row by row even where the packed path pays: padded to whole vectors and
 // given one thread per 4M products, it took a verify pass's 2 or 3 rows 2-3x as long as one row
 // (a Zen 5 EPYC, 4 December 2026: query, key and value of all 30 layers 5.8 ms at 2 rows against
-// 2.2 at 1; row by row 1.3-1.6). Row by row won up to 9 rows there, the packed path from 12.
+// 2.2 at 1; row by row 1.3-1.6). At 9 to 12 rows the two paths tied there (a whole verify pass
+// 31-34 ms against 33-38), and builds with 9 or 16 here made the single-row path's lone step
+// 1.5-3 ms slower than this one (alternated builds, 4 of 4 pairs, `bench.rows_bench`): so 8.
 constexpr int64_t kRowByRowMaxRows = 8;
 constexpr int kOneRowGroups = 2;  // outputs in flight: 2 x 4 weight rows streamed at once
 
@@ -484,10 +486,11 @@ std::vector<torch::Tensor> rows_linears(const torch::Tensor& x_in, at::TensorLis
     fused_linears(x, weights, outs, one_visitor && rows <= kPairMaxRows);
     return outs;
   }
-  // A few rows (kRowByRowMaxRows) go row by row, and any number without AVX-512: there the packed
-  // kernel's four-row vectors are split in two and its accumulators spill: on an AVX2 EPYC (3 December 2026) it took 1.8 / 8.3 / 17.5 ms for a layer's gate and up
-  // at 2 / 5 / 30 rows, where 1-row products row by row took 0.7 / 1.6 / 6.9. Row by row through
-  // the single-row kernel, a block of weight rows fetched once: 0.3 / 0.8 / 4.6 ms, the same digits.
+  // A few rows (kRowByRowMaxRows) go row by row, and any number without AVX-512: there the
+  // packed kernel's four-row vectors are split in two and its accumulators spill. On an AVX2 EPYC
+  // (3 December 2026) it took 1.8 / 8.3 / 17.5 ms for a layer's gate and up at 2 / 5 / 30 rows,
+  // where 1-row products row by row took 0.7 / 1.6 / 6.9. Row by row through the single-row
+  // kernel, a block of weight rows fetched once: 0.3 / 0.8 / 4.6 ms, the same digits.
   if (rows <= kRowByRowMaxRows || !kPackedRowsPay)
     return one_row_linears(x, weights, outs, one_visitor && rows <= kPairMaxRows);
   std::vector<int64_t> first_block{0};  // weight i's output blocks start here

@@ -29,9 +29,9 @@ A single row (a lone visitor's decode step) has its own path in the kernel: four
 vector instead of four rows, so no lane is wasted, and both of this machine's threads share the
 weight's rows. It reads the model's weights at 24-31 GB/s where the 1-row product reaches 8-17
 (`bench.lone_bench`; figures in the README).
-A few rows (up to 8: a verify pass, a small class) go row by row through the single-row path,
-each block of weight rows fetched from memory once and summed against every row; so do any
-number where the build has no AVX-512, for there the packed path's four-row vectors spill (on an
+In the four lanes order a few rows (a verify pass, a small class) go row by row through the
+single-row path, each block of weight rows fetched from memory once and summed against every
+row; so do any number where the build has no AVX-512, for there the packed path's four-row vectors spill (on an
 AVX2 EPYC a verify pass took 66-70 ms instead of 214; on a Zen 5 EPYC 2 or 3 rows took the packed
 path 2-3x as long as one row, row by row about as long: the README has the figures).
 
@@ -61,6 +61,7 @@ BUILD_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]  # never
 # row by row (the kernel's kRowByRowMaxRows) and more through the packed path where the build has
 # it; the sixteen fused lanes order has its own code for 2, 3 and 4 rows, then groups of 1-4
 PROBE_ROWS = (2, 3, 4, 6, 7, 13)
+ONE_ROW_PROBES = 5  # rows of the single-row path's probe, one at a time
 # the orders the kernel can sum in (its set_sum_order codes): MKL's 1-row product on AVX2 and
 # earlier AVX-512 CPUs; and on a Sapphire Rapids (engine/fast/exact_rows_kernel.cpp describes both)
 SUM_ORDERS = ("four lanes", "sixteen fused lanes")
@@ -135,8 +136,10 @@ def kernel_agrees(weight: torch.Tensor, one_row: bool = False) -> bool:
 
 
 def _agrees_on(probe: torch.Tensor, weight: torch.Tensor, one_row: bool) -> bool:
-    """The kernel's products of `probe`'s rows equal to 1-row products: one row at a time (the
-    single-row path) with `one_row`, else the first PROBE_ROWS rows at a time (each of the kernel's paths)."""
+    """The kernel's products of `probe`'s rows equal to 1-row products: ONE_ROW_PROBES rows one
+    at a time (the single-row path) with `one_row`, else the first PROBE_ROWS rows at a time
+    (each of the kernel's paths)."""
+    probe = probe[:ONE_ROW_PROBES] if one_row else probe
     loop = torch.cat([F.linear(probe[i:i + 1], weight) for i in range(probe.shape[0])])
     if one_row:
         return torch.equal(torch.cat([lone_rows_linear(probe[i:i + 1], weight) for i in range(probe.shape[0])]), loop)

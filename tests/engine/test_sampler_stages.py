@@ -17,6 +17,7 @@ from engine.sampling import (
     leading_ids,
     ordered_sum,
     pick_by_cdf,
+    pick_like_multinomial,
     run_chain,
     top_token,
 )
@@ -150,3 +151,26 @@ def test_an_entropy_has_the_same_digits_at_one_and_two_threads_and_is_the_sum_of
         torch.set_num_threads(threads)
     assert entropy_bits(torch.tensor([1.0, 0.0])) == 0.0 and entropy_bits(torch.tensor([0.5, 0.5])) == 1.0
     assert float(ordered_sum(torch.zeros(0, dtype=torch.float64))) == 0.0
+
+
+def test_a_chains_records_and_draws_have_the_same_digits_at_one_and_two_threads() -> None:
+    """A filter's removed mass, the inverse CDF's band and the multinomial band sum tens of
+    thousands of probabilities: each the same at either thread count."""
+    state, threads = torch.Generator().manual_seed(9).get_state(), torch.get_num_threads()
+    settings = SamplerSettings(temperature=0.9, top_k=2_000)  # removes 47,152 tokens
+    seen: dict[int, list] = {}
+    try:
+        for count in (2, 1):
+            torch.set_num_threads(count)
+            seen[count] = []
+            for trial in range(40):
+                logits = torch.randn(49_152, generator=torch.Generator().manual_seed(trial)) * (1 + trial % 4)
+                chain = run_chain(logits, CONTEXT, settings)
+                draw = torch.Generator()
+                draw.set_state(state)
+                seen[count].append(([stage.removed_mass for stage in chain.stages],
+                                    pick_by_cdf(chain.final_probs, 0.37 + trial / 50),
+                                    pick_like_multinomial(chain.final_probs, draw)))
+    finally:
+        torch.set_num_threads(threads)
+    assert seen[1] == seen[2]

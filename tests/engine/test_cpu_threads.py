@@ -10,6 +10,7 @@ import torch
 
 from engine import Generation, LoadedModel, SamplerSettings, SettingsError
 from engine.cpu_threads import on_sampler_thread
+from tests.threads import threads
 
 
 @on_sampler_thread
@@ -57,10 +58,10 @@ def test_two_visitors_sampling_at_once_leave_every_thread_as_it_was(lm: LoadedMo
             gen.resample(SamplerSettings(temperature=1.4, top_k=20))
         seen[name] = torch.get_num_threads()
 
-    threads = [threading.Thread(target=visitor, args=(name, seed)) for name, seed in (("a", 1), ("b", 2))]
-    for thread in threads:
+    visitors = [threading.Thread(target=visitor, args=(name, seed)) for name, seed in (("a", 1), ("b", 2))]
+    for thread in visitors:
         thread.start()
-    for thread in threads:
+    for thread in visitors:
         thread.join(120)
     assert seen == {"a": default, "b": default}
     assert torch.get_num_threads() == default
@@ -73,14 +74,10 @@ def test_a_decision_has_the_same_last_digits_whatever_the_callers_thread_count(l
     gen = Generation(lm, "Once upon a time", seed=11)
     gen.step()
     gen.step()
-    before = torch.get_num_threads()
-    try:
-        decisions = []
-        for threads in (2, 1):
-            torch.set_num_threads(threads)
+    decisions = []
+    for count in (2, 1):
+        with threads(count):
             decisions.append(gen.resample(SamplerSettings(temperature=1.0)).decision)
-    finally:
-        torch.set_num_threads(before)
     assert decisions[0] == decisions[1] == gen.steps[-1].decision
 
 

@@ -3,8 +3,6 @@ own digits (logits and cache entries, torch.equal), used only where its probe sh
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from copy import deepcopy
 
 import pytest
@@ -16,22 +14,13 @@ from engine.fast import lone
 from engine.fast.exact_rows_kernel import kernel_agrees, lone_rows_linear, lone_rows_linears
 from engine.forward import eager_step, forward_one, lone_pass_decision, new_cache
 from tests.engine.test_scheduler import tiny_llama
+from tests.threads import threads
 
 # (out, in): the bundled model's, then shapes it never has (this CPU's 1-row product sums in one
 # order every output count that gives each of its threads a multiple of four: 136 on two threads
 # is 68 each; the probe finds the others out)
 SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576), (4, 8), (12, 20), (8, 36), (100, 40),
           (136, 68), (8, 388)]
-
-
-@contextmanager
-def threads(count: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def same_numbers(a: torch.Tensor, b: torch.Tensor) -> bool:

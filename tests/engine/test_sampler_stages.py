@@ -22,6 +22,7 @@ from engine.sampling import (
     top_token,
 )
 from engine.settings import CHAINS, SamplerSettings
+from tests.threads import threads
 
 ACTIVE = SamplerSettings(temperature=0.7, top_k=50, top_p=0.9, min_p=0.05, repetition_penalty=1.3)
 
@@ -136,19 +137,16 @@ def test_a_greedy_chains_leaders_are_its_one_token_as_ranking_the_vocabulary_wou
 def test_an_entropy_has_the_same_digits_at_one_and_two_threads_and_is_the_sum_of_its_terms() -> None:
     """The step records its entropy on the sampler's one thread and a page recomputes it on two:
     a plain torch sum split between threads differed in the last digit for a third of these."""
-    generator, threads = torch.Generator().manual_seed(5), torch.get_num_threads()
-    try:
-        for trial in range(60):
-            size = (49_152, 50_257, 151_936, 1_000, 1)[trial % 5]
-            probs = (torch.randn(size, generator=generator) * (1 + trial % 7)).softmax(-1)
-            torch.set_num_threads(2)
+    generator = torch.Generator().manual_seed(5)
+    for trial in range(60):
+        size = (49_152, 50_257, 151_936, 1_000, 1)[trial % 5]
+        probs = (torch.randn(size, generator=generator) * (1 + trial % 7)).softmax(-1)
+        with threads(2):
             two = entropy_bits(probs)
-            torch.set_num_threads(1)
+        with threads(1):
             one = entropy_bits(probs)
-            assert one == two, trial
-            assert one == pytest.approx(math.fsum(torch.special.entr(probs.double()).tolist()) / math.log(2), abs=1e-9)
-    finally:
-        torch.set_num_threads(threads)
+        assert one == two, trial
+        assert one == pytest.approx(math.fsum(torch.special.entr(probs.double()).tolist()) / math.log(2), abs=1e-9)
     assert entropy_bits(torch.tensor([1.0, 0.0])) == 0.0 and entropy_bits(torch.tensor([0.5, 0.5])) == 1.0
     assert float(ordered_sum(torch.zeros(0, dtype=torch.float64))) == 0.0
 
@@ -156,13 +154,12 @@ def test_an_entropy_has_the_same_digits_at_one_and_two_threads_and_is_the_sum_of
 def test_a_chains_records_and_draws_have_the_same_digits_at_one_and_two_threads() -> None:
     """A filter's removed mass, the inverse CDF's band and the multinomial band sum tens of
     thousands of probabilities: each the same at either thread count."""
-    state, threads = torch.Generator().manual_seed(9).get_state(), torch.get_num_threads()
+    state = torch.Generator().manual_seed(9).get_state()
     settings = SamplerSettings(temperature=0.9, top_k=2_000)  # removes 47,152 tokens
     seen: dict[int, list] = {}
-    try:
-        for count in (2, 1):
-            torch.set_num_threads(count)
-            seen[count] = []
+    for count in (2, 1):
+        seen[count] = []
+        with threads(count):
             for trial in range(40):
                 logits = torch.randn(49_152, generator=torch.Generator().manual_seed(trial)) * (1 + trial % 4)
                 chain = run_chain(logits, CONTEXT, settings)
@@ -171,6 +168,4 @@ def test_a_chains_records_and_draws_have_the_same_digits_at_one_and_two_threads(
                 seen[count].append(([stage.removed_mass for stage in chain.stages],
                                     pick_by_cdf(chain.final_probs, 0.37 + trial / 50),
                                     pick_like_multinomial(chain.final_probs, draw)))
-    finally:
-        torch.set_num_threads(threads)
     assert seen[1] == seen[2]

@@ -153,11 +153,7 @@ def in_place_ms(lm, context: list[int], steps: int) -> tuple[float, dict[str, fl
     self time per step under it (ops outside every group: "the other ops")."""
     cache = new_cache(lm)
     eager_step(lm, context, cache)
-    times = []
-    for _ in range(steps):
-        started = time.perf_counter()
-        forward_one(lm, [5], cache)
-        times.append((time.perf_counter() - started) * 1e3)
+    step_ms = median_ms(lambda: forward_one(lm, [5], cache), steps)
     profiled = max(5, steps // 4)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(profiled):
@@ -168,7 +164,7 @@ def in_place_ms(lm, context: list[int], steps: int) -> tuple[float, dict[str, fl
             continue  # a scripted function's own frame: its ops are counted one by one
         group = next((name for prefix, name in OP_GROUPS if prefix in event.key), "the other ops")
         groups[group] = groups.get(group, 0.0) + event.self_cpu_time_total / 1e3 / profiled
-    return statistics.median(times), groups
+    return step_ms, groups
 
 
 def parts_ms(lm, context_tokens: int, repeats: int) -> dict[str, float]:

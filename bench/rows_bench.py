@@ -26,14 +26,14 @@ from bench.lone_bench import median_ms
 from engine import load_model
 from engine.fast import exact_rows_kernel
 from engine.fast.lone import VERIFY_MAX_ROWS
-from engine.fast.scripted_llama import LAYER_WEIGHTS, llama_weights
+from engine.fast.scripted_llama import LAYER_PRODUCTS, LAYER_WEIGHTS, llama_weights
 from engine.forward import forward_all, forward_one, new_cache, verify_pass_decision
 from engine.loading import LoadedModel
 from engine.speed import sample_context
 
 RESULTS = Path(__file__).parent / "results"
-KINDS = {"query, key, value, all layers": (1, 2, 3), "output projection, all layers": (4,),
-         "gate and up, all layers": (6, 7), "down, all layers": (8,)}
+KINDS = ("query, key, value, all layers", "output projection, all layers", "gate and up, all layers",
+         "down, all layers")  # LAYER_PRODUCTS' names
 
 
 def row_counts(text: str) -> list[int]:
@@ -51,7 +51,7 @@ def products_ms(lm: LoadedModel, counts: list[int], repeats: int) -> dict[str, d
     layers = list(weights.layers)
     per_kind = {name: [[layers[layer * LAYER_WEIGHTS + i] for i in which]
                        for layer in range(len(layers) // LAYER_WEIGHTS)]
-                for name, which in KINDS.items()}
+                for name, which in zip(KINDS, LAYER_PRODUCTS, strict=True)}
     per_kind["language-model head"] = [[weights.head]]
     timed: dict[str, dict[int, float]] = {}
     for name, calls in per_kind.items():

@@ -100,9 +100,9 @@ def verify_logit_gap(lm: LoadedModel, prompt: str, chat: bool, continuation: tup
 
 
 def warm_up(lm: LoadedModel, methods: list[str], make) -> None:
-    """The lone and verify passes' probes decided, and a few untimed tokens of plain decoding and
-    of each method: the first lone step and the first verify pass would otherwise pay their probe
-    (a second or two on a 2-core CPU) inside the first timed run."""
+    """The lone and verify passes' probes decided (a second or two on a 2-core CPU, which the first
+    timed run would otherwise pay), then a few untimed tokens of plain decoding and of each method,
+    for whatever else a first call pays."""
     lone_pass_decision(lm)
     verify_pass_decision(lm)
     prompt, chat = PROMPTS["free-form"]

@@ -31,9 +31,10 @@ weight's rows. It reads the model's weights at 24-31 GB/s where the 1-row produc
 (`bench.lone_bench`; figures in the README).
 In the four lanes order a few rows (a verify pass, a small class) go row by row through the
 single-row path, each block of weight rows fetched from memory once and summed against every
-row; so do any number where the build has no AVX-512, for there the packed path's four-row vectors spill (on an
-AVX2 EPYC a verify pass took 66-70 ms instead of 214; on a Zen 5 EPYC 2 or 3 rows took the packed
-path 2-3x as long as one row, row by row about as long: the README has the figures).
+row; so do any number where the build has no AVX-512, for there the packed path's four-row
+vectors spill (on an AVX2 EPYC a verify pass took 66-70 ms instead of 214; on a Zen 5 EPYC 2 or
+3 rows took the packed path 2-3x as long as one row, row by row about as long: the README has
+the figures).
 
 Nothing is assumed: the kernel is built with the machine's compiler on first use (about ten
 seconds, then kept in the cache folder, engine/loading.py's `cache_root`), and `kernel_agrees`

@@ -308,16 +308,13 @@ def weight_products(lm: LoadedModel, fast: bool) -> tuple[Callable[[], object], 
         rows = {m.in_features: torch.ones((1, 1, m.in_features), dtype=lm.dtype, device=lm.device) for m in linears}
         return (lambda: [m(rows[m.in_features]) for m in linears]), len(linears)
     per = scripted_llama.LAYER_WEIGHTS
-    layers = [weights.layers[i:i + per] for i in range(0, len(weights.layers), per)]
-    hidden = torch.ones((1, weights.head.shape[1]))
-    inner = torch.ones((1, layers[0][6].shape[0]))
+    calls = [[weights.layers[start + i] for i in group]
+             for start in range(0, len(weights.layers), per) for group in scripted_llama.LAYER_PRODUCTS]
+    calls.append([weights.head])
+    rows = {w.shape[1]: torch.ones((1, w.shape[1])) for call in calls for w in call}  # one row per input width
 
     def products() -> None:
-        for w in layers:
-            exact_rows_kernel.lone_rows_linears(hidden, [w[1], w[2], w[3]])
-            exact_rows_kernel.lone_rows_linear(hidden, w[4])
-            exact_rows_kernel.lone_rows_linears(hidden, [w[6], w[7]])
-            exact_rows_kernel.lone_rows_linear(inner, w[8])
-        exact_rows_kernel.lone_rows_linear(hidden, weights.head)
+        for call in calls:
+            exact_rows_kernel.lone_rows_linears(rows[call[0].shape[1]], call)
 
-    return products, 4 * len(layers) + 1
+    return products, len(calls)

@@ -45,6 +45,9 @@ LONE_ROWS = 4  # every row in one pass over the weight, each summed as its 1-row
 SEQUENCE_ROWS = 5  # LONE_ROWS for one sequence's rows (a verify pass): the same digits, the helper thread allowed
 
 LAYER_WEIGHTS = 9  # per decoder layer: input norm, q, k, v, o, post-attention norm, gate, up, down
+# a layer's products as a decode pass calls the kernel: query, key and value in one call, the output
+# projection, gate and up in one call, down (indices into the layer's LAYER_WEIGHTS)
+LAYER_PRODUCTS = ((1, 2, 3), (4,), (6, 7), (8,))
 
 
 class PromptRows(NamedTuple):

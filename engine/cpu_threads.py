@@ -5,7 +5,7 @@ over torch's parallel grain size, so every element-wise op splits across the int
 threads, and each split waits for all its threads. When another process holds a core (the
 browser drawing the chart, on a 2-core machine) that wait is a whole scheduler slice,
 and re-sampling on two threads is many times slower in its worst case than on one (the
-README's "Why the code is shaped as it is", measured by `bench.engine_bench`).
+table in docs/decisions.md, measured by `bench.engine_bench`).
 
 Why a thread of its own: with torch's OpenMP build, each thread keeps its own thread count,
 and the last count set anywhere becomes the one threads started later begin with. Lowering

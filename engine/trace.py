@@ -91,7 +91,7 @@ def trace_head(generation: GenerationShell, draw: str) -> dict[str, Any]:
 
 
 def to_trace(generation: Generation) -> dict[str, Any]:
-    """The generation as a JSON-ready dict (the format's top level is documented in README)."""
+    """The generation as a JSON-ready dict (the format's top level is documented in docs/cli.md)."""
     steps = generation.steps
     lm = generation.lm
     return {

@@ -66,7 +66,7 @@ def slider_range(key: str, state: Mapping[str, Any]) -> dict[str, Any]:
     """A slider's range and its value now. The value is the one session state already holds,
     so it never differs from what a preset, link or trace set. Without it, Streamlit copies the
     whole session state on every run to learn whether the slider picks a range (a cost per
-    slider on every Step click, seen in a profile of the server; figures in the README)."""
+    slider on every Step click, seen in a profile of the server; figures in docs/decisions.md)."""
     return widget_range(key) | {"value": state[key]}
 
 

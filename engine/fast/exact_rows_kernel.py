@@ -7,7 +7,7 @@ product in another order. As batched 1-row products (`torch.bmm`) every row read
 weight again: two thirds of a 15-visitor pass went there. But a 1-row product's order does not
 depend on the values, so it can be measured, and a kernel that sums in that order can read each
 weight row once for all rows: a 15-visitor pass takes well under two thirds of the time
-(`bench.sched_bench`; figures in the README).
+(`bench.sched_bench`; figures in docs/benchmarks.md).
 
 Measured here (tests/engine/test_exact_rows_kernel.py `meeting_sizes`: one huge value, its negative and
 ones elsewhere; the sum tells how many ones were added after the two met): torch's 1-row product on
@@ -28,12 +28,12 @@ product uses is probed when it is built (`sum_order`).
 A single row (a lone visitor's decode step) has its own path in the kernel: four outputs to a
 vector instead of four rows, so no lane is wasted, and both of this machine's threads share the
 weight's rows. It reads the model's weights at 24-31 GB/s where the 1-row product reaches 8-17
-(`bench.lone_bench`; figures in the README).
+(`bench.lone_bench`; figures in docs/benchmarks.md).
 In the four lanes order a few rows (a verify pass, a small class) go row by row through the
 single-row path, each block of weight rows fetched from memory once and summed against every
 row; so do any number where the build has no AVX-512, for there the packed path's four-row
 vectors spill (on an AVX2 EPYC a verify pass took 66-70 ms instead of 214; on a Zen 5 EPYC 2 or
-3 rows took the packed path 2-3x as long as one row, row by row about as long: the README has
+3 rows took the packed path 2-3x as long as one row, row by row about as long: docs/history.md has
 the figures).
 
 Nothing is assumed: the kernel is built with the machine's compiler on first use (about ten

@@ -145,6 +145,6 @@ def deployment_from_env(environ: Mapping[str, str] | None = None) -> Deployment:
 
 
 def documented_variables() -> tuple[str, ...]:
-    """Every variable this module reads, for the README and its test."""
+    """Every variable this module reads, for docs/serving.md and its test."""
     return (ENV_PREFIX + "PRESET", *(ENV_PREFIX + name for name in (*DEPLOYMENT_VARIABLES, *LIMIT_VARIABLES)))
 

@@ -56,7 +56,7 @@ RECENT_PASSES = 40  # batch sizes kept for the stats
 # interval makes such a pass several times faster beside busy scripts (`bench.gil_bench`). A
 # scripted packed pass (engine/fast/scripted_llama.py) takes the GIL once, and there the
 # short interval only costs the page scripts, without a measurable gain (`bench.load_bench`),
-# so it is left as it is. Figures: the README's "Why the code is shaped as it is".
+# so it is left as it is. Figures: docs/decisions.md.
 SWITCH_INTERVAL_S = 0.0002
 
 

@@ -181,3 +181,17 @@ def test_the_presenter_drives_the_room_in_presentation_mode_with_the_step_pages_
     assert "tbt-bars" in html and "tbt-keys" in html  # the projector's bars and the remote's keys
     student = session({"room": code})
     assert generated_count(student) == 1 and "Once upon a time" in everything_shown(student)
+
+
+def test_the_presenter_leaves_for_another_page_and_comes_back_to_the_same_room(class_db) -> None:
+    """Streamlit drops an undrawn widget's value on a page switch; the room's settings must survive it."""
+    presenter, code, _ = start_class()
+    presenter.text_area(key=CLASS.presenter + STEP.prompt).input("Once upon a time").run()
+    step(presenter)
+    presenter.switch_page("pages/step_through.py").run()
+    presenter.switch_page(PAGE).run()
+    assert not presenter.exception, [e.value for e in presenter.exception]
+    assert presenter.session_state[CLASS.code] == code
+    assert generated_count(presenter) == 1 and "Once upon a time" in everything_shown(presenter)
+    step(presenter)
+    assert generated_count(session({"room": code})) == 2

@@ -210,6 +210,11 @@ def class_panel() -> None:
     with st.container(border=True):
         st.markdown(f"#### The class · {hall().connected(room)} connected · {tally.total} "
                     f"guess{'es' if tally.total != 1 else ''} for the next token")
+        # this screen is the projector's: the answer and the names show only while the presenter holds the toggle
+        if not st.toggle("Peek at the guesses and the model's answer (not for the projector)",
+                         key=CLASS.peek_answer, persist_state="session"):
+            panels.html(views.waiting_html(tally))
+            return
         guesses_col, model_col = st.columns(2, gap="medium")
         with guesses_col:
             panels.html(views.class_guesses_html(tally) + views.guesses_table(tally, None))
@@ -217,8 +222,6 @@ def class_panel() -> None:
             if peek is not None:
                 panels.html('<div class="tbt-title">The model\'s distribution for the next token (hidden from the '
                             "class)</div>" + distribution_bars_html(peek.distribution, None))
-        if room.snapshot.reveal is not None:
-            panels.html(views.reveal_html(room.snapshot) + views.lesson_html(room.snapshot.lesson))
 
 
 @st.fragment(key=CLASS.workspace)
@@ -251,6 +254,8 @@ def draw_workspace(room) -> None:
     button_row(gen)
     if problem := control.problem(S, "refused"):
         st.error(plain(problem), icon=":material/block:")
+    if room.snapshot.reveal is not None:  # right under the buttons: after a Step, the reveal is what the class sees
+        panels.html(views.reveal_html(room.snapshot) + views.lesson_html(room.snapshot.lesson))
     if presenting():
         panels.context_window_panel(gen, stepper.prompt_html(P, gen))
     else:

@@ -18,7 +18,7 @@ KV cache's prefix, which repeats the step's own pass. Every record stays.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -536,6 +536,17 @@ class Generation(GenerationShell):
         """The generated ids with the pick appended, and their decoded text."""
         generated = [*self.generated_ids, token_id]
         return generated, self.lm.tokenizer.decode(generated, skip_special_tokens=True)
+
+    def recheck_terminations(self) -> None:
+        """Every kept step's conditions re-checked under the current stop settings. A replay steps
+        with EOS ignored and the cap raised (a trace may go on past either), then ends with this,
+        so its records say what the trace's own settings say, as the original's did."""
+        generated: list[int] = []
+        for index, record in enumerate(self._steps):
+            generated.append(record.token_id)
+            text = self.lm.tokenizer.decode(generated, skip_special_tokens=True)
+            termination = self._termination(list(generated), text, record.termination.eos_prob)
+            self._steps[index] = replace(record, termination=termination)
 
     def _record(self, sampled: _Sampled, raw_logits: torch.Tensor, before: _Checkpoint, forward_tokens: int,
                 forward_ms: float, termination: Termination, text: str) -> StepRecord:

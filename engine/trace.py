@@ -254,6 +254,7 @@ def replay(lm: LoadedModel, trace: dict[str, Any], limits: Limits | None = None,
             check_replay_time(limits, started, f"{done} of {total} steps")
         generation.sampler = trace_sampler(trace.get("sampler"))
         generation.stop = stop
+        generation.recheck_terminations()
     except (TypeError, KeyError, SettingsError, GenerationFinished) as exc:
         raise TraceError(f"The trace's settings cannot be used: {exc}") from exc
     return Replay(generation, tuple(mismatched))

@@ -146,20 +146,22 @@ def invite(code: str) -> None:
 def setup_controls() -> None:
     prompt_col, preset_col, more_col = st.columns([5, 3, 2], gap="small")
     with prompt_col:
-        st.text_area("Prompt", key=P.key(STEP.prompt), height=68,
+        st.text_area("Prompt", key=P.key(STEP.prompt), height=68, persist_state="session",
                      help="What the model continues, for the whole room. Changing it starts over.")
     with preset_col:
         presets = load_presets()
         st.selectbox("Presets", [p.name for p in presets], index=None, key=P.key(STEP.preset),
-                     on_change=stepper.choose_preset, args=(P,), placeholder="Pick an example…")
-        st.toggle("Chat template", key=P.key(STEP.chat))
+                     on_change=stepper.choose_preset, args=(P,), placeholder="Pick an example…",
+                     persist_state="session")
+        st.toggle("Chat template", key=P.key(STEP.chat), persist_state="session")
     with more_col:
-        st.number_input("Seed", **widget_range(STEP.seed), key=P.key(STEP.seed))
+        st.number_input("Seed", **widget_range(STEP.seed), key=P.key(STEP.seed), persist_state="session")
         with st.popover("Stop settings", icon=":material/stop_circle:", width="stretch"):
-            st.number_input("Max new tokens", **widget_range(STEP.max_new_tokens), key=P.key(STEP.max_new_tokens))
+            st.number_input("Max new tokens", **widget_range(STEP.max_new_tokens), key=P.key(STEP.max_new_tokens),
+                            persist_state="session")
             st.text_area("Stop sequences (one per line, up to 4; write a newline as \\n)",
-                         key=P.key(STEP.stop_sequences), height=100)
-            st.toggle("Ignore EOS", key=P.key(STEP.ignore_eos))
+                         key=P.key(STEP.stop_sequences), height=100, persist_state="session")
+            st.toggle("Ignore EOS", key=P.key(STEP.ignore_eos), persist_state="session")
     if P.get(STEP.preset):
         st.caption(f"Preset: {preset_named(presets, P[STEP.preset]).about}")
     for name in ("prompt", "stop"):
@@ -169,7 +171,8 @@ def setup_controls() -> None:
 
 def sampler_controls() -> None:
     st.markdown("#### Sampler")
-    moved = {"on_change": on_sampler_change}
+    # the room's settings outlive a visit to another page (Streamlit drops an undrawn widget's value otherwise)
+    moved = {"on_change": on_sampler_change, "persist_state": "session"}
     for key, label in ((STEP.temperature, "Temperature"), (STEP.top_k, "Top-k"), (STEP.top_p, "Top-p"),
                        (STEP.min_p, "Min-p"), (STEP.repetition_penalty, "Repetition penalty")):
         st.slider(label, **slider_range(key, P), key=P.key(key), **moved)
@@ -207,6 +210,11 @@ def class_panel() -> None:
     with st.container(border=True):
         st.markdown(f"#### The class · {hall().connected(room)} connected · {tally.total} "
                     f"guess{'es' if tally.total != 1 else ''} for the next token")
+        # this screen is the projector's: the answer and the names show only while the presenter holds the toggle
+        if not st.toggle("Peek at the guesses and the model's answer (not for the projector)",
+                         key=CLASS.peek_answer, persist_state="session"):
+            panels.html(views.waiting_html(tally))
+            return
         guesses_col, model_col = st.columns(2, gap="medium")
         with guesses_col:
             panels.html(views.class_guesses_html(tally) + views.guesses_table(tally, None))
@@ -214,8 +222,6 @@ def class_panel() -> None:
             if peek is not None:
                 panels.html('<div class="tbt-title">The model\'s distribution for the next token (hidden from the '
                             "class)</div>" + distribution_bars_html(peek.distribution, None))
-        if room.snapshot.reveal is not None:
-            panels.html(views.reveal_html(room.snapshot) + views.lesson_html(room.snapshot.lesson))
 
 
 @st.fragment(key=CLASS.workspace)
@@ -248,6 +254,8 @@ def draw_workspace(room) -> None:
     button_row(gen)
     if problem := control.problem(S, "refused"):
         st.error(plain(problem), icon=":material/block:")
+    if room.snapshot.reveal is not None:  # right under the buttons: after a Step, the reveal is what the class sees
+        panels.html(views.reveal_html(room.snapshot) + views.lesson_html(room.snapshot.lesson))
     if presenting():
         panels.context_window_panel(gen, stepper.prompt_html(P, gen))
     else:

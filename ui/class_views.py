@@ -104,6 +104,14 @@ def guesses_table(result: Tally, pick_id: int | None) -> str:
             f"{rows}</table>")
 
 
+def waiting_html(result: Tally) -> str:
+    """What the projector shows while the class guesses: how many guesses are in, nothing of
+    what they are, who made them, or what the model expects."""
+    count = f"{result.total} guess{'es' if result.total != 1 else ''}"
+    return (f'<div class="tbt-class-waiting"><b>{count}</b> in for the next token. What the class guessed, who '
+            "guessed what and the model's answer stay hidden until the reveal.</div>")
+
+
 def class_guesses_html(result: Tally) -> str:
     """The presenter's chart: each guessed token's share of the class, beside the model's
     probability for it (hidden from the students until the reveal)."""

@@ -15,6 +15,18 @@ MEAN = "mean of the heads"
 ATTENTION_COLOUR, MLP_COLOUR, OTHER_COLOUR = "#1971c2", "#e8590c", "#adb5bd"
 
 
+LENS_COLUMNS_HELP = {
+    "layer": "Where the lens reads the hidden state: the embeddings (before any layer), then after each layer.",
+    "predicts": "The token this layer's state would predict if the model stopped here: the final norm and the "
+                "LM head applied to it (the raw logit lens).",
+    "its p": "That token's probability under this layer's lens.",
+    "the pick's p": "The probability this layer's lens gives the token the step actually picked.",
+    "the pick's rank": "Where the step's pick stands in this layer's lens: 1 is the top token.",
+    "entropy (bits)": "How spread out this layer's lens is: 0 bits is certain; more bits, more tokens in play.",
+    "ms": "The time this layer took in this one pass (see the note under the time chart on how steady it is).",
+}
+
+
 def lens_table(view: InsideView) -> pd.DataFrame:
     """One row per layer: what the model would predict if it stopped there, and the pick's place."""
     rows = []
@@ -89,6 +101,19 @@ def bytes_read(view: InsideView) -> tuple[int, int, int]:
     return layers, kv, layers + kv + view.head_bytes
 
 
+def steadiness_text(view: InsideView) -> str:
+    """How far one pass's layer times can be trusted: every layer does the same work, so their
+    spread within this pass is the machine's noise (other visitors, other programs), not the layers."""
+    times = sorted(layer.ms for layer in view.layers[1:])
+    if len(times) < 2:
+        return "One pass's times: another pass of the same step can take longer or shorter."
+    middle = times[len(times) // 2]
+    return (f"These are one pass's times. The {len(times)} layers do the same work, yet took from "
+            f"{times[0]:.1f} to {times[-1]:.1f} ms (median {middle:.1f} ms) in this pass: that spread is mostly the "
+            "machine's noise (other visitors' steps, other programs), not a difference between layers. Compare "
+            "layers by the median, and another step's pass for a second reading.")
+
+
 def bytes_text(view: InsideView) -> str:
     """What the pass read, in words: every layer's weights, the KV cache, the LM head."""
     layers, kv, total = bytes_read(view)
@@ -115,20 +140,59 @@ def pass_text(view: InsideView, pick: TokenPiece) -> str:
             f"{lead_text(view, pick)}")
 
 
+def lead_runs(view: InsideView, pick_id: int) -> list[tuple[int, int]]:
+    """The stretches of consecutive layers (first, last) at which the pick is the lens's top token."""
+    runs: list[tuple[int, int]] = []
+    for layer in view.layers:
+        if layer.top_token_id != pick_id:
+            continue
+        if runs and runs[-1][1] == layer.layer - 1:
+            runs[-1] = (runs[-1][0], layer.layer)
+        else:
+            runs.append((layer.layer, layer.layer))
+    return runs
+
+
+def layer_name(index: int, last: int) -> str:
+    """A layer as the lens table names it: the embeddings, layer N, the last layer."""
+    return "the embeddings" if index == 0 else "the last layer" if index == last else f"layer {index}"
+
+
+def run_name(run: tuple[int, int], last: int) -> str:
+    first, end = run
+    if first == end:
+        return layer_name(first, last)
+    start = "the embeddings" if first == 0 else f"layer {first}"
+    return f"{start} to {layer_name(end, last)}" if first == 0 or end == last else f"layers {first}–{end}"
+
+
 def lead_text(view: InsideView, pick: TokenPiece) -> str:
-    """Where the step's pick first came to the top, in words."""
-    if view.first_lead is None:
-        return f"{quoted(pick.text)} never leads the lens: it was drawn from the final distribution."
-    if view.first_lead == len(view.layers) - 1:
+    """Where the step's pick is the lens's top token, in words that name exactly those layers."""
+    last = len(view.layers) - 1
+    runs = lead_runs(view, pick.token_id)
+    if not runs:
+        return (f"{quoted(pick.text)} is the lens's top token at no layer: the sampler chose it from the final "
+                "distribution, where it is not the top token either.")
+    if runs == [(last, last)]:
         return f"{quoted(pick.text)} comes to the top only at the last layer."
-    return (f"{quoted(pick.text)} leads from **layer {view.first_lead}** on, of {len(view.layers) - 1}: the layers "
-            "after it sharpen what the middle of the network decided.")
+    if len(runs) == 1 and runs[0][1] == last:
+        if runs[0][0] == 0:
+            return f"{quoted(pick.text)} is the lens's top token at every layer, the embeddings to the last layer."
+        return (f"{quoted(pick.text)} leads from **layer {runs[0][0]}** on, of {last}: the layers after it sharpen "
+                "what the middle of the network decided.")
+    named = [run_name(run, last) for run in runs]
+    where = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+    if runs[-1][1] != last:
+        return (f"{quoted(pick.text)} is the lens's top token at {where}: not at the last layer, so the sampler "
+                "chose it from the final distribution, where another token is on top.")
+    return (f"{quoted(pick.text)} is the lens's top token at {where}: it loses the lead in between and takes it "
+            "back, to keep it to the end.")
 
 
 def echo_lesson(view: InsideView) -> str:
     """Why layer 0 predicts what it does, true to this model (tied embeddings or not)."""
     tied = view.layers[0].weight_bytes == view.head_bytes
-    return ("**Layer 0 echoes the input.** Before any layer has worked, the hidden state is just the fed token's "
+    return ("**The embeddings echo the input.** Before any layer has worked, the hidden state is just the fed token's "
             + ("embedding; this model uses the same matrix as its LM head (tied embeddings), so the lens reads the "
                "token back, usually with near certainty (where it does not, another token's embedding lies even "
                "closer to this one than the token's own)." if tied else

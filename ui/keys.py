@@ -241,6 +241,7 @@ class ClassKeys(PageKeys):
     name: str = "cls_name"
     join: str = "cls_join"
     leave: str = "cls_leave"
+    peek_answer: str = "cls_peek_answer"  # the presenter looks at the hidden answer (off: what the projector shows)
     guess_text: str = "cls_guess_text_"  # prefix: one field per context
     guess_pick: str = "cls_guess_pick_"  # prefix: one set of candidate chips per context
     # fragments

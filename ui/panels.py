@@ -256,17 +256,17 @@ def inside_panel(gen: Generation, view: InsideView | str | None, head_key: str) 
     for part in view.unavailable:
         st.info(plain(f"Not shown for this model: {part}."), icon=":material/info:")
     st.markdown(f"Step {view.step}: {inside_views.pass_text(view, record.token)}")
+    formats = {"its p": "%.3f", "the pick's p": "%.4f", "entropy (bits)": "%.2f", "ms": "%.2f"}
     st.dataframe(inside_views.lens_table(view), hide_index=True, key=STEP.inside_table, column_config={
-        "its p": st.column_config.NumberColumn(format="%.3f"),
-        "the pick's p": st.column_config.NumberColumn(format="%.4f"),
-        "entropy (bits)": st.column_config.NumberColumn(format="%.2f"),
-        "ms": st.column_config.NumberColumn(format="%.2f")})
+        name: st.column_config.NumberColumn(format=formats[name], help=text) if name in formats
+        else st.column_config.Column(help=text) for name, text in inside_views.LENS_COLUMNS_HELP.items()})
     if view.layers[-1].attention is not None:
         head = st.selectbox("Attention of", inside_views.head_choices(view), key=head_key,
                             help="Grouped-query attention: several query heads read the same KV head.")
         described_chart(inside_views.attention_figure(view, gen.prompt_pieces + [s.token for s in gen.steps], head),
                         key=STEP.inside_attention)
     described_chart(inside_views.times_figure(view), key=STEP.inside_times)
+    st.caption(inside_views.steadiness_text(view))
     st.markdown(inside_views.bytes_text(view))
     with st.expander("What this shows"):
         for lesson in inside_views.lessons(view):

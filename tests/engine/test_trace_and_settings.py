@@ -149,3 +149,12 @@ def test_cli_rejects_bad_settings_with_the_reason(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-m", "engine", "--prompt", "x", "--top-p", "2"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2 and "top_p = 2.0 is not allowed" in out.stderr
+
+
+def test_a_replay_records_each_steps_conditions_under_the_traces_own_stop_settings(tiny_lm) -> None:
+    """A replay steps with EOS ignored and the cap raised; its records must not say so."""
+    generation = Generation(tiny_lm, "abc", sampler=SamplerSettings(temperature=0), stop=StopSettings(max_new_tokens=3))
+    list(generation.run())
+    again = replay(tiny_lm, to_trace(generation)).generation
+    assert [s.termination for s in again.steps] == [s.termination for s in generation.steps]
+    assert again.termination == again.steps[-1].termination  # the page's "stop settings changed" stays silent

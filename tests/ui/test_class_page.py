@@ -139,7 +139,7 @@ def test_guesses_and_names_reach_the_presenter_as_plain_text(class_db) -> None:
     field = next(t for t in student.text_input if t.key and t.key.startswith(CLASS.guess_text))
     field.input("[link](http://evil) <b>").run()
     assert not student.exception, [e.value for e in student.exception]
-    presenter.run()
+    presenter.toggle(key=CLASS.peek_answer).set_value(True).run()
     html = "\n".join(str(h.proto) for h in presenter.get("html"))
     assert "&lt;img src=x" in html and "<img src=x" not in html
     assert "1 guess for the next token" in everything_shown(presenter)
@@ -181,3 +181,40 @@ def test_the_presenter_drives_the_room_in_presentation_mode_with_the_step_pages_
     assert "tbt-bars" in html and "tbt-keys" in html  # the projector's bars and the remote's keys
     student = session({"room": code})
     assert generated_count(student) == 1 and "Once upon a time" in everything_shown(student)
+
+
+def test_the_presenter_leaves_for_another_page_and_comes_back_to_the_same_room(class_db) -> None:
+    """Streamlit drops an undrawn widget's value on a page switch; the room's settings must survive it."""
+    presenter, code, _ = start_class()
+    presenter.text_area(key=CLASS.presenter + STEP.prompt).input("Once upon a time").run()
+    step(presenter)
+    presenter.switch_page("pages/step_through.py").run()
+    presenter.switch_page(PAGE).run()
+    assert not presenter.exception, [e.value for e in presenter.exception]
+    assert presenter.session_state[CLASS.code] == code
+    assert generated_count(presenter) == 1 and "Once upon a time" in everything_shown(presenter)
+    step(presenter)
+    assert generated_count(session({"room": code})) == 2
+
+
+def test_the_projected_room_hides_the_answer_and_the_names_until_the_reveal_and_then_shows_the_reveal_first(
+        class_db) -> None:
+    presenter, code, _ = start_class()
+    presenter.text_area(key=CLASS.presenter + STEP.prompt).input("The capital of France is").run()
+    student = session({"room": code})
+    student.text_input(key=CLASS.name).input("Ada Lovelace").run()
+    field = next(t for t in student.text_input if t.key and t.key.startswith(CLASS.guess_text))
+    field.input(" Paris").run()
+    presenter.run()
+    projected = everything_shown(presenter)
+    assert "1 guess" in projected and "Ada Lovelace" not in projected and "hidden from the class" not in projected
+    assert "Paris" not in projected.split("1 guess", 1)[1]  # nothing of the guess, nor the model's answer
+    presenter.toggle(key=CLASS.peek_answer).set_value(True).run()
+    peeked = everything_shown(presenter)
+    assert "Ada Lovelace" in peeked and "hidden from the class" in peeked
+    presenter.toggle(key=CLASS.peek_answer).set_value(False).run()
+    step(presenter)
+    html = [str(h.proto) for h in presenter.get("html")]
+    reveal = next(i for i, h in enumerate(html) if "revealed: the model wrote" in h)
+    context = next(i for i, h in enumerate(html) if "France" in h)  # the context's chips
+    assert reveal < context, "the reveal comes right under the buttons, before the context"

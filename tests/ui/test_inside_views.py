@@ -68,3 +68,61 @@ def test_the_time_chart_splits_each_layer_and_adds_up_to_its_measured_time() -> 
     totals = [a + m + r for a, m, r in zip(attention, mlp, rest, strict=True)]
     assert totals == [4.0, 4.0, 4.0, 3.0]  # embeddings, two layers, the head
     assert attention[1:3] == [1.0, 1.0] and mlp[1:3] == [2.0, 2.0]
+
+
+def layers_named(text: str, last: int) -> set[int]:
+    """The layers a lead sentence names before its colon ("the embeddings", "layer 3", "layers 4–9", "… to the
+    last layer")."""
+    names = {"the embeddings": 0, "the last layer": last}
+    point = r"(the embeddings|the last layer|layer \d+)"
+    named: set[int] = set()
+    spans = re.findall(rf"{point} to {point}|layers (\d+)–(\d+)|{point}", text.replace("**", "").split(":")[0])
+    for start, end, first, final, single in spans:
+        if start:
+            a, b = (names.get(x) if x in names else int(x.split()[1]) for x in (start, end))
+            named |= set(range(a, b + 1))
+        elif first:
+            named |= set(range(int(first), int(final) + 1))
+        elif single.startswith("layer ") and "on, of" in text:  # "leads from layer N on, of L"
+            named |= set(range(int(single.split()[1]), last + 1))
+        else:
+            named.add(names.get(single) if single in names else int(single.split()[1]))
+    return named
+
+
+@pytest.mark.parametrize("tops", [
+    [PICK, PICK, 3, 3, PICK, PICK, 5, PICK],  # leads, loses, leads again, loses, takes the last layer
+    [3, 3, 3, 3, 3, 3, 3, PICK],  # only at the last layer
+    [3, PICK, PICK, PICK, PICK, PICK, PICK, PICK],  # from layer 1 on
+    [PICK] * 8,  # everywhere
+    [3, PICK, PICK, 3, 3, 3, 3, 3],  # early, but not at the end
+    [3] * 8,  # never
+])
+def test_the_lead_sentence_names_exactly_the_layers_where_the_pick_is_on_top(tops: list[int]) -> None:
+    shown = view([SINK] * (len(tops) - 1), tops=tops)
+    text = inside_views.lead_text(shown, TokenPiece(token_id=PICK, text="x", special=False, partial_bytes=False))
+    on_top = {i for i, top in enumerate(tops) if top == PICK}
+    assert layers_named(text, len(tops) - 1) == on_top, text
+    assert ("not at the last layer" in text or "no layer" in text) == (tops[-1] != PICK), text
+
+
+@pytest.mark.parametrize("prompt", ["The three primary colours of light are", "Le chat est sur"])
+def test_the_lead_sentence_is_true_of_the_real_models_lens_at_every_step(lm, prompt: str) -> None:
+    from engine import Generation, SamplerSettings, StopSettings
+
+    gen = Generation(lm, prompt, sampler=SamplerSettings(temperature=0.0),
+                     stop=StopSettings(max_new_tokens=6, ignore_eos=True))
+    gen.inside = True
+    for _ in range(6):
+        record = gen.step()
+        shown = gen.inside_view()
+        text = inside_views.lead_text(shown, record.token).replace(inside_views.quoted(record.token.text), "x", 1)
+        on_top = {layer.layer for layer in shown.layers if layer.top_token_id == record.token.token_id}
+        assert layers_named(text, len(shown.layers) - 1) == on_top, (prompt, record.token.text, text)
+
+
+def test_every_lens_column_has_help_and_the_times_say_how_steady_they_are() -> None:
+    shown = view([SINK, SINK, SINK], tops=[1, 2, 3, 4])
+    assert set(inside_views.lens_table(shown).columns) == set(inside_views.LENS_COLUMNS_HELP)
+    said = inside_views.steadiness_text(shown)
+    assert "3 layers" in said and "from 4.0 to 4.0 ms (median 4.0 ms)" in said

@@ -26,9 +26,9 @@ if [ -n "$WHEELS" ]; then
 fi
 nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
 started=$(date +%s)
-timeout 330 $PY -m bench.gpu_bench --device cuda --out "$OUT" 2>&1 | tee "$OUT/gpu_bench.log"
+timeout ${BENCH_S:-300} $PY -m bench.gpu_bench --device cuda --out "$OUT" 2>&1 | tee "$OUT/gpu_bench.log"
 echo "gpu_bench: $(( $(date +%s) - started )) s"
-timeout ${PYTEST_S:-150} $PY -m pytest -q -p no:cacheprovider -o addopts="-ra" --timeout 120 \
+timeout ${PYTEST_S:-120} $PY -m pytest -q -p no:cacheprovider -o addopts="-ra" --timeout 120 \
   tests/engine/test_sampling_parity.py tests/engine/test_termination.py tests/engine/test_generation.py \
   tests/engine/test_trace_and_settings.py > "$OUT/pytest_cuda.log" 2>&1
 echo "pytest (cuda): rc $?, $(( $(date +%s) - started )) s in all"

@@ -79,8 +79,7 @@ MODES = {
 def how_exact_adds_up(lm: LoadedModel) -> str:
     """How this server's exact batching keeps each row's lone order, in a sentence."""
     if lm.device.type != "cpu":
-        return (f"On this server every packed pass runs on {packed_pass_path(lm)}: the exact batching multiplies "
-                "each row on its own, as a lone pass does.")
+        return f"On this server's {lm.device.type} device there is {packed_pass_path(lm)}."
     if exact_rows_kernel_in_use(lm):
         return ("The order is no mystery: on this CPU a single row's product adds its products in four interleaved "
                 "running sums, then combines them, and the exact batching adds up every row of the batch in that "

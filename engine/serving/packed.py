@@ -124,15 +124,20 @@ PROBE_PROMPTS = ((7,), (1, 2, 3), (4, 5, 6, 7, 8, 9), tuple(range(10, 23)))
 
 
 def scripted_passes_apply(lm: LoadedModel) -> bool:
-    """Whether `lm`'s packed passes may take the scripted passes at all: only on the CPU, whose
-    products the exact rows kernel copies and the probes were made for. On a GPU the eager
-    twin serves every packed pass (its exact rows probed on that device)."""
+    """Whether `lm`'s packed passes may take the scripted passes, and exact batching may pack at
+    all: only on the CPU, whose products the exact rows kernel copies and the probes were made
+    for. On a GPU the library's kernels give a row of a packed pass other last bits than its lone
+    pass (bench/gpu_bench.py measures it), so there `exact` runs every pass alone and `fast` packs
+    on the eager twin."""
     return lm.device.type == "cpu"
 
 
 def packed_pass_path(lm: LoadedModel, exact: bool = True) -> str:
     """Which pass a packed pass of `lm` takes, in a few words, and why."""
     if not scripted_passes_apply(lm):
+        if exact:
+            return (f"no packed pass: on {lm.device.type} no packed pass is proven to give each row its lone "
+                    "digits, so exact batching runs every pass alone")
         return (f"the eager twin: the model runs on {lm.device.type}, and the scripted passes and the exact rows "
                 "kernel are made for the CPU's products")
     if scripted_plan(lm, exact) is None:

@@ -30,6 +30,6 @@ timeout ${BENCH_S:-300} $PY -m bench.gpu_bench --device cuda --out "$OUT" 2>&1 |
 echo "gpu_bench: $(( $(date +%s) - started )) s"
 timeout ${PYTEST_S:-120} $PY -m pytest -q -p no:cacheprovider -o addopts="-ra" --timeout 120 \
   tests/engine/test_sampling_parity.py tests/engine/test_termination.py tests/engine/test_generation.py \
-  tests/engine/test_trace_and_settings.py > "$OUT/pytest_cuda.log" 2>&1
+  tests/engine/test_trace_and_settings.py tests/engine/test_devices.py > "$OUT/pytest_cuda.log" 2>&1
 echo "pytest (cuda): rc $?, $(( $(date +%s) - started )) s in all"
 tail -25 "$OUT/pytest_cuda.log"

@@ -45,7 +45,17 @@ from engine.stopping import (
     unescape,
 )
 from engine.tokens import TokenPiece, TokenTexts
-from engine.trace import TRACE_FORMAT, TRACE_VERSION, Replay, load_trace, parse_trace, replay, save_trace, to_trace
+from engine.trace import (
+    TRACE_FORMAT,
+    TRACE_VERSION,
+    Replay,
+    load_trace,
+    other_device_note,
+    parse_trace,
+    replay,
+    save_trace,
+    to_trace,
+)
 
 __all__ = [
     "BUNDLED", "CHAINS", "FINISH_REASONS", "TRACE_FORMAT", "TRACE_VERSION", "Candidate", "ChainOutput", "Decision",
@@ -54,7 +64,7 @@ __all__ = [
     "PassQueue", "PromptError", "PromptLookup", "Replay", "Resampled", "RoundRecord", "SamplerSettings",
     "SettingsError", "SpeculativeGeneration", "StageRecord", "StepRecord", "StopSequenceState", "StopSettings",
     "Termination", "Timing", "TokenPiece", "TokenTexts", "TraceError", "decide", "draw_uniform", "escape",
-    "first_match", "load_model", "load_trace", "on_sampler_thread", "parse_trace", "pick_by_cdf", "prepare_inside",
-    "replay", "resolve_source", "run_chain", "save_trace", "self_draft", "shown", "stop_sequence_states", "to_trace",
-    "unescape",
+    "first_match", "load_model", "load_trace", "on_sampler_thread", "other_device_note", "parse_trace", "pick_by_cdf",
+    "prepare_inside", "replay", "resolve_source", "run_chain", "save_trace", "self_draft", "shown",
+    "stop_sequence_states", "to_trace", "unescape",
 ]

@@ -127,6 +127,16 @@ class Capture:
     marks: list[tuple[str, int, float]] = field(default_factory=list)  # (part, layer, perf_counter)
     forward_ms: float = 0.0
     position: int = 0
+    device: torch.device | None = None  # where the pass runs: a GPU is synchronised at every mark
+
+
+def _now(device: torch.device | None) -> float:
+    """perf_counter once the device has done the work queued so far. A GPU runs a layer after
+    its hook returns (launches are asynchronous), so an unsynchronised mark would time the
+    queueing of the layer, not the layer."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 _capturing = threading.local()  # .capture: the Capture of this thread's pass, if any
@@ -229,7 +239,7 @@ def final_norm(model: nn.Module) -> nn.Module | None:
 def _mark(part: str, layer: int = -1):
     def hook(*_: object) -> None:
         if (capture := getattr(_capturing, "capture", None)) is not None:
-            capture.marks.append((part, layer, time.perf_counter()))
+            capture.marks.append((part, layer, _now(capture.device)))
     return hook
 
 
@@ -243,7 +253,7 @@ def _keep_input(module: nn.Module, args: tuple, kwargs: dict) -> None:
     if (capture := getattr(_capturing, "capture", None)) is not None:
         hidden = args[0] if args else kwargs["hidden_states"]
         capture.hidden.append(hidden[0, -1].detach().float().clone())
-        capture.marks.append(("layer", 0, time.perf_counter()))
+        capture.marks.append(("layer", 0, _now(capture.device)))
 
 
 def _hook(twin: PreTrainedModel) -> None:
@@ -279,10 +289,10 @@ def inside_pass(lm: LoadedModel, token_ids: list[int], cache: DynamicCache) -> t
 
 def _twin_pass(lm: LoadedModel, twin: PreTrainedModel, token_ids: list[int], cache: DynamicCache
                ) -> tuple[torch.Tensor, Capture]:
-    capture = Capture(position=cache_length(cache) + len(token_ids) - 1)
+    capture = Capture(position=cache_length(cache) + len(token_ids) - 1, device=lm.device)
     before = cache_length(cache)
     _capturing.capture = capture
-    started = time.perf_counter()
+    started = _now(lm.device)
     try:
         with torch.inference_mode():
             ids = torch.tensor([token_ids], device=lm.device)

@@ -291,6 +291,20 @@ def _replay_step(generation: Generation, step: dict[str, Any]) -> bool:
     return True
 
 
+def other_device_note(recorded: object, lm: LoadedModel) -> str | None:
+    """Why a generation made on another kind of device (`recorded`: a trace's model.device or a
+    link's, e.g. "cuda:0") may replay differently on `lm`'s; None on the same kind, or unknown."""
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    made, here = recorded.split(":")[0], lm.device.type
+    if made == here:
+        return None
+    return (f"It was made on {made} and is replayed here on {here}: every generation draws its random numbers "
+            "from its own generator on the CPU, so the draws are the same, but the two devices' kernels round the "
+            "logits differently in the last bits, so a sampled step on a rounding edge can pick another token "
+            "(such a step is forced to the recorded one and listed).")
+
+
 # ---- what every replay reads from a trace (plain and speculative alike) ---------------------
 
 

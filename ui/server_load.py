@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine import LoadedModel
-from engine.serving import BATCHING_ENV, PackedDifference, SchedulerStats, exact_rows_kernel_in_use
+from engine.serving import BATCHING_ENV, PackedDifference, SchedulerStats, exact_rows_kernel_in_use, packed_pass_path
 from ui.charts import CHART_CONFIG
 from ui.keys import KV
 from ui.measurement_board import MeasurementBoard
@@ -78,6 +78,8 @@ MODES = {
 
 def how_exact_adds_up(lm: LoadedModel) -> str:
     """How this server's exact batching keeps each row's lone order, in a sentence."""
+    if lm.device.type != "cpu":
+        return f"On this server's {lm.device.type} device there is {packed_pass_path(lm)}."
     if exact_rows_kernel_in_use(lm):
         return ("The order is no mystery: on this CPU a single row's product adds its products in four interleaved "
                 "running sums, then combines them, and the exact batching adds up every row of the batch in that "

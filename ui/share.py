@@ -1,9 +1,10 @@
 """Share links: the whole state of a generation in URL query parameters, and back.
 
 A link holds the model, prompt, chat flag, seed, the current sampler and stop settings and
-every step's token (forced ones marked `!`). Steps taken under other sampler settings than
-the current ones carry them in `s` entries ("from step N on: settings"). Opening the link
-replays the steps on the model with engine.trace.replay, so every number is recomputed.
+every step's token (forced ones marked `!`), and the kind of device it was made on where that
+is not the CPU (`device`: a GPU's logits differ from the CPU's in the last bits). Steps taken
+under other sampler settings than the current ones carry them in `s` entries ("from step N on:
+settings"). Opening the link replays the steps on the model with engine.trace.replay, so every number is recomputed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class SharedState:
     sampler: SamplerSettings
     stop: StopSettings
     steps: tuple[SharedStep, ...]
+    device: str = "cpu"  # the kind of device the generation ran on (links without it were made on the CPU)
 
 
 def from_generation(generation: Generation, model: str) -> SharedState:
@@ -47,7 +49,8 @@ def from_generation(generation: Generation, model: str) -> SharedState:
     steps = tuple(SharedStep(s.token_id, s.decision.forced, s.decision.settings) for s in generation.steps)
     return SharedState(model=model, draw=generation.draw, prompt=generation.prompt, chat=generation.chat,
                        allow_special=generation.allow_special,
-                       seed=generation.seed, sampler=generation.sampler, stop=generation.stop, steps=steps)
+                       seed=generation.seed, sampler=generation.sampler, stop=generation.stop, steps=steps,
+                       device=generation.lm.device.type)
 
 
 def _sampler_code(sampler: SamplerSettings) -> str:
@@ -75,6 +78,8 @@ def to_params(state: SharedState) -> dict[str, str | list[str]]:
         params["draw"] = state.draw
     if state.allow_special:
         params["special"] = "1"
+    if state.device != "cpu":
+        params["device"] = state.device
     if state.stop.stop_sequences:
         params["stop"] = list(state.stop.stop_sequences)
     if state.stop.ignore_eos:
@@ -134,6 +139,16 @@ def _steps(params: Mapping[str, Sequence[str]], current: SamplerSettings) -> tup
     return tuple(steps)
 
 
+DEVICE = re.compile(r"[a-z][a-z0-9_]{0,15}")  # a torch device type: cpu, cuda, mps, xpu ...
+
+
+def _device(params: Mapping[str, Sequence[str]]) -> str:
+    value = _one(params, "device", "cpu")
+    if not DEVICE.fullmatch(value):
+        raise ShareError(f"The link's 'device' must be a device type such as cpu or cuda, not {shown(value)}.")
+    return value
+
+
 def from_params(params: Mapping[str, Sequence[str]]) -> SharedState:
     """Read a link's parameters (each key to its list of values). Raises ShareError or the
     engine's SettingsError with a message that names the bad parameter."""
@@ -143,7 +158,7 @@ def from_params(params: Mapping[str, Sequence[str]]) -> SharedState:
     return SharedState(model=_one(params, "model", ""), draw=_one(params, "draw", "cdf"),
                        prompt=_one(params, "prompt"), chat=_flag(params, "chat"),
                        allow_special=_flag(params, "special"), seed=_int(params, "seed", "0"),
-                       sampler=sampler, stop=stop, steps=_steps(params, sampler))
+                       sampler=sampler, stop=stop, steps=_steps(params, sampler), device=_device(params))
 
 
 def replay_trace(state: SharedState) -> dict[str, Any]:

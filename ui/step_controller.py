@@ -26,6 +26,7 @@ from engine import (
     SettingsError,
     StepRecord,
     TraceError,
+    other_device_note,
     parse_trace,
     replay,
 )
@@ -317,9 +318,14 @@ def open_link(state: State, lm: LoadedModel, shared: SharedState,
     if problem := settings.write_generation(state, result.generation):
         link_failed(state, problem)
         return
+    notes = []
     if result.mismatched_steps:
-        set_message(state, "link", "Steps " + ", ".join(map(str, result.mismatched_steps))
-                    + " sampled differently on this machine and were forced to the linked tokens.")
+        notes.append("Steps " + ", ".join(map(str, result.mismatched_steps))
+                     + " sampled differently on this machine and were forced to the linked tokens.")
+    if (device := other_device_note(shared.device, lm)) is not None:
+        notes.append(device.replace("It was made", "The link was made", 1))
+    if notes:
+        set_message(state, "link", " ".join(notes))
 
 
 def link_failed(state: State, problem: str) -> None:
@@ -360,4 +366,6 @@ def load_trace(state: State, lm: LoadedModel, name: str, data: bytes,
     recorded = model.get("name") if isinstance(model, dict) else None
     if recorded not in (None, lm.name):
         note += f" The trace was recorded with {recorded}; it is replayed on {lm.name}."
+    if (device := other_device_note(model.get("device") if isinstance(model, dict) else None, lm)) is not None:
+        note += " " + device.replace("It was made", "The trace was made", 1)
     set_message(state, "trace", note)

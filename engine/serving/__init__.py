@@ -15,12 +15,12 @@ attention with transformers and builds (or finds) the kernel.
 
 from engine.serving.deployment import Deployment, deployment_from_env, documented_variables, redact_paths
 from engine.serving.idle import IdleReleaser
-from engine.serving.packed import exact_rows_kernel_in_use, forward_packed, forward_prefills
+from engine.serving.packed import exact_rows_kernel_in_use, forward_packed, forward_prefills, packed_pass_path
 from engine.serving.packed_parity import PackedDifference, measure_packed_difference
 from engine.serving.scheduler import BATCHING, BATCHING_ENV, ForwardScheduler, SchedulerStats, batching_from_env
 
 __all__ = [
     "BATCHING", "BATCHING_ENV", "Deployment", "ForwardScheduler", "IdleReleaser", "PackedDifference",
     "SchedulerStats", "batching_from_env", "deployment_from_env", "documented_variables", "exact_rows_kernel_in_use",
-    "forward_packed", "forward_prefills", "measure_packed_difference", "redact_paths",
+    "forward_packed", "forward_prefills", "measure_packed_difference", "packed_pass_path", "redact_paths",
 ]

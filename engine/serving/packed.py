@@ -15,7 +15,9 @@ two kinds:
 A Llama-family model runs each pass as one TorchScript call outside the GIL
 (engine/fast/scripted_llama.py), used only once a probe pass has shown it gives the eager
 twin's digits (logits and cache entries, torch.equal) on this machine; any other model, or
-one whose probe differs, runs on the twin.
+one whose probe differs, runs on the twin. Both the kernel and the scripted passes are made for
+this CPU's products and probed on it: a model on a GPU runs every packed pass on the twin
+(`scripted_passes_apply`).
 """
 
 from __future__ import annotations
@@ -121,10 +123,35 @@ PROBE_TOKENS = ((1, 2, 3), (4, 5, 6, 7, 8))  # two visitors of different lengths
 PROBE_PROMPTS = ((7,), (1, 2, 3), (4, 5, 6, 7, 8, 9), tuple(range(10, 23)))
 
 
+def scripted_passes_apply(lm: LoadedModel) -> bool:
+    """Whether `lm`'s packed passes may take the scripted passes, and exact batching may pack at
+    all: only on the CPU, whose products the exact rows kernel copies and the probes were made
+    for. On a GPU the library's kernels give a row of a packed pass other last bits than its lone
+    pass (bench/gpu_bench.py measures it), so there `exact` runs every pass alone and `fast` packs
+    on the eager twin."""
+    return lm.device.type == "cpu"
+
+
+def packed_pass_path(lm: LoadedModel, exact: bool = True) -> str:
+    """Which pass a packed pass of `lm` takes, in a few words, and why."""
+    if not scripted_passes_apply(lm):
+        if exact:
+            return (f"no packed pass: on {lm.device.type} no packed pass is proven to give each row its lone "
+                    "digits, so exact batching runs every pass alone")
+        return (f"the eager twin: the model runs on {lm.device.type}, and the scripted passes and the exact rows "
+                "kernel are made for the CPU's products")
+    if scripted_plan(lm, exact) is None:
+        return "the eager twin: the scripted pass cannot run this model or its probe did not agree"
+    return "the scripted pass"
+
+
 def scripted_plan(lm: LoadedModel, exact: bool = True) -> ScriptedPlan | None:
-    """The scripted pass for `lm`, or None where the model is not a plain Llama decoder, the pass
-    cannot be compiled, or its first probe pass does not give the eager twin's digits (logits
-    and cache entries, compared with torch.equal); then the twin serves every packed pass."""
+    """The scripted pass for `lm`, or None where the model is not on the CPU or not a plain Llama
+    decoder, the pass cannot be compiled, or its first probe pass does not give the eager twin's
+    digits (logits and cache entries, compared with torch.equal); then the twin serves every
+    packed pass."""
+    if not scripted_passes_apply(lm):
+        return None
     with _plans_lock:
         plans = _plans.setdefault(lm.model, {})
         if exact not in plans:
@@ -171,8 +198,10 @@ _prefills: weakref.WeakKeyDictionary[PreTrainedModel, ScriptedPrefill | None] = 
 
 def scripted_prefill(lm: LoadedModel) -> ScriptedPrefill | None:
     """The scripted pass that reads several prompts into empty caches, or None where the model
-    is not a plain Llama decoder, it cannot be compiled, or its probe does not give each
-    prompt's lone prefill's logits and cache (torch.equal)."""
+    is not on the CPU or not a plain Llama decoder, it cannot be compiled, or its probe does not
+    give each prompt's lone prefill's logits and cache (torch.equal)."""
+    if not scripted_passes_apply(lm):
+        return None
     with _plans_lock:
         if lm.model not in _prefills:
             _prefills[lm.model] = _probed_prefill(lm)

@@ -12,7 +12,9 @@ transformers' own numbers. How a packed pass multiplies (engine/serving/packed.p
 setting, the server's TBT_BATCHING:
   - "exact" (default): each row summed in the order its lone 1-row product sums it, every
     weight read once for all rows (engine/fast/exact_rows_kernel.py): every visitor gets bit for bit the
-    numbers it would get alone;
+    numbers it would get alone. On the CPU only: on a GPU no packed pass is proven to keep the
+    lone digits, so there "exact" runs every pass alone (engine/serving/packed.py
+    `scripted_passes_apply`);
   - "fast": one library matrix product for all rows; logits within ~1e-4 of the lone numbers
     (bench/batch_parity.py); on a CPU where the exact kernel is built, no faster;
   - "off": no batching, every pass alone, one at a time.
@@ -37,7 +39,13 @@ from transformers import DynamicCache
 from engine.errors import SettingsError
 from engine.forward import cache_length, forward_one, lone_pass_decision
 from engine.loading import LoadedModel
-from engine.serving.packed import forward_packed, forward_prefills, scripted_plan, scripted_prefill
+from engine.serving.packed import (
+    forward_packed,
+    forward_prefills,
+    scripted_passes_apply,
+    scripted_plan,
+    scripted_prefill,
+)
 from engine.serving.packed_twin import packed_twin
 from engine.settings import is_whole
 
@@ -165,7 +173,9 @@ class ForwardScheduler:
             raise SettingsError("max_batch", max_batch, "a whole number >= 1")
         self.lm = lm
         self.max_batch = max_batch
-        can_pack = batching != "off" and packed_twin(lm, batching == "exact") is not None
+        # exact batching packs only where its passes are proven to keep each row's lone digits
+        can_pack = (batching == "fast" or (batching == "exact" and scripted_passes_apply(lm))) and \
+            packed_twin(lm, batching == "exact") is not None
         self.batching = batching if can_pack else "off"
         # compiled and probed now, not in a visitor's first pass
         scripted = can_pack and scripted_plan(lm, batching == "exact") is not None

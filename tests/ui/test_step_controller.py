@@ -334,3 +334,23 @@ def test_the_default_seeds_first_draws_are_typical_ones() -> None:
     generator = torch.Generator().manual_seed(DEFAULT_SEED)
     draws = [draw_uniform(generator) for _ in range(5)]
     assert all(0.1 < u < 0.9 for u in draws) and abs(sum(draws) / 5 - 0.5) < 0.1, draws
+
+
+def test_a_link_or_trace_made_on_a_gpu_says_so_where_it_is_opened_on_the_cpu(state, tiny_lm) -> None:
+    control.step(state)
+    made = generation(state)
+    params = {k: v if isinstance(v, list) else [v] for k, v in control.share_params(made, "bundled").items()}
+    assert "device" not in params  # made on the CPU: the link is as it always was
+    visitor: dict[str, Any] = {}
+    init_defaults(visitor)
+    shared = control.link_to_open(visitor, {**params, "device": ["cuda"]})
+    assert shared is not None and shared.device == "cuda"
+    control.open_link(visitor, tiny_lm, shared)
+    assert "The link was made on cuda and is replayed here on cpu" in message(visitor, "link")
+    trace = to_trace(made)
+    trace["model"]["device"] = "cuda:0"
+    control.load_trace(visitor, tiny_lm, "gpu.json", json.dumps(trace).encode())
+    assert "The trace was made on cuda and is replayed here on cpu" in message(visitor, "trace")
+    other: dict[str, Any] = {}  # a visitor reads one link: a bad one comes in another tab
+    assert control.link_to_open(other, {**params, "device": ["cu da"]}) is None
+    assert "'device' must be a device type" in message(other, "link")

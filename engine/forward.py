@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from engine.fast.lone import LoneDecision, lone_decision, lone_step, verify_decision, verify_rows
+from engine.fast import LoneDecision, lone_decision, lone_step, verify_decision, verify_rows
 from engine.loading import LoadedModel
 
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from engine.fast import native_build
+from engine.fast.proofs import Verdict, proven, refused, settle
 
 SOURCE = Path(__file__).with_name("lens_kernel.cpp")
 BUILD_FLAGS = ["-O3", "-march=native", "-fopenmp"]
@@ -37,9 +37,9 @@ PROBE_SHAPES = ((13, 100, 77), (6, 64, 130), (1, 9, 5))  # rows, in, out: whole 
 MIN_VOCAB = 16  # the statistics read a row a vector (8 or 16 lanes) at a time: a smaller one goes to torch
 PROBE_TOLERANCE = 1e-5  # relative to the sum of |products| of each output: float32 rounding, not a wrong sum
 
+LENS_PATH = "lens kernel"  # the path's name in engine/fast/proofs.py's registry
+
 _log = logging.getLogger(__name__)
-_lock = threading.Lock()
-_usable: bool | None = None  # None: not tried yet
 
 
 def lens_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -67,11 +67,24 @@ def lens_statistics(rows: torch.Tensor, pick: int) -> list[tuple[int, float, flo
 
 def kernel_usable() -> bool:
     """Whether the kernel is built, loaded and agrees with a float64 product (tried once)."""
-    global _usable
-    with _lock:
-        if _usable is None:
-            _usable = _built() and _agrees()
-        return _usable
+    return settle(LENS_PATH, _probe, per_thread=False).proof.proven
+
+
+def _probe() -> Verdict:
+    if not _built():
+        return refused("it could not be built: the logit lens uses F.linear")  # the build warned
+    return _agreement()
+
+
+def _agreement() -> Verdict:
+    """The built kernel's statistics and products against float64 ones."""
+    generator = torch.Generator().manual_seed(11)
+    if not _statistics_agree(generator):
+        return refused("its statistics disagree with float64 ones: the logit lens uses F.linear", warn=True)
+    if not _products_agree(generator):
+        return refused("its products disagree with a float64 product: the logit lens uses F.linear", warn=True)
+    return proven(f"its products within {PROBE_TOLERANCE:g} of float64 ones (relative to the sum of |products|), "
+                  "its statistics close to float64 ones; near F.linear's, not its digits")
 
 
 def _built() -> bool:
@@ -84,20 +97,15 @@ def _built() -> bool:
         return False
 
 
-def _agrees() -> bool:
-    generator = torch.Generator().manual_seed(11)
-    if not _statistics_agree(generator):
-        _log.warning("the lens kernel's statistics disagree with float64 ones on this machine; "
-                     "the logit lens uses F.linear")
-        return False
+def _products_agree(generator: torch.Generator) -> bool:
+    """The kernel's products against float64 ones, on shapes with whole tiles, a partial one and
+    lane tails."""
     for rows, size, out in PROBE_SHAPES:
         x, w = torch.randn(rows, size, generator=generator), torch.randn(out, size, generator=generator)
         ours = torch.ops.token_by_token_lens.lens_linear(x, w).double()
         exact = x.double() @ w.double().T
         scale = x.double().abs() @ w.double().abs().T
         if not bool(((ours - exact).abs() <= PROBE_TOLERANCE * scale).all()):
-            _log.warning("the lens kernel disagrees with a float64 product on this machine; "
-                         "the logit lens uses F.linear")
             return False
     return True
 

@@ -22,14 +22,13 @@ three kinds, or the shapes disagree, it answers None and prompts are read one pa
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from engine.fast.scripted_llama import PromptRows, group_products
+from engine.fast import PromptRows, Verdict, group_products, proven, refused, settle
 
 BIG, SMALL, SINGLE = "big", "small", "single"
 SMALL_GROUP = 3  # small rows go three to a product
@@ -55,21 +54,25 @@ class RowKinds:
                     max(rows, max(self.by_length) + 1))
 
 
-_measured: dict[tuple, RowKinds | None] = {}
-_measured_lock = threading.Lock()
+KINDS_PATH = "prompt row kinds"  # the path's name in engine/fast/proofs.py's registry
 
 
 def measure_row_kinds(weights: Sequence[torch.Tensor]) -> RowKinds | None:
     """The row kinds for the linear layers' `weights` on this machine and thread count, or None
     where a row fits no kind or two weight shapes disagree. Measured once per set of shapes."""
     shapes = sorted({(tuple(w.shape), w.dtype, w.device) for w in weights if w.dim() == 2}, key=str)
-    key = (tuple(shapes), torch.get_num_threads())
-    with _measured_lock:
-        if key not in _measured:
-            tables = [_kinds_for_shape(*shape) for shape in shapes]
-            same = bool(tables) and all(table == tables[0] for table in tables)
-            _measured[key] = RowKinds(tables[0]) if same and tables[0] is not None else None
-        return _measured[key]
+
+    def probe() -> Verdict:
+        tables = [_kinds_for_shape(*shape) for shape in shapes]
+        if not tables or any(table is None for table in tables):
+            return refused("some row's digits fit no kind (big, small, single)")
+        if any(table != tables[0] for table in tables):
+            return refused("the weight shapes sort their rows differently")
+        return proven("every row of prompts of 1 to 16 tokens equal to its kind's product, longer ones to a large "
+                      "product's, torch.equal", RowKinds(tables[0]))
+
+    name = "weights " + ", ".join("x".join(map(str, shape[0])) for shape in shapes)
+    return settle(KINDS_PATH, probe, name=name, key=tuple(shapes)).value
 
 
 @torch.inference_mode()

@@ -1,5 +1,6 @@
 """The registry of proofs (engine/fast/proofs.py): every fast path's probe decides once per path,
-model and thread count, with one lock and one log line."""
+model and thread count, with one lock and one log line, and `python -m engine proofs` prints the
+decisions."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import threading
 import time
 
 import pytest
+import torch
 
+from engine import cli
 from engine.fast import LONE_PASS_ENV, lone_decision, proof_decisions, proven, refused
 from engine.fast.proofs import ProofRegistry
 from engine.forward import eager_step
@@ -134,3 +137,23 @@ def test_the_environment_refusal_names_the_variable_in_the_registry(monkeypatch)
     tiny = tiny_llama()
     decision = lone_decision(tiny, eager_step)
     assert not decision.fast and LONE_PASS_ENV in decision.reason
+
+
+def test_the_proofs_verb_probes_the_model_and_prints_a_table(monkeypatch, capsys, tiny_lm) -> None:
+    monkeypatch.setattr(cli, "load_model", lambda source=None: tiny_lm)
+    with threads(torch.get_num_threads()):  # the verb sets the count: put back after
+        assert cli.main(["proofs", "--threads", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    header = next(line for line in out if line.startswith("path"))
+    assert header.split() == ["path", "model", "threads", "proven", "why"]
+    rows = {line.split("  ")[0] for line in out[out.index(header) + 1:]}
+    for path in ("lone decode step", "verify pass", "packed decode steps, exact", "packed decode steps, fast",
+                 "packed prompts", "exact rows kernel"):
+        assert path in rows, path
+    lone = next(line for line in out if line.startswith("lone decode step") and tiny_lm.name in line)
+    assert " 1 " in lone and (" yes " in lone or " no " in lone)
+
+
+def test_the_proofs_verb_refuses_a_thread_count_below_one(capsys) -> None:
+    assert cli.main(["proofs", "--threads", "0"]) == 2
+    assert "--threads" in capsys.readouterr().err

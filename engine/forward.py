@@ -52,7 +52,7 @@ def plain_head(lm: LoadedModel) -> torch.nn.Linear | None:
 def _head_rows(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
     """The head on a few positions `[keep, hidden] -> [keep, vocab]`, as W h^T: on the CPU, MKL
     multiplies a handful of rows by the 49,152 x 576 head several times slower in F.linear's
-    layout (h W^T) than as W h^T (`bench.speculative_bench`; figures in the README)."""
+    layout (h W^T) than as W h^T (`python -m bench.speculative_bench`; figures in docs/benchmarks.md)."""
     logits = (head.weight @ hidden.T).T  # [keep, vocab]
     return logits if head.bias is None else logits + head.bias
 

@@ -19,7 +19,7 @@ logits, cache entries, states and attention weights, all `torch.equal`; elsewher
   last position, through the model's final norm (each row with its own statistics) and the LM
   head, softmax. The last layer's lens is the step's own distribution: the model's logits. The
   rows below it go through the head in one pass over its weight (engine/fast/lens_kernel.py):
-  the CPU's matrix product took twice as long on the whole 113 MB head at once.
+  the CPU's matrix product is slow on the whole head at once (`python -m bench.inside_bench`).
 - Attention: softmax(q · Kᵀ · scaling + mask) for the fed token's query against every cached
   key, per query head (with grouped-query attention, query head h reads KV head h // group).
 - Time: per layer, its attention and its MLP, measured in the pass; bytes: each layer's weights

@@ -2,7 +2,8 @@
 used only after a probe on this machine has shown it.
 
 - `exact_rows_kernel.py` / `.cpp`: rows through a linear layer, each summed in the order this
-  CPU's 1-row product sums (several visitors' rows at once, or a lone row at memory speed);
+  CPU's 1-row product sums (the orders: the .cpp's header), several visitors' rows at once or a
+  lone row at close to memory speed;
 - `scripted_llama.py`: Llama-family passes as one TorchScript call (several visitors' decode
   steps, several prompts, one visitor's decode step, or a verify pass of several tokens);
 - `row_products.py`: rows as 1-row products in one batched call, where the kernel is not used;

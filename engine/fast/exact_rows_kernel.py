@@ -4,43 +4,28 @@ of its own 1-row product (engine/fast/exact_rows_kernel.cpp).
 Why: an exact packed pass gives each visitor's row its own 1-row product, because that is the
 product a lone visitor's pass makes and this CPU's matrix kernels sum a row of a larger
 product in another order. As batched 1-row products (`torch.bmm`) every row reads the whole
-weight again: two thirds of a 15-visitor pass went there. But a 1-row product's order does not
+weight again, and most of a large class's pass went there. But a 1-row product's order does not
 depend on the values, so it can be measured, and a kernel that sums in that order can read each
-weight row once for all rows: a 15-visitor pass takes well under two thirds of the time
-(`bench.sched_bench`; figures in the README).
+weight row once for all rows (`python -m bench.sched_bench`; figures in docs/benchmarks.md).
 
-Measured here (tests/engine/test_exact_rows_kernel.py `meeting_sizes`: one huge value, its negative and
-ones elsewhere; the sum tells how many ones were added after the two met): torch's 1-row product on
-this machine (MKL's sgemv, float32) sums `in` products in four lanes, lane j taking products
-4c + j in turn, lane 0 starting with products 0 to 3 summed one by one; each product is rounded
-before it is added; then (lane 0 + lane 2) + (lane 1 + lane 3). The same for every input
-length that is a multiple of four and every output count that is a multiple of four.
-
-On a Sapphire Rapids Xeon MKL takes another kernel and the same measurement shows another
-order: sixteen lanes with fused multiply-adds, lane 0 starting with product 0 and lane l taking
-products 1 + l + 16c, the lanes halved, then the products left fused into a vector holding
-that total (exact_rows_kernel.cpp has the details). There each of MKL's threads takes a
-contiguous share of the outputs, and the last outputs of a share that is not a multiple of four
-are summed in yet another order, which the kernel does not copy (the probe finds such shapes;
-none of the bundled model's is one). The kernel can sum in either order; which one this CPU's
-product uses is probed when it is built (`sum_order`).
+The summation orders this CPU's 1-row product may use, and how they were measured, are
+explained once, in exact_rows_kernel.cpp's header. The kernel can sum in either; which one this
+CPU's product uses is probed when it is built (`sum_order`).
 
 A single row (a lone visitor's decode step) has its own path in the kernel: four outputs to a
-vector instead of four rows, so no lane is wasted, and both of this machine's threads share the
-weight's rows. It reads the model's weights at 24-31 GB/s where the 1-row product reaches 8-17
-(`bench.lone_bench`; figures in the README).
-In the four lanes order a few rows (a verify pass, a small class) go row by row through the
-single-row path, each block of weight rows fetched from memory once and summed against every
-row; so do any number where the build has no AVX-512, for there the packed path's four-row
-vectors spill (on an AVX2 EPYC a verify pass took 66-70 ms instead of 214; on a Zen 5 EPYC 2 or
-3 rows took the packed path 2-3x as long as one row, row by row about as long: the README has
-the figures).
+vector instead of four rows, so no lane is wasted, and the CPU's threads share the weight's
+rows; it reads the weights at close to memory speed where the 1-row product does not
+(`python -m bench.lone_bench`; docs/benchmarks.md). In the four lanes order a few rows (a verify
+pass, a small class) go row by row through the single-row path, each block of weight rows
+fetched from memory once and summed against every row; so do any number where the build has no
+AVX-512, for there the packed path's four-row vectors spill (`python -m bench.rows_bench`;
+docs/benchmarks.md, and docs/fast-paths.md for the paths).
 
-Nothing is assumed: the kernel is built with the machine's compiler on first use (about ten
-seconds, then kept in the cache folder, engine/loading.py's `cache_root`), and `kernel_agrees`
-checks it bit for bit against the row-by-row loop for each weight shape and thread count before
-a pass uses it. Where it cannot be built (no compiler) or a shape disagrees, the passes keep the
-batched 1-row products.
+Nothing is assumed: the kernel is built with the machine's compiler on first use (then kept in
+the cache folder, engine/loading.py's `cache_root`), and `kernel_agrees` checks it bit for bit
+against the row-by-row loop for each weight shape and thread count before a pass uses it (each
+decision kept in engine/fast/proofs.py's registry). Where it cannot be built (no compiler) or a
+shape disagrees, the passes keep the batched 1-row products.
 """
 
 from __future__ import annotations
@@ -64,8 +49,7 @@ BUILD_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]  # never
 # it; the sixteen fused lanes order has its own code for 2, 3 and 4 rows, then groups of 1-4
 PROBE_ROWS = (2, 3, 4, 6, 7, 13)
 ONE_ROW_PROBES = 5  # rows of the single-row path's probe, one at a time
-# the orders the kernel can sum in (its set_sum_order codes): MKL's 1-row product on AVX2 and
-# earlier AVX-512 CPUs; and on a Sapphire Rapids (engine/fast/exact_rows_kernel.cpp describes both)
+# the orders the kernel can sum in, by their set_sum_order codes (exact_rows_kernel.cpp's header explains them)
 SUM_ORDERS = ("four lanes", "sixteen fused lanes")
 ORDER_PROBE_OUTPUTS, ORDER_PROBE_INPUTS = 128, 576
 

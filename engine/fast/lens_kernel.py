@@ -1,12 +1,12 @@
 """The logit lens's product: every layer's hidden state through the LM head in one pass over the
 head (engine/fast/lens_kernel.cpp), for the view inside the forward pass (engine/inside.py).
 
-Why: 30 rows through the bundled model's 49,152 x 576 head is 1.7 GFLOP, and `F.linear` makes it
-at a third of the rate of a square product of the same machine; in 512-row slices of the head the
-same product took half the time, so what costs is taking the whole 113 MB weight at once (the
+Why: a few dozen rows through the bundled model's 49,152 x 576 head is a large product, and
+`F.linear` makes it at a fraction of the rate of a square product on the same machine; in slices
+of the head the same product was faster, so what costs is taking the whole weight at once (the
 matrix library copies it into its own layout first), not the arithmetic. The kernel reads each
-weight row where it lies, once for every row: on this repository's 2-core machine 27-36 ms where
-`F.linear` took 57-78 ms on the same minutes (`bench.inside_bench`).
+weight row where it lies, once for every row, and takes well under `F.linear`'s time
+(`python -m bench.inside_bench`; figures in docs/benchmarks.md).
 
 Its sums are fused multiply-adds in vector lanes: close to `F.linear` (a probe on first use
 checks it against a float64 product), not its digits. That is why only the lens of the layers
@@ -15,8 +15,7 @@ cannot be built or the probe disagrees, `F.linear` serves, and the log says so o
 
 The rows' statistics (top token, probabilities, the pick's rank, entropy) are one more op of the
 kernel: each row's softmax from float32 exponentials summed in double, closer to a float64
-softmax than torch's float32 one (entropy within 4e-7 bits where torch's is within 3e-5), in a
-quarter of the time.
+softmax than torch's float32 one (tests/engine/test_lens_kernel.py bounds both), in less time.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ def lens_statistics(rows: torch.Tensor, pick: int) -> list[tuple[int, float, flo
     """Per row of `rows [count, vocab]`: (top token, its p, the pick's p, the pick's rank, entropy in
     bits), each row's softmax taken in double from float32 exponentials, in one pass over the rows
     after a pass for their maxima (torch's softmax, max, comparison and log-softmax read them six
-    times: 9.5 against 2.3 ms for 30 rows of 49,152). None where the kernel is not usable or a
+    times; `python -m bench.inside_bench` times both). None where the kernel is not usable or a
     logit is not finite: the caller's torch path then says what those give."""
     if rows.dtype != torch.float32 or rows.device.type != "cpu" or rows.shape[-1] < MIN_VOCAB or not kernel_usable():
         return None

@@ -1,24 +1,25 @@
-"""A lone visitor's decode step with transformers' own digits, in less than half the time.
+"""A lone visitor's decode step with transformers' own digits, in much less time.
 
 Why: a decode step at batch 1 reads every weight once, so memory bandwidth bounds it, and the
 KV cache & speed page teaches exactly that. Transformers' eager pass does not get there on a
-CPU: its 1-row products (MKL's sgemv) read the weights at 8-17 GB/s on the model's small
-matrices, and some 700 small torch calls a step each pay Python's overhead.
+CPU: its 1-row products (MKL's sgemv) read the model's small matrices well below memory speed,
+and some 700 small torch calls a step each pay Python's overhead (`python -m bench.lone_bench`;
+figures in docs/benchmarks.md, the path in docs/fast-paths.md).
 
 This pass makes the same torch operations in the same order on the same shapes (the scripted
 Llama decode pass, engine/fast/scripted_llama.py, with one row) as one TorchScript call, and
 multiplies through the exact rows kernel's single-row path, which sums every output in the order
-this CPU's 1-row product does (engine/fast/exact_rows_kernel.py) while reading the weights at
-memory speed on both threads. So the logits and the cache's entries are the eager pass's, bit
-for bit.
+this CPU's 1-row product does (the orders: engine/fast/exact_rows_kernel.cpp's header) while
+reading the weights at close to memory speed. So the logits and the cache's entries are the
+eager pass's, bit for bit.
 
 Nothing is assumed. The pass is used for a model at a thread count only after a probe has run
 it beside the eager pass (several prompt lengths and positions) and found the logits and every
 cache entry `torch.equal`; and only where every linear layer goes through the kernel, itself
 probed per weight shape. Anywhere else (a model that is not a plain Llama decoder, another CPU
 whose 1-row product sums in another order, no compiler, a GPU, `TBT_LONE_PASS=eager`) the eager
-pass runs. The log says which, once per model and thread count, and `lone_decision` tells the
-KV cache & speed page.
+pass runs. The registry of proofs (engine/fast/proofs.py) keeps the decision and logs it, once
+per model and thread count, and `lone_decision` tells the KV cache & speed page.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ multiplies the prompts' rows as engine/serving/prompt_rows.py says: each row its
 Why: the eager packed pass (engine/serving/packed_twin.py) makes thousands of torch calls
 for a class of visitors. Each call lets go of the GIL and takes it back, and in a busy server
 every take waits behind a visitor's page script, which made the eager pass several times
-slower beside busy script threads than alone (`bench.gil_bench`; figures in the README). Here
+slower beside busy script threads than alone (`python -m bench.gil_bench`; figures in docs/benchmarks.md). Here
 the whole pass, every layer and every row, is one TorchScript call: the GIL is released once,
 on entry, and taken back once.
 

@@ -7,7 +7,8 @@ pass's in the last bits (bench/batch_parity.py measures by how much). So a packe
 two kinds:
 - exact (the default): every linear layer gives each row its own 1-row product's digits. The
   scripted pass, from two rows, through a kernel that sums each row in the order the 1-row
-  product does and reads each weight once for all rows (engine/fast/exact_rows_kernel.py);
+  product does (the orders: engine/fast/exact_rows_kernel.cpp's header) and reads each weight
+  once for all rows;
   otherwise, and in the eager twin (engine/serving/packed_twin.py), as 1-row products, all
   rows in one batched call. Each visitor gets its lone pass's logits bit for bit.
 - fast: one B-row matrix product per layer from the library.
@@ -53,8 +54,8 @@ from engine.serving import packed_twin
 from engine.serving.packed_twin import ROWWISE_CHUNK
 from engine.serving.prompt_rows import RowKinds, measure_row_kinds, prompt_rows
 
-# rows from which one pass over a weight beats batched 1-row products: 3 visitors 54 tok/s through
-# the kernel against 34-37 through batched products (a Zen 5 EPYC, `bench.sched_bench --visitors 2,3`)
+# rows from which one pass over a weight beats batched 1-row products: already at a few visitors
+# the kernel made more tokens a second (`python -m bench.sched_bench --visitors 2,3`; docs/benchmarks.md)
 LONE_ROWS_FROM = 2
 
 

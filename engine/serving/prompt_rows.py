@@ -1,8 +1,8 @@
 """Which matrix product gives each row of a prompt its lone pass's digits.
 
 A prompt read alone goes through each linear layer as ONE n-row matrix product. This CPU's
-matrix kernels do not sum every row of such a product alike. Measured on SmolLM2's five
-weight shapes (MKL, two threads, this machine), there are three kinds of row:
+matrix kernels do not sum every row of such a product alike. Measured with MKL on SmolLM2's five
+weight shapes at two threads (docs/fast-paths.md), there are three kinds of row:
   - big: every row of a product of 12 rows or more, and below 12 rows every row in a whole
     group of four, has the digits that row gets in any large product;
   - small: below 12 rows, the last one to three rows go through another kernel, whose digits
@@ -12,8 +12,9 @@ weight shapes (MKL, two threads, this machine), there are three kinds of row:
 So several prompts need not be read one product each, most of them a few-row product (slow:
 it reads each weight from the cache for every few rows). Stacked end to end, all their big rows
 go through ONE product, their small rows three to a product in one batched call, each single
-row alone, and every row keeps the digits of its own prompt's lone pass. Thirty short prompts
-are read about four times faster than one product each (0.58 s against 2.3-2.8 s).
+row alone, and every row keeps the digits of its own prompt's lone pass. A class's short prompts
+are read several times faster than one product each (`python -m bench.sched_bench`; figures in
+docs/benchmarks.md).
 
 Which row is which kind is not assumed: `measure_row_kinds` measures it on this machine's
 kernels for the model's weight shapes and the thread count, and where any row fits none of the

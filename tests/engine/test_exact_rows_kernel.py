@@ -99,8 +99,7 @@ def test_the_kernel_sums_in_the_documented_four_lanes_order(order_restored) -> N
 
 
 def test_the_kernel_sums_in_the_documented_sixteen_fused_lanes_order(order_restored) -> None:
-    """Lane 0 starts with input 0, lane l takes inputs 1 + l + 16c, the lanes are halved, then the
-    15 left are fused into a vector holding that total in lane 0 and halved again."""
+    """The order exact_rows_kernel.cpp's header describes, measured on a 32-input row."""
     if not torch.ops.token_by_token.set_sum_order(1):
         pytest.skip("this build has no AVX-512: the fused order is not compiled in")
     ours = meeting_sizes(lone_rows_linear, 32)

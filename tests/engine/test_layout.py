@@ -169,3 +169,4 @@ def test_every_name_at_engine_fasts_front_door_resolves() -> None:
 
     assert all(getattr(engine.fast, name) is not None for name in engine.fast.__all__)
     assert {"proof_decisions", "Proof", "lone_step", "LayerParts", "plain_filled"} <= set(engine.fast.__all__)
+    assert engine.proof_decisions is engine.fast.proof_decisions  # the pages read it from `engine`

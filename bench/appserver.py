@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-START_TIMEOUT_S = 120  # a first start loads the model (about 12 s on 2 cores; a cold GGUF cache ~40 s)
+START_TIMEOUT_S = 120  # a first start loads the model, slower from a cold GGUF cache (docs/benchmarks.md)
 
 
 def chromium_path() -> str | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from engine import Generation, SamplerSettings, StopSettings, load_model
-from engine.fast.lens_kernel import lens_linear
+from engine.fast import lens_linear
 from engine.forward import plain_head
 from engine.inside import final_norm
 

@@ -38,8 +38,7 @@ from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
 from engine import load_model
-from engine.fast import exact_rows_kernel
-from engine.fast.scripted_llama import LAYER_WEIGHTS, llama_weights, rms_norm, rotate_half
+from engine.fast import LAYER_WEIGHTS, llama_weights, lone_rows_linear, rms_norm, rotate_half
 from engine.forward import eager_step, forward_one, lone_pass_decision, new_cache
 from engine.speed import linear_weight_bytes, sample_context
 
@@ -195,7 +194,7 @@ def parts_ms(lm, context_tokens: int, repeats: int) -> dict[str, float]:
         for name, (part, inputs) in parts.items():
             compiled = torch.jit.script(part)
             timed[name] = median_ms(lambda c=compiled, a=inputs: c(*a), repeats)
-    timed["language-model head product"] = median_ms(lambda: exact_rows_kernel.lone_rows_linear(x, weights.head),
+    timed["language-model head product"] = median_ms(lambda: lone_rows_linear(x, weights.head),
                                                      repeats)
     timed["Python around the call (embedding, cos and sin, the cache handed back)"] = python_side_ms(lm, repeats)
     return timed

@@ -24,9 +24,7 @@ import torch
 
 from bench.lone_bench import median_ms
 from engine import load_model
-from engine.fast import exact_rows_kernel
-from engine.fast.lone import VERIFY_MAX_ROWS
-from engine.fast.scripted_llama import LAYER_PRODUCTS, LAYER_WEIGHTS, llama_weights
+from engine.fast import LAYER_PRODUCTS, LAYER_WEIGHTS, VERIFY_MAX_ROWS, kernel_available, llama_weights, sum_order
 from engine.forward import forward_all, forward_one, new_cache, verify_pass_decision
 from engine.loading import LoadedModel
 from engine.speed import sample_context
@@ -91,7 +89,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=11)
     args = parser.parse_args()
     lm = load_model()
-    if not exact_rows_kernel.kernel_available() or exact_rows_kernel.sum_order() == "none":
+    if not kernel_available() or sum_order() == "none":
         raise SystemExit("the exact rows kernel is not in use on this machine")
     if not verify_pass_decision(lm).fast:
         raise SystemExit(f"the verify pass is not the kernel's here: {verify_pass_decision(lm).reason}")
@@ -99,10 +97,10 @@ def main() -> None:
         products = products_ms(lm, args.rows, args.repeats)
         passes = passes_ms(lm, [n for n in args.rows if n <= VERIFY_MAX_ROWS], args.repeats)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "rows.json").write_text(json.dumps({"order": exact_rows_kernel.sum_order(),
+    (RESULTS / "rows.json").write_text(json.dumps({"order": sum_order(),
                                                    "threads": torch.get_num_threads(), "products_ms": products,
                                                    "passes_ms": passes}, indent=2))
-    order, threads = exact_rows_kernel.sum_order(), torch.get_num_threads()
+    order, threads = sum_order(), torch.get_num_threads()
     print(f"the exact rows kernel ({order} order, {threads} threads), medians of {args.repeats}, ms")
     print(f"  {'rows':<30}" + "".join(f"{rows:>8}" for rows in args.rows))
     for name, by_rows in products.items():

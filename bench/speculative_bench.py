@@ -100,8 +100,8 @@ def verify_logit_gap(lm: LoadedModel, prompt: str, chat: bool, continuation: tup
 
 
 def warm_up(lm: LoadedModel, methods: list[str], make) -> None:
-    """The lone and verify passes' probes decided (a second or two on a 2-core CPU, which the first
-    timed run would otherwise pay), then a few untimed tokens of plain decoding and of each method,
+    """The lone and verify passes' probes decided (seconds, which the first timed run would
+    otherwise pay), then a few untimed tokens of plain decoding and of each method,
     for whatever else a first call pays."""
     lone_pass_decision(lm)
     verify_pass_decision(lm)

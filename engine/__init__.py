@@ -11,11 +11,14 @@ visualizer needs. No Streamlit here; usable from notebooks and the command line.
 This package is the loop and its stages; two sub-packages hold the rest, each with its own
 public names: `engine.speculative` (several tokens per forward pass, the same output) and
 `engine.serving` (one model shared by many visitors: the scheduler and its packed passes,
-loaded only by a server). `engine.speed` measures what a step costs. See ARCHITECTURE.md.
+loaded only by a server). `engine.speed` measures what a step costs; `proof_decisions()` lists
+which fast paths (engine/fast) the probes proved on this machine, and why not. See
+ARCHITECTURE.md.
 """
 
 from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError, TraceError, shown
+from engine.fast import Proof, proof_decisions
 from engine.generation import Candidate, Distribution, Generation, Resampled, StepRecord, Timing
 from engine.inside import InsideView, LayerView, prepare_inside
 from engine.kvcache import KVGeometry, KVSnapshot
@@ -61,10 +64,10 @@ __all__ = [
     "BUNDLED", "CHAINS", "FINISH_REASONS", "TRACE_FORMAT", "TRACE_VERSION", "Candidate", "ChainOutput", "Decision",
     "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished", "GenerationShell", "InsideView",
     "InverseCdf", "KVGeometry", "KVSnapshot", "LayerView", "Limits", "LoadedModel", "ModelLoadError", "ModelSource",
-    "PassQueue", "PromptError", "PromptLookup", "Replay", "Resampled", "RoundRecord", "SamplerSettings",
+    "PassQueue", "PromptError", "PromptLookup", "Proof", "Replay", "Resampled", "RoundRecord", "SamplerSettings",
     "SettingsError", "SpeculativeGeneration", "StageRecord", "StepRecord", "StopSequenceState", "StopSettings",
     "Termination", "Timing", "TokenPiece", "TokenTexts", "TraceError", "decide", "draw_uniform", "escape",
     "first_match", "load_model", "load_trace", "on_sampler_thread", "other_device_note", "parse_trace", "pick_by_cdf",
-    "prepare_inside", "replay", "resolve_source", "run_chain", "save_trace", "self_draft", "shown",
+    "prepare_inside", "proof_decisions", "replay", "resolve_source", "run_chain", "save_trace", "self_draft", "shown",
     "stop_sequence_states", "to_trace", "unescape",
 ]

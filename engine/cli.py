@@ -1,6 +1,7 @@
 """Command line: generate step by step and print what happened at each step.
 
     python -m engine --prompt "The capital of France is" --temperature 0 --max-new-tokens 8
+    python -m engine proofs   # which fast paths the probes proved on this machine, and why
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError
+from engine.fast import Proof, proof_decisions
+from engine.forward import lone_pass_decision, verify_pass_decision
 from engine.generation import Generation, StepRecord
 from engine.inside import InsideView
 from engine.loading import LoadedModel, load_model
@@ -119,6 +124,9 @@ def run_speculative(args: argparse.Namespace, lm: LoadedModel, sampler: SamplerS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["proofs"]:
+        return proofs_main(argv[1:])
     args = parse_args(argv)
     try:
         sampler = SamplerSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -178,3 +186,57 @@ def check_writable(path: Path) -> None:
         raise SettingsError("--json", str(path), f"a file in an existing folder ({folder} does not exist)")
     if path.is_dir() or not os.access(folder, os.W_OK):
         raise SettingsError("--json", str(path), "a file this user can write")
+
+
+PROOF_COLUMNS = ("path", "model", "threads", "proven", "why")
+
+
+def parse_proofs_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m engine proofs",
+                                     description="Run the lone and packed passes' probes on this machine and print "
+                                                 "each decision: which fast paths are proven, and why not.")
+    parser.add_argument("--model", default=None, help="Hub id, model folder or .gguf file (default: bundled)")
+    parser.add_argument("--threads", type=int, default=None, help="torch's thread count to probe at (default: as is)")
+    return parser.parse_args(argv)
+
+
+def proofs_main(argv: Sequence[str]) -> int:
+    """`python -m engine proofs`: load the model, run every probe it can, print the decisions."""
+    args = parse_proofs_args(argv)
+    if args.threads is not None and args.threads < 1:
+        print(f"error: {SettingsError('--threads', args.threads, 'a whole number from 1')}", file=sys.stderr)
+        return 2
+    try:
+        lm = load_model(args.model)
+    except ModelLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    print(f"model: {lm.name} on {lm.device}; probing...", flush=True)
+    run_probes(lm)
+    print(format_proofs(proof_decisions()))
+    return 0
+
+
+def run_probes(lm: LoadedModel) -> None:
+    """Every probe of a lone visitor's and a server's passes for `lm`, at this thread count: the
+    lone decode step, the verify pass, the packed decode steps (exact and fast, and the kernel
+    or batched products their rows take) and the packed prompts. Each decides once (engine/fast/
+    proofs.py); a decision already made is not made again."""
+    from engine.serving.packed import exact_rows_kernel_in_use, scripted_plan, scripted_prefill  # a server's
+
+    lone_pass_decision(lm)
+    verify_pass_decision(lm)
+    for exact in (True, False):
+        scripted_plan(lm, exact)
+    exact_rows_kernel_in_use(lm)  # the rows of a packed pass: the kernel, batched products or a loop, per weight
+    scripted_prefill(lm)
+
+
+def format_proofs(proofs: Sequence[Proof]) -> str:
+    """A table of decisions, one a row: path, model, threads, proven, why."""
+    rows = [(p.path, p.model, p.threads_text, "yes" if p.proven else "no", p.why) for p in proofs]
+    widths = [max(len(row[i]) for row in [PROOF_COLUMNS, *rows]) for i in range(len(PROOF_COLUMNS) - 1)]
+    return "\n".join("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
+                     for row in [PROOF_COLUMNS, *rows])

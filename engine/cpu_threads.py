@@ -3,9 +3,9 @@
 The sampler works on one vocabulary-sized vector (49,152 floats for SmolLM2). That is just
 over torch's parallel grain size, so every element-wise op splits across the intra-op
 threads, and each split waits for all its threads. When another process holds a core (the
-browser drawing the chart, on a 2-core machine) that wait is a whole scheduler slice,
-and re-sampling on two threads is many times slower in its worst case than on one (the
-table in docs/decisions.md, measured by `bench.engine_bench`).
+browser drawing the chart, on a machine with few cores) that wait is a whole scheduler slice,
+and re-sampling on two threads is many times slower in its worst case than on one
+(`python -m bench.engine_bench`; figures in docs/benchmarks.md).
 
 Why a thread of its own: with torch's OpenMP build, each thread keeps its own thread count,
 and the last count set anywhere becomes the one threads started later begin with. Lowering
@@ -43,8 +43,8 @@ def _become_single_threaded() -> None:
     # parallel op; have that happen now, so the count set next is not overwritten later. The op
     # is below torch's grain size, so it runs on this thread alone: one that split across two
     # would leave this thread a team of OpenMP threads of its own, and while it lives every
-    # forward pass on the visitors' threads took 36 ms instead of 23 (`bench.engine_bench`, a
-    # Sapphire Rapids, 3 December 2026)
+    # forward pass on the visitors' threads is markedly slower (`python -m bench.engine_bench`;
+    # figures in docs/benchmarks.md)
     torch.get_num_threads()
     torch.ones(16).add_(1)
     torch.set_num_threads(1)

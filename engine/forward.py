@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from engine.fast.lone import LoneDecision, lone_decision, lone_step, verify_decision, verify_rows
+from engine.fast import LoneDecision, lone_decision, lone_step, verify_decision, verify_rows
 from engine.loading import LoadedModel
 
 
@@ -52,7 +52,7 @@ def plain_head(lm: LoadedModel) -> torch.nn.Linear | None:
 def _head_rows(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
     """The head on a few positions `[keep, hidden] -> [keep, vocab]`, as W h^T: on the CPU, MKL
     multiplies a handful of rows by the 49,152 x 576 head several times slower in F.linear's
-    layout (h W^T) than as W h^T (`bench.speculative_bench`; figures in docs/decisions.md)."""
+    layout (h W^T) than as W h^T (`python -m bench.speculative_bench`; figures in docs/benchmarks.md)."""
     logits = (head.weight @ hidden.T).T  # [keep, vocab]
     return logits if head.bias is None else logits + head.bias
 

@@ -19,7 +19,7 @@ logits, cache entries, states and attention weights, all `torch.equal`; elsewher
   last position, through the model's final norm (each row with its own statistics) and the LM
   head, softmax. The last layer's lens is the step's own distribution: the model's logits. The
   rows below it go through the head in one pass over its weight (engine/fast/lens_kernel.py):
-  the CPU's matrix product took twice as long on the whole 113 MB head at once.
+  the CPU's matrix product is slow on the whole head at once (`python -m bench.inside_bench`).
 - Attention: softmax(q · Kᵀ · scaling + mask) for the fed token's query against every cached
   key, per query head (with grouped-query attention, query head h reads KV head h // group).
 - Time: per layer, its attention and its MLP, measured in the pass; bytes: each layer's weights
@@ -29,7 +29,6 @@ logits, cache entries, states and attention weights, all `torch.equal`; elsewher
 from __future__ import annotations
 
 import copy
-import logging
 import math
 import threading
 import time
@@ -44,11 +43,20 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from engine.errors import SettingsError
-from engine.fast import scripted_llama
-from engine.fast.lens_kernel import kernel_usable as lens_kernel_usable
-from engine.fast.lens_kernel import lens_linear, lens_statistics
-from engine.fast.lone import LonePass, lone_pass, plain_filled
-from engine.fast.scripted_llama import LayerParts
+from engine.fast import (
+    LayerParts,
+    LonePass,
+    Verdict,
+    compiled_layer_parts,
+    lens_kernel_usable,
+    lens_linear,
+    lens_statistics,
+    lone_pass,
+    plain_filled,
+    proven,
+    refused,
+    settle,
+)
 from engine.forward import cache_length, crop_cache, eager_step, new_cache, on_cpu, plain_head
 from engine.kvcache import same_entries
 from engine.loading import LoadedModel
@@ -57,7 +65,6 @@ from engine.sampling import entropy_bits
 INSIDE_ATTENTION = "token_by_token_inside"  # the twin's attention implementation
 PROBE_IDS = (1, 2, 3, 4, 5, 6)  # a short prompt for the twin's probe
 
-_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -186,24 +193,21 @@ def _over_positions(weights: torch.Tensor, width: int) -> torch.Tensor:
     return weights[..., :width]
 
 
-_twins: weakref.WeakKeyDictionary[PreTrainedModel, PreTrainedModel | None] = weakref.WeakKeyDictionary()
-_twins_lock = threading.Lock()
+TWIN_PATH = "inside view's twin"  # the paths' names in engine/fast/proofs.py's registry
+PARTS_PATH = "inside view on the lone pass"
 
 
 def inside_twin(lm: LoadedModel) -> PreTrainedModel | None:
     """The model's instrumented twin, or None where it cannot be made or its probe pass does not
     give the model's own logits and cache entries (torch.equal) on this machine."""
-    with _twins_lock:
-        if lm.model not in _twins:
-            _twins[lm.model] = _probed_twin(lm)
-        return _twins[lm.model]
+    return settle(TWIN_PATH, lambda: _probed_twin(lm), owner=lm.model, name=lm.name, per_thread=False).value
 
 
-def _probed_twin(lm: LoadedModel) -> PreTrainedModel | None:
+def _probed_twin(lm: LoadedModel) -> Verdict:
     model = lm.model
     lone = model.config._attn_implementation
     if lone not in ALL_ATTENTION_FUNCTIONS or lone not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
-        return None
+        return refused(f"the model's attention ({lone}) has no function the twin can call")
     AttentionInterface.register(INSIDE_ATTENTION, inside_attention)  # only once a visitor looks inside
     AttentionMaskInterface.register(INSIDE_ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS._global_mapping[lone])
     shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
@@ -211,14 +215,16 @@ def _probed_twin(lm: LoadedModel) -> PreTrainedModel | None:
     twin.config._attn_implementation = INSIDE_ATTENTION
     twin.config.lone_attention_implementation = lone
     if _layers(twin) is None:
-        return None
+        return refused("the model's decoder has no list of layers to hook")
     _hook(twin)
     ours, theirs = new_cache(lm), new_cache(lm)
     ids = torch.tensor([list(PROBE_IDS)], device=lm.device)
     with torch.inference_mode():
         expected = model(input_ids=ids, past_key_values=theirs, use_cache=True, logits_to_keep=1).logits
         got = twin(input_ids=ids, past_key_values=ours, use_cache=True, logits_to_keep=1).logits
-    return twin if torch.equal(expected, got) and same_entries(ours, theirs) else None
+    if not (torch.equal(expected, got) and same_entries(ours, theirs)):
+        return refused("its probe pass differed from the model's in logits or cache entries")
+    return proven("probed equal to the model's pass, logits and cache, torch.equal", twin)
 
 
 def _layers(model: nn.Module) -> Sequence[nn.Module] | None:
@@ -317,9 +323,6 @@ def _twin_pass(lm: LoadedModel, twin: PreTrainedModel, token_ids: list[int], cac
 # ---- a decode step in parts, on the fast lone pass ---------------------------------------------
 
 PROBE_STEPS = (7, 3, 11)  # tokens decoded after PROBE_IDS, each way, by the parts' probe
-_parts: weakref.WeakKeyDictionary[PreTrainedModel, dict[int, tuple[LonePass, LayerParts] | None]] = \
-    weakref.WeakKeyDictionary()
-_parts_lock = threading.Lock()
 
 
 def _pass_in_parts(lm: LoadedModel, parts: tuple[LonePass, LayerParts], token_id: int, cache: DynamicCache
@@ -345,24 +348,24 @@ def _pass_in_parts(lm: LoadedModel, parts: tuple[LonePass, LayerParts], token_id
 def _proven_parts(lm: LoadedModel) -> tuple[LonePass, LayerParts] | None:
     """The fast pass and its compiled parts, where a probe at this thread count showed them
     giving the twin's logits, cache entries, states and attention weights (torch.equal)."""
-    threads = torch.get_num_threads()
-    with _parts_lock:
-        known = _parts.setdefault(lm.model, {})
-        if threads not in known:
-            try:
-                known[threads] = _probed_parts(lm)
-            except Exception:  # whatever went wrong, the twin still shows the pass
-                known[threads] = None
-            _log.info("looking inside decode steps of %s at %d threads: %s", lm.name, threads,
-                      "the fast lone pass in parts (probed equal to the twin)" if known[threads] else "the eager twin")
-        return known[threads]
+    def guarded() -> Verdict:
+        try:
+            return _probed_parts(lm)
+        except Exception as error:  # whatever went wrong, the twin still shows the pass
+            return refused(f"its probe failed ({type(error).__name__})", warn=True)
+
+    return settle(PARTS_PATH, guarded, owner=lm.model, name=lm.name).value
 
 
-def _probed_parts(lm: LoadedModel) -> tuple[LonePass, LayerParts] | None:
-    fast, layer_parts = lone_pass(lm, eager_step), scripted_llama.compiled_layer_parts()
+def _probed_parts(lm: LoadedModel) -> Verdict:
+    fast, layer_parts = lone_pass(lm, eager_step), compiled_layer_parts()
     twin = inside_twin(lm)
-    if fast is None or layer_parts is None or twin is None:
-        return None
+    if fast is None:
+        return refused("the fast lone pass is not in use")
+    if layer_parts is None:
+        return refused("TorchScript could not compile the pass's parts")
+    if twin is None:
+        return refused("the twin is not in use")
     vocab = lm.vocab_size
     ours, theirs = new_cache(lm), new_cache(lm)
     with torch.inference_mode():
@@ -377,8 +380,11 @@ def _probed_parts(lm: LoadedModel) -> tuple[LonePass, LayerParts] | None:
                 and all(torch.equal(expected.attention[k], got.attention[k]) for k in expected.attention)
                 and expected.kv_bytes == got.kv_bytes)
         if not same:
-            return None
-    return (fast, layer_parts) if same_entries(ours, theirs) else None
+            return refused("its probe differed from the twin in logits, states, attention or bytes read")
+    if not same_entries(ours, theirs):
+        return refused("its probe differed from the twin in cache entries")
+    return proven("probed equal to the twin: logits, cache entries, states and attention weights, torch.equal",
+                  (fast, layer_parts))
 
 
 # ---- the view, for a step and its pick -------------------------------------------------------

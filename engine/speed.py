@@ -20,7 +20,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.errors import SettingsError
-from engine.fast.lone import weight_products
+from engine.fast import weight_products
 from engine.forward import crop_cache, forward, forward_one, lone_pass_decision, new_cache
 from engine.kvcache import KVGeometry, KVSnapshot, read_kv
 from engine.loading import LoadedModel

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from engine import LoadedModel
-from engine.fast.lone import LonePass
+from engine.fast import LonePass
 
 
 @contextmanager

@@ -1,21 +1,31 @@
 // Several rows through a linear layer at once, each row with the digits of its own 1-row product.
 //
-// Why: on this CPU, torch's 1-row product (MKL's sgemv) sums a row's products in a fixed
-// order (engine/fast/exact_rows_kernel.py probes it): four lanes, lane j taking products 4c + j in turn
-// (lane 0 starts with the first four products summed one by one), each product rounded before
-// it is added (no fused multiply-add), then (lane 0 + lane 2) + (lane 1 + lane 3). That order
-// does not depend on the other rows, so one pass over the weight can serve every row: a weight
-// row is read once for all rows instead of once a row, as the batched 1-row products do.
+// Why: torch's 1-row product on the CPU (MKL's sgemv) sums a row's products in a fixed order.
+// The order depends on the CPU, the shapes and the thread count, never on the values, and the
+// other rows do not change it. So it can be measured (tests/engine/test_exact_rows_kernel.py's
+// meeting sizes: one huge value, its negative and ones elsewhere; the sum counts the ones added
+// after the two met), and one pass over the weight can serve every row: a weight row is read once
+// for all rows instead of once a row, as the batched 1-row products do.
 //
-// Compiled with -ffp-contract=off so that no multiply and add are ever fused.
+// The summation orders. This is the one place that explains them; every other mention points here.
+// - "four lanes" (MKL's kernel on AVX2 and earlier AVX-512 CPUs): lane j takes products 4c + j
+//   in turn, lane 0 starting with products 0 to 3 summed one by one; each product is rounded
+//   before it is added (no fused multiply-add); then (lane 0 + lane 2) + (lane 1 + lane 3). The
+//   same for every input length and every output count that is a multiple of four.
+// - "sixteen fused lanes" (MKL's kernel on a Sapphire Rapids Xeon, AVX-512): lane 0 starts with
+//   product 0; lane l then takes products 1 + l + 16c in turn, c = 0, 1, ... while sixteen remain,
+//   each with a fused multiply-add; the lanes are halved (l + l+8, l + l+4, l + l+2, l + l+1); the
+//   r < 16 products left are fused into a vector holding that total in lane 0 and zero elsewhere,
+//   which is halved again. There each of MKL's threads takes a contiguous share of the outputs,
+//   and the last outputs of a share that is not a multiple of four are summed in yet another
+//   order, which this kernel does not copy (the shape probe finds such shapes; none of the bundled
+//   model's is one).
+// `set_sum_order` picks the order. exact_rows_kernel.py probes which one this CPU's product takes
+// when the kernel is built, then every weight shape at every thread count before a pass uses it
+// (the decisions: engine/fast/proofs.py; the paths: docs/fast-paths.md).
 //
-// Other CPUs make MKL take another kernel, with another order. Measured on a Sapphire Rapids
-// (AVX-512, tests/engine/test_exact_rows_kernel.py's meeting sizes, then every product of the
-// model's shapes bit for bit): sixteen lanes with fused multiply-adds. Lane 0 starts with
-// product 0; lane l then takes products 1 + l + 16c in turn, c = 0, 1, ... while sixteen remain;
-// the lanes are halved (l + l+8, l + l+4, l + l+2, l + l+1); the r < 16 products left are fused
-// into a vector holding that total in lane 0 and zero elsewhere, which is halved again.
-// `set_sum_order` picks the order (exact_rows_kernel.py probes which one this CPU's product takes).
+// Compiled with -ffp-contract=off so that no multiply and add are ever fused by the compiler: the
+// four lanes order rounds each product, and the fused order fuses with explicit intrinsics.
 
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -43,14 +53,15 @@ namespace {
 //
 // Why: the server runs with OMP_WAIT_POLICY=PASSIVE (its idle threads must not spin while page
 // scripts need the cores), so every OpenMP parallel region first wakes a sleeping thread. A decode
-// step makes 121 of them here, and the wake-ups took a lone step's products from 20.4 to 28.6 ms
-// (measured on a Sapphire Rapids, 3 December 2026). This thread spins for a short while after
-// each call, through the gaps between one step's products, and then sleeps. The split changes
-// no digit: each output is summed whole by one thread either way.
+// step opens one per product call, and the wake-ups made a lone step's products markedly slower
+// (`python -m bench.lone_bench`; figures in docs/benchmarks.md). This thread spins for a short
+// while after each call, through the gaps between one step's products, and then sleeps. The split
+// changes no digit: each output is summed whole by one thread either way.
 
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(300);
 // One visitor's rows only (a lone step, a verify pass): several visitors' packed passes keep
-// OpenMP's threads, for with the helper 10 and 30 visitors made 10-15 % fewer tokens a second.
+// OpenMP's threads, for with the helper a class of visitors made fewer tokens a second
+// (`python -m bench.sched_bench`; docs/benchmarks.md).
 constexpr int64_t kPairMaxRows = 16;
 
 inline void cpu_relax() {
@@ -112,8 +123,8 @@ class PairWorker {
 };
 
 // Whether OpenMP's idle threads sleep (OMP_WAIT_POLICY=PASSIVE, as the server runs): only then does
-// the helper pay. Where they spin (the default), a spinning helper beside them took the step from
-// 23 to 68 ms on two cores.
+// the helper pay. Where they spin (the default), a spinning helper competes with them for the
+// cores and made the step several times slower (`python -m bench.lone_bench`; docs/benchmarks.md).
 bool openmp_threads_sleep() {
   static const bool sleep = [] {
     const char* policy = std::getenv("OMP_WAIT_POLICY");
@@ -247,8 +258,8 @@ void one_row_block(const float* x, const float* w, int64_t in, const int64_t* o,
   for (; c < 4 && c < chunks; ++c)  // up to the first 16 inputs' end, a chunk at a time
     for (int g = 0; g < groups; ++g) acc[g] = acc[g] + chunk_products(w_rows[g], x, c);
   // the next block's rows, fetched into the cache while this block's are summed: each weight row
-  // is only a few KB, too short for the CPU's own prefetcher to get going (measured: 2-thread
-  // products 24-25 ms a step instead of 25-30, alternating builds)
+  // is only a few KB, too short for the CPU's own prefetcher to get going (alternating builds of
+  // `python -m bench.lone_bench` measured it; docs/benchmarks.md)
   const int64_t ahead = static_cast<int64_t>(groups) * kOutputsPerBlock * in;
   for (; c + 4 <= chunks; c += 4) {  // 16 inputs of each output at a time
     const v16 x16 = load16(x + c * 4);
@@ -278,11 +289,10 @@ constexpr bool kPackedRowsPay = true;  // the packed path, four rows to a vector
 constexpr bool kPackedRowsPay = false;
 #endif
 // Up to this many rows go row by row even where the packed path pays: padded to whole vectors and
-// given one thread per 4M products, it took a verify pass's 2 or 3 rows 2-3x as long as one row
-// (a Zen 5 EPYC, 4 December 2026: query, key and value of all 30 layers 5.8 ms at 2 rows against
-// 2.2 at 1; row by row 1.3-1.6). At 9 to 12 rows the two paths tied there (a whole verify pass
-// 31-34 ms against 33-38), and builds with 9 or 16 here made the single-row path's lone step
-// 1.5-3 ms slower than this one (alternated builds, 4 of 4 pairs, `bench.rows_bench`): so 8.
+// given one thread per 4M products, the packed path took a verify pass's 2 or 3 rows several times
+// as long as one row, where row by row they cost little more; a little above 8 rows the two paths
+// tie, and builds with a larger bound here made the single-row path's lone step slower
+// (alternated builds, `python -m bench.rows_bench`; docs/benchmarks.md): so 8.
 constexpr int64_t kRowByRowMaxRows = 8;
 constexpr int kOneRowGroups = 2;  // outputs in flight: 2 x 4 weight rows streamed at once
 
@@ -487,10 +497,10 @@ std::vector<torch::Tensor> rows_linears(const torch::Tensor& x_in, at::TensorLis
     return outs;
   }
   // A few rows (kRowByRowMaxRows) go row by row, and any number without AVX-512: there the
-  // packed kernel's four-row vectors are split in two and its accumulators spill. On an AVX2 EPYC
-  // (3 December 2026) it took 1.8 / 8.3 / 17.5 ms for a layer's gate and up at 2 / 5 / 30 rows,
-  // where 1-row products row by row took 0.7 / 1.6 / 6.9. Row by row through the single-row
-  // kernel, a block of weight rows fetched once: 0.3 / 0.8 / 4.6 ms, the same digits.
+  // packed kernel's four-row vectors are split in two and its accumulators spill, and it was
+  // slower than even 1-row products row by row; row by row through the single-row kernel, a block
+  // of weight rows fetched once, was the fastest of the three, with the same digits
+  // (`python -m bench.rows_bench`; docs/benchmarks.md).
   if (rows <= kRowByRowMaxRows || !kPackedRowsPay)
     return one_row_linears(x, weights, outs, one_visitor && rows <= kPairMaxRows);
   std::vector<int64_t> first_block{0};  // weight i's output blocks start here

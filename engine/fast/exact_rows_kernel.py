@@ -4,55 +4,41 @@ of its own 1-row product (engine/fast/exact_rows_kernel.cpp).
 Why: an exact packed pass gives each visitor's row its own 1-row product, because that is the
 product a lone visitor's pass makes and this CPU's matrix kernels sum a row of a larger
 product in another order. As batched 1-row products (`torch.bmm`) every row reads the whole
-weight again: two thirds of a 15-visitor pass went there. But a 1-row product's order does not
+weight again, and most of a large class's pass went there. But a 1-row product's order does not
 depend on the values, so it can be measured, and a kernel that sums in that order can read each
-weight row once for all rows: a 15-visitor pass takes well under two thirds of the time
-(`bench.sched_bench`; figures in docs/benchmarks.md).
+weight row once for all rows (`python -m bench.sched_bench`; figures in docs/benchmarks.md).
 
-Measured here (tests/engine/test_exact_rows_kernel.py `meeting_sizes`: one huge value, its negative and
-ones elsewhere; the sum tells how many ones were added after the two met): torch's 1-row product on
-this machine (MKL's sgemv, float32) sums `in` products in four lanes, lane j taking products
-4c + j in turn, lane 0 starting with products 0 to 3 summed one by one; each product is rounded
-before it is added; then (lane 0 + lane 2) + (lane 1 + lane 3). The same for every input
-length that is a multiple of four and every output count that is a multiple of four.
-
-On a Sapphire Rapids Xeon MKL takes another kernel and the same measurement shows another
-order: sixteen lanes with fused multiply-adds, lane 0 starting with product 0 and lane l taking
-products 1 + l + 16c, the lanes halved, then the products left fused into a vector holding
-that total (exact_rows_kernel.cpp has the details). There each of MKL's threads takes a
-contiguous share of the outputs, and the last outputs of a share that is not a multiple of four
-are summed in yet another order, which the kernel does not copy (the probe finds such shapes;
-none of the bundled model's is one). The kernel can sum in either order; which one this CPU's
-product uses is probed when it is built (`sum_order`).
+The summation orders this CPU's 1-row product may use, and how they were measured, are
+explained once, in exact_rows_kernel.cpp's header. The kernel can sum in either; which one this
+CPU's product uses is probed when it is built (`sum_order`).
 
 A single row (a lone visitor's decode step) has its own path in the kernel: four outputs to a
-vector instead of four rows, so no lane is wasted, and both of this machine's threads share the
-weight's rows. It reads the model's weights at 24-31 GB/s where the 1-row product reaches 8-17
-(`bench.lone_bench`; figures in docs/benchmarks.md).
-In the four lanes order a few rows (a verify pass, a small class) go row by row through the
-single-row path, each block of weight rows fetched from memory once and summed against every
-row; so do any number where the build has no AVX-512, for there the packed path's four-row
-vectors spill (on an AVX2 EPYC a verify pass took 66-70 ms instead of 214; on a Zen 5 EPYC 2 or
-3 rows took the packed path 2-3x as long as one row, row by row about as long: docs/history.md has
-the figures).
+vector instead of four rows, so no lane is wasted, and the CPU's threads share the weight's
+rows; it reads the weights at close to memory speed where the 1-row product does not
+(`python -m bench.lone_bench`; docs/benchmarks.md). In the four lanes order a few rows (a verify
+pass, a small class) go row by row through the single-row path, each block of weight rows
+fetched from memory once and summed against every row; so do any number where the build has no
+AVX-512, for there the packed path's four-row vectors spill (`python -m bench.rows_bench`;
+docs/benchmarks.md, and docs/fast-paths.md for the paths).
 
-Nothing is assumed: the kernel is built with the machine's compiler on first use (about ten
-seconds, then kept in the cache folder, engine/loading.py's `cache_root`), and `kernel_agrees`
-checks it bit for bit against the row-by-row loop for each weight shape and thread count before
-a pass uses it. Where it cannot be built (no compiler) or a shape disagrees, the passes keep the
-batched 1-row products.
+Nothing is assumed: the kernel is built with the machine's compiler on first use (then kept in
+the cache folder, engine/loading.py's `cache_root`), and `kernel_agrees` checks it bit for bit
+against the row-by-row loop for each weight shape and thread count before a pass uses it (each
+decision kept in engine/fast/proofs.py's registry). Where it cannot be built (no compiler) or a
+shape disagrees, the passes keep the batched 1-row products.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from engine.fast import native_build
+from engine.fast.proofs import Verdict, proven, refused, settle, shape_name
 from engine.fast.row_products import one_row_products
 
 SOURCE = Path(__file__).with_name("exact_rows_kernel.cpp")
@@ -63,16 +49,15 @@ BUILD_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]  # never
 # it; the sixteen fused lanes order has its own code for 2, 3 and 4 rows, then groups of 1-4
 PROBE_ROWS = (2, 3, 4, 6, 7, 13)
 ONE_ROW_PROBES = 5  # rows of the single-row path's probe, one at a time
-# the orders the kernel can sum in (its set_sum_order codes): MKL's 1-row product on AVX2 and
-# earlier AVX-512 CPUs; and on a Sapphire Rapids (engine/fast/exact_rows_kernel.cpp describes both)
+# the orders the kernel can sum in, by their set_sum_order codes (exact_rows_kernel.cpp's header explains them)
 SUM_ORDERS = ("four lanes", "sixteen fused lanes")
 ORDER_PROBE_OUTPUTS, ORDER_PROBE_INPUTS = 128, 576
 
+KERNEL_PATH = "exact rows kernel"  # the paths' names in engine/fast/proofs.py's registry
+ONE_ROW_PATH = "exact rows kernel, one row"
+ROWS_PATH = "exact rows kernel, several rows"
+
 _log = logging.getLogger(__name__)
-_lock = threading.RLock()  # kernel_agrees holds it while the op it probes makes sure it is registered
-_built: bool | None = None  # None: not tried yet
-_order = "none"
-_agreement: dict[tuple, bool] = {}
 
 
 def kernel_available() -> bool:
@@ -80,42 +65,47 @@ def kernel_available() -> bool:
     (built on first call, its summation order then chosen). Either way the op exists afterwards,
     so scripted passes that name it compile: without the compiled kernel it is batched 1-row
     products, and never chosen."""
-    global _built
-    with _lock:
-        if _built is None:
-            _built = _build()
-            if _built:
-                _choose_sum_order()
-            else:
-                _register_fallback()
-        return _built
+    return _built_order() is not None
 
 
 def sum_order() -> str:
     """The summation order the kernel copies on this machine (one of SUM_ORDERS), or "none"
     where it is not built or neither order is this CPU's 1-row product's."""
-    kernel_available()
-    return _order
+    return _built_order() or "none"
 
 
-def _choose_sum_order() -> None:
+def _built_order() -> str | None:
+    """The order the built kernel sums in ("none": neither), or None where it could not be built."""
+    return settle(KERNEL_PATH, _build_and_choose, per_thread=False).value
+
+
+def _build_and_choose() -> Verdict:
+    if not _build():
+        _register_fallback()
+        return refused("it could not be built: the passes keep batched 1-row products")  # the build warned
+    order = _choose_sum_order()
+    if order == "none":
+        return refused("this CPU's 1-row product sums in neither of its orders", "none")
+    return proven(f"it sums in the {order} order, as this CPU's 1-row product (probe weight, one row and several)",
+                  order)
+
+
+def _choose_sum_order() -> str:
     """The first order whose products equal this CPU's 1-row products on a probe weight of the
     bundled model's width (one row and several): MKL picks its kernel by CPU, so the order is
     a property of the machine. `kernel_agrees` still probes every shape before a pass uses it."""
-    global _order
     generator = torch.Generator().manual_seed(11)
     weight = torch.randn((ORDER_PROBE_OUTPUTS, ORDER_PROBE_INPUTS), generator=generator)
     probe = torch.randn((max(PROBE_ROWS), ORDER_PROBE_INPUTS), generator=generator)
+    built = torch.ops.token_by_token.lone_rows_linear  # the op itself: the kernel is not yet declared available
     for code, name in enumerate(SUM_ORDERS):
         if not torch.ops.token_by_token.set_sum_order(code):
             continue  # this build lacks it (the fused order needs AVX-512)
-        if _agrees_on(probe, weight, one_row=True) and _agrees_on(probe, weight, one_row=False):
-            _order = name
-            _log.info("the exact rows kernel sums in the %s order, as this CPU's 1-row product", name)
-            return
+        if _agrees_on(probe, weight, one_row=True, multiply=built) and \
+                _agrees_on(probe, weight, one_row=False, multiply=built):
+            return name
     torch.ops.token_by_token.set_sum_order(0)
-    _order = "none"
-    _log.info("this CPU's 1-row product sums in neither of the exact rows kernel's orders; it is not used")
+    return "none"
 
 
 def kernel_agrees(weight: torch.Tensor, one_row: bool = False) -> bool:
@@ -128,23 +118,27 @@ def kernel_agrees(weight: torch.Tensor, one_row: bool = False) -> bool:
         return False
     if weight.shape[1] % 4 or weight.shape[1] < 8 or not kernel_available():
         return False
-    key = (tuple(weight.shape), weight.stride(), torch.get_num_threads(), one_row)
-    with _lock:
-        if key not in _agreement:
-            probe = torch.randn((max(PROBE_ROWS), weight.shape[1]), generator=torch.Generator().manual_seed(7))
-            _agreement[key] = _agrees_on(probe, weight, one_row)
-        return _agreement[key]
+
+    def probe() -> Verdict:
+        rows = torch.randn((max(PROBE_ROWS), weight.shape[1]), generator=torch.Generator().manual_seed(7))
+        if _agrees_on(rows, weight, one_row):
+            return proven("equal to 1-row products on random rows, torch.equal")
+        return refused("its sums differ from 1-row products on random rows", False)
+
+    return bool(settle(ONE_ROW_PATH if one_row else ROWS_PATH, probe, name=shape_name(weight),
+                       key=(tuple(weight.shape), weight.stride())).value)
 
 
-def _agrees_on(probe: torch.Tensor, weight: torch.Tensor, one_row: bool) -> bool:
-    """The kernel's products of `probe`'s rows equal to 1-row products: ONE_ROW_PROBES rows one
-    at a time (the single-row path) with `one_row`, else the first PROBE_ROWS rows at a time
-    (each of the kernel's paths)."""
+def _agrees_on(probe: torch.Tensor, weight: torch.Tensor, one_row: bool, multiply: Callable | None = None) -> bool:
+    """The kernel's products of `probe`'s rows (by `multiply`, else `lone_rows_linear`) equal to
+    1-row products: ONE_ROW_PROBES rows one at a time (the single-row path) with `one_row`, else
+    the first PROBE_ROWS rows at a time (each of the kernel's paths)."""
+    multiply = multiply or lone_rows_linear
     probe = probe[:ONE_ROW_PROBES] if one_row else probe
     loop = torch.cat([F.linear(probe[i:i + 1], weight) for i in range(probe.shape[0])])
     if one_row:
-        return torch.equal(torch.cat([lone_rows_linear(probe[i:i + 1], weight) for i in range(probe.shape[0])]), loop)
-    return all(torch.equal(lone_rows_linear(probe[:rows], weight), loop[:rows]) for rows in PROBE_ROWS)
+        return torch.equal(torch.cat([multiply(probe[i:i + 1], weight) for i in range(probe.shape[0])]), loop)
+    return all(torch.equal(multiply(probe[:rows], weight), loop[:rows]) for rows in PROBE_ROWS)
 
 
 def lone_rows_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -1,10 +1,10 @@
 // Rows through a large linear layer in one pass over its weight: the logit lens's product, every
 // layer's row through the LM head (engine/fast/lens_kernel.py).
 //
-// Why: with a few dozen rows, the CPU's matrix product (F.linear) runs at a third of its rate on a
-// square product, and in 512-row slices of the weight (113 MB for the bundled model's head) the
-// same product took half the time: what costs is taking the whole weight at once, not the
-// arithmetic. Here each weight row is read where it lies, once for every row of x: a block of
+// Why: with a few dozen rows, the CPU's matrix product (F.linear) runs at a fraction of its rate on
+// a square product, and in slices of the weight (the bundled model's head is 49,152 x 576) the same
+// product was faster: what costs is taking the whole weight at once, not the arithmetic
+// (`python -m bench.inside_bench`; figures in docs/benchmarks.md). Here each weight row is read where it lies, once for every row of x: a block of
 // weight rows stays in the L2 cache while each group of x rows (in L1) meets it.
 //
 // Not the digits of any other product (each output is a sum of fused multiply-adds in vector

@@ -1,12 +1,12 @@
 """The logit lens's product: every layer's hidden state through the LM head in one pass over the
 head (engine/fast/lens_kernel.cpp), for the view inside the forward pass (engine/inside.py).
 
-Why: 30 rows through the bundled model's 49,152 x 576 head is 1.7 GFLOP, and `F.linear` makes it
-at a third of the rate of a square product of the same machine; in 512-row slices of the head the
-same product took half the time, so what costs is taking the whole 113 MB weight at once (the
+Why: a few dozen rows through the bundled model's 49,152 x 576 head is a large product, and
+`F.linear` makes it at a fraction of the rate of a square product on the same machine; in slices
+of the head the same product was faster, so what costs is taking the whole weight at once (the
 matrix library copies it into its own layout first), not the arithmetic. The kernel reads each
-weight row where it lies, once for every row: on this repository's 2-core machine 27-36 ms where
-`F.linear` took 57-78 ms on the same minutes (`bench.inside_bench`).
+weight row where it lies, once for every row, and takes well under `F.linear`'s time
+(`python -m bench.inside_bench`; figures in docs/benchmarks.md).
 
 Its sums are fused multiply-adds in vector lanes: close to `F.linear` (a probe on first use
 checks it against a float64 product), not its digits. That is why only the lens of the layers
@@ -15,21 +15,20 @@ cannot be built or the probe disagrees, `F.linear` serves, and the log says so o
 
 The rows' statistics (top token, probabilities, the pick's rank, entropy) are one more op of the
 kernel: each row's softmax from float32 exponentials summed in double, closer to a float64
-softmax than torch's float32 one (entropy within 4e-7 bits where torch's is within 3e-5), in a
-quarter of the time.
+softmax than torch's float32 one (tests/engine/test_lens_kernel.py bounds both), in less time.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import threading
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from engine.fast import native_build
+from engine.fast.proofs import Verdict, proven, refused, settle
 
 SOURCE = Path(__file__).with_name("lens_kernel.cpp")
 BUILD_FLAGS = ["-O3", "-march=native", "-fopenmp"]
@@ -37,9 +36,9 @@ PROBE_SHAPES = ((13, 100, 77), (6, 64, 130), (1, 9, 5))  # rows, in, out: whole 
 MIN_VOCAB = 16  # the statistics read a row a vector (8 or 16 lanes) at a time: a smaller one goes to torch
 PROBE_TOLERANCE = 1e-5  # relative to the sum of |products| of each output: float32 rounding, not a wrong sum
 
+LENS_PATH = "lens kernel"  # the path's name in engine/fast/proofs.py's registry
+
 _log = logging.getLogger(__name__)
-_lock = threading.Lock()
-_usable: bool | None = None  # None: not tried yet
 
 
 def lens_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -55,7 +54,7 @@ def lens_statistics(rows: torch.Tensor, pick: int) -> list[tuple[int, float, flo
     """Per row of `rows [count, vocab]`: (top token, its p, the pick's p, the pick's rank, entropy in
     bits), each row's softmax taken in double from float32 exponentials, in one pass over the rows
     after a pass for their maxima (torch's softmax, max, comparison and log-softmax read them six
-    times: 9.5 against 2.3 ms for 30 rows of 49,152). None where the kernel is not usable or a
+    times; `python -m bench.inside_bench` times both). None where the kernel is not usable or a
     logit is not finite: the caller's torch path then says what those give."""
     if rows.dtype != torch.float32 or rows.device.type != "cpu" or rows.shape[-1] < MIN_VOCAB or not kernel_usable():
         return None
@@ -67,11 +66,24 @@ def lens_statistics(rows: torch.Tensor, pick: int) -> list[tuple[int, float, flo
 
 def kernel_usable() -> bool:
     """Whether the kernel is built, loaded and agrees with a float64 product (tried once)."""
-    global _usable
-    with _lock:
-        if _usable is None:
-            _usable = _built() and _agrees()
-        return _usable
+    return settle(LENS_PATH, _probe, per_thread=False).proof.proven
+
+
+def _probe() -> Verdict:
+    if not _built():
+        return refused("it could not be built: the logit lens uses F.linear")  # the build warned
+    return _agreement()
+
+
+def _agreement() -> Verdict:
+    """The built kernel's statistics and products against float64 ones."""
+    generator = torch.Generator().manual_seed(11)
+    if not _statistics_agree(generator):
+        return refused("its statistics disagree with float64 ones: the logit lens uses F.linear", warn=True)
+    if not _products_agree(generator):
+        return refused("its products disagree with a float64 product: the logit lens uses F.linear", warn=True)
+    return proven(f"its products within {PROBE_TOLERANCE:g} of float64 ones (relative to the sum of |products|), "
+                  "its statistics close to float64 ones; near F.linear's, not its digits")
 
 
 def _built() -> bool:
@@ -84,20 +96,15 @@ def _built() -> bool:
         return False
 
 
-def _agrees() -> bool:
-    generator = torch.Generator().manual_seed(11)
-    if not _statistics_agree(generator):
-        _log.warning("the lens kernel's statistics disagree with float64 ones on this machine; "
-                     "the logit lens uses F.linear")
-        return False
+def _products_agree(generator: torch.Generator) -> bool:
+    """The kernel's products against float64 ones, on shapes with whole tiles, a partial one and
+    lane tails."""
     for rows, size, out in PROBE_SHAPES:
         x, w = torch.randn(rows, size, generator=generator), torch.randn(out, size, generator=generator)
         ours = torch.ops.token_by_token_lens.lens_linear(x, w).double()
         exact = x.double() @ w.double().T
         scale = x.double().abs() @ w.double().abs().T
         if not bool(((ours - exact).abs() <= PROBE_TOLERANCE * scale).all()):
-            _log.warning("the lens kernel disagrees with a float64 product on this machine; "
-                         "the logit lens uses F.linear")
             return False
     return True
 

@@ -1,40 +1,39 @@
-"""A lone visitor's decode step with transformers' own digits, in less than half the time.
+"""A lone visitor's decode step with transformers' own digits, in much less time.
 
 Why: a decode step at batch 1 reads every weight once, so memory bandwidth bounds it, and the
 KV cache & speed page teaches exactly that. Transformers' eager pass does not get there on a
-CPU: its 1-row products (MKL's sgemv) read the weights at 8-17 GB/s on the model's small
-matrices, and some 700 small torch calls a step each pay Python's overhead.
+CPU: its 1-row products (MKL's sgemv) read the model's small matrices well below memory speed,
+and some 700 small torch calls a step each pay Python's overhead (`python -m bench.lone_bench`;
+figures in docs/benchmarks.md, the path in docs/fast-paths.md).
 
 This pass makes the same torch operations in the same order on the same shapes (the scripted
 Llama decode pass, engine/fast/scripted_llama.py, with one row) as one TorchScript call, and
 multiplies through the exact rows kernel's single-row path, which sums every output in the order
-this CPU's 1-row product does (engine/fast/exact_rows_kernel.py) while reading the weights at
-memory speed on both threads. So the logits and the cache's entries are the eager pass's, bit
-for bit.
+this CPU's 1-row product does (the orders: engine/fast/exact_rows_kernel.cpp's header) while
+reading the weights at close to memory speed. So the logits and the cache's entries are the
+eager pass's, bit for bit.
 
 Nothing is assumed. The pass is used for a model at a thread count only after a probe has run
 it beside the eager pass (several prompt lengths and positions) and found the logits and every
 cache entry `torch.equal`; and only where every linear layer goes through the kernel, itself
 probed per weight shape. Anywhere else (a model that is not a plain Llama decoder, another CPU
 whose 1-row product sums in another order, no compiler, a GPU, `TBT_LONE_PASS=eager`) the eager
-pass runs. The log says which, once per model and thread count, and `lone_decision` tells the
-KV cache & speed page.
+pass runs. The registry of proofs (engine/fast/proofs.py) keeps the decision and logs it, once
+per model and thread count, and `lone_decision` tells the KV cache & speed page.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache
 
 from engine.fast import exact_rows_kernel, scripted_llama
+from engine.fast.proofs import Verdict, proven, refused, settle
 from engine.kvcache import same_entries
 from engine.loading import LoadedModel
 
@@ -48,8 +47,6 @@ VERIFY_MAX_ROWS = 16  # a round's k + 1 (k <= 8) and a few unseen tokens; beyond
 VERIFY_PROBE = (((1, 2, 3), (5, 11)), ((7,), (3, 42, 9, 5)), (tuple(range(10, 47)), (4, 8, 15, 16, 23, 42, 6, 1, 2)))
 
 EagerStep = Callable[[LoadedModel, list[int], DynamicCache], torch.Tensor]  # logits [1, vocab]; the cache grows
-
-_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -138,9 +135,8 @@ class PartsSeen:
     marks: list[tuple[str, int, float]]  # (part, layer, perf_counter), as engine/inside.py's hooks mark them
 
 
-_lock = threading.RLock()  # the verify pass's decision takes the lone pass's inside it
-_decisions: weakref.WeakKeyDictionary[PreTrainedModel, dict[int, tuple[LoneDecision, LonePass | None]]] = \
-    weakref.WeakKeyDictionary()
+LONE_PATH = "lone decode step"  # the paths' names in engine/fast/proofs.py's registry
+VERIFY_PATH = "verify pass"
 
 
 def lone_step(lm: LoadedModel, token_ids: Sequence[int], cache: DynamicCache | None, eager: EagerStep
@@ -170,50 +166,42 @@ def plain_filled(cache: DynamicCache | None, lm: LoadedModel) -> bool:
 
 
 def _decided(lm: LoadedModel, eager: EagerStep) -> tuple[LoneDecision, LonePass | None]:
-    return _decided_once(_decisions, lm, eager, _decide, "lone decode steps",
-                         lambda decision: decision.path)
+    return _settled(LONE_PATH, lm, lambda: _decide(lm, eager))
 
 
-def _decided_once(table: weakref.WeakKeyDictionary, lm: LoadedModel, eager: EagerStep, decide: Callable,
-                  what: str, path: Callable[[LoneDecision], str]) -> tuple[LoneDecision, object]:
-    """`decide(lm, eager, threads)` once per model and thread count, kept in `table`; a decision
-    that raised is the eager pass's, with the reason. The log says which pass `what` take, once."""
-    threads = torch.get_num_threads()
-    with _lock:
-        known = table.setdefault(lm.model, {})
-        if threads not in known:
-            try:
-                known[threads] = decide(lm, eager, threads)
-            except Exception as error:  # whatever went wrong, transformers' pass is still right
-                known[threads] = LoneDecision(False, threads, f"its probe failed ({type(error).__name__})"), None
-            decision = known[threads][0]
-            _log.info("%s of %s at %d threads: %s (%s)", what, lm.name, threads, path(decision), decision.reason)
-        return known[threads]
+def _settled(path: str, lm: LoadedModel, decide: Callable[[], Verdict]) -> tuple[LoneDecision, object]:
+    """`decide()` once per model and thread count, kept in the registry of proofs (which logs it
+    once); a decision that raised is the eager pass's, with the reason."""
+    def guarded() -> Verdict:
+        try:
+            return decide()
+        except Exception as error:  # whatever went wrong, transformers' pass is still right
+            return refused(f"its probe failed ({type(error).__name__})", warn=True)
+
+    proof, fast = settle(path, guarded, owner=lm.model, name=lm.name)
+    return LoneDecision(proof.proven, proof.threads, proof.why), fast
 
 
 @torch.inference_mode()
-def _decide(lm: LoadedModel, eager: EagerStep, threads: int) -> tuple[LoneDecision, LonePass | None]:
-    def no(reason: str) -> tuple[LoneDecision, None]:
-        return LoneDecision(False, threads, reason), None
-
+def _decide(lm: LoadedModel, eager: EagerStep) -> Verdict:
     if os.environ.get(LONE_PASS_ENV, "").strip().lower() == "eager":
-        return no(f"{LONE_PASS_ENV}=eager")
+        return refused(f"{LONE_PASS_ENV}=eager")
     if lm.device.type != "cpu":
-        return no(f"the model runs on {lm.device.type}, where the kernel is not proven")
+        return refused(f"the model runs on {lm.device.type}, where the kernel is not proven")
     weights = scripted_llama.llama_weights(lm.model)
     if weights is None:
-        return no("the model is not a plain Llama decoder")
+        return refused("the model is not a plain Llama decoder")
     run = scripted_llama.compiled_pass()
     if run is None:
-        return no("TorchScript could not compile the pass")
+        return refused("TorchScript could not compile the pass")
     products = [w for w in weights.layers if w.dim() == 2] + [weights.head]
     if not all(exact_rows_kernel.kernel_agrees(w, one_row=True) for w in products):
-        return no("the single-row kernel does not sum as this CPU's 1-row product for every weight")
+        return refused("the single-row kernel does not sum as this CPU's 1-row product for every weight")
     layer_hows = [scripted_llama.LONE_ROWS if w.dim() == 2 else scripted_llama.ONE_PRODUCT for w in weights.layers]
     fast = LonePass(run, weights, layer_hows, [scripted_llama.LONE_ROWS])
     if not _probe_agrees(lm, fast, eager):
-        return no("its probe pass differed from the eager pass in logits or cache entries")
-    return LoneDecision(True, threads, "probed equal to transformers' pass, logits and cache, torch.equal"), fast
+        return refused("its probe pass differed from the eager pass in logits or cache entries")
+    return proven("probed equal to transformers' pass, logits and cache, torch.equal", fast)
 
 
 def _probe_agrees(lm: LoadedModel, fast: LonePass, eager: EagerStep) -> bool:
@@ -230,10 +218,6 @@ def _probe_agrees(lm: LoadedModel, fast: LonePass, eager: EagerStep) -> bool:
         if not same_entries(ours, theirs):
             return False
     return True
-
-
-_verify_decisions: weakref.WeakKeyDictionary[PreTrainedModel, dict[int, tuple[LoneDecision, VerifyPass | None]]] = \
-    weakref.WeakKeyDictionary()
 
 
 def verify_rows(lm: LoadedModel, token_ids: Sequence[int], cache: DynamicCache | None, eager: EagerStep
@@ -254,31 +238,26 @@ def verify_decision(lm: LoadedModel, eager: EagerStep) -> LoneDecision:
 
 
 def _verify_decided(lm: LoadedModel, eager: EagerStep) -> tuple[LoneDecision, VerifyPass | None]:
-    return _decided_once(_verify_decisions, lm, eager, _decide_verify, "verify passes",
-                         lambda decision: "one row per decode step" if decision.fast
-                         else "transformers' multi-token pass")
+    return _settled(VERIFY_PATH, lm, lambda: _decide_verify(lm, eager))
 
 
 @torch.inference_mode()
-def _decide_verify(lm: LoadedModel, eager: EagerStep, threads: int) -> tuple[LoneDecision, VerifyPass | None]:
-    def no(reason: str) -> tuple[LoneDecision, None]:
-        return LoneDecision(False, threads, reason), None
-
+def _decide_verify(lm: LoadedModel, eager: EagerStep) -> Verdict:
     lone = _decided(lm, eager)
     if lone[1] is None:
-        return no(f"the lone pass is not in use ({lone[0].reason})")
+        return refused(f"the lone pass is not in use ({lone[0].reason})")
     run = scripted_llama.compiled_verify()
     if run is None:
-        return no("TorchScript could not compile the pass")
+        return refused("TorchScript could not compile the pass")
     weights = lone[1].weights
     products = [w for w in weights.layers if w.dim() == 2] + [weights.head]
     if not all(exact_rows_kernel.kernel_agrees(w) for w in products):
-        return no("the kernel's multi-row path does not sum as this CPU's 1-row product for every weight")
+        return refused("the kernel's multi-row path does not sum as this CPU's 1-row product for every weight")
     sequence = [scripted_llama.SEQUENCE_ROWS if how == scripted_llama.LONE_ROWS else how for how in lone[1].layer_hows]
     fast = VerifyPass(run, weights, sequence, [scripted_llama.SEQUENCE_ROWS])
     if not _verify_probe_agrees(lm, fast, eager):
-        return no("its probe pass differed from one-token eager steps in logits or cache entries")
-    return LoneDecision(True, threads, "probed equal to one-token eager steps, logits and cache, torch.equal"), fast
+        return refused("its probe pass differed from one-token eager steps in logits or cache entries")
+    return proven("probed equal to one-token eager steps, logits and cache, torch.equal", fast)
 
 
 def _verify_probe_agrees(lm: LoadedModel, fast: VerifyPass, eager: EagerStep) -> bool:

@@ -5,7 +5,7 @@ multiplies the prompts' rows as engine/serving/prompt_rows.py says: each row its
 Why: the eager packed pass (engine/serving/packed_twin.py) makes thousands of torch calls
 for a class of visitors. Each call lets go of the GIL and takes it back, and in a busy server
 every take waits behind a visitor's page script, which made the eager pass several times
-slower beside busy script threads than alone (`bench.gil_bench`; figures in docs/benchmarks.md). Here
+slower beside busy script threads than alone (`python -m bench.gil_bench`; figures in docs/benchmarks.md). Here
 the whole pass, every layer and every row, is one TorchScript call: the GIL is released once,
 on entry, and taken back once.
 
@@ -33,6 +33,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from engine.fast import exact_rows_kernel
+from engine.fast.proofs import Verdict, proven, refused, settle
 from engine.fast.row_products import group_products, one_row_products
 
 # how one linear layer multiplies a packed pass's rows (TorchScript cannot read module globals:
@@ -377,8 +378,7 @@ def run_verify(run: Callable, weights: "LlamaWeights", layer_hows: list[int], he
     return logits[0], normed[0]
 
 
-_compiled: dict[str, Callable] = {}
-_compile_failed = False
+COMPILE_PATH = "scripted passes"  # the path's name in engine/fast/proofs.py's registry
 
 
 def compiled_pass() -> Callable | None:
@@ -411,20 +411,21 @@ def compiled_layer_parts() -> LayerParts | None:
 
 
 def _compiled_functions() -> dict[str, Callable]:
-    global _compile_failed
-    if not _compiled and not _compile_failed:
-        exact_rows_kernel.kernel_available()  # registers the op the passes name (compiled, or a stand-in)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)  # still supported; see the module docstring
-                _compiled.update(decode=torch.jit.script(packed_logits), prefill=torch.jit.script(prefill_logits),
-                                 verify=torch.jit.script(verify_logits),
-                                 attention=torch.jit.script(lone_attention), mlp=torch.jit.script(lone_mlp),
-                                 head=torch.jit.script(lone_head))
-        except Exception:  # any failure to compile leaves the eager passes in charge
-            _compiled.clear()
-            _compile_failed = True
-    return _compiled
+    """Every scripted pass compiled by TorchScript, once; empty where any cannot be compiled."""
+    return settle(COMPILE_PATH, _compile, per_thread=False).value
+
+
+def _compile() -> Verdict:
+    exact_rows_kernel.kernel_available()  # registers the op the passes name (compiled, or a stand-in)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # still supported; see the module docstring
+            compiled = dict(decode=torch.jit.script(packed_logits), prefill=torch.jit.script(prefill_logits),
+                            verify=torch.jit.script(verify_logits), attention=torch.jit.script(lone_attention),
+                            mlp=torch.jit.script(lone_mlp), head=torch.jit.script(lone_head))
+    except Exception as error:  # any failure to compile leaves the eager passes in charge
+        return refused(f"TorchScript could not compile them ({type(error).__name__})", {}, warn=True)
+    return proven("compiled by TorchScript (each pass is probed against its eager one before use)", compiled)
 
 
 @dataclass(frozen=True)

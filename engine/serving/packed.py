@@ -7,7 +7,8 @@ pass's in the last bits (bench/batch_parity.py measures by how much). So a packe
 two kinds:
 - exact (the default): every linear layer gives each row its own 1-row product's digits. The
   scripted pass, from two rows, through a kernel that sums each row in the order the 1-row
-  product does and reads each weight once for all rows (engine/fast/exact_rows_kernel.py);
+  product does (the orders: engine/fast/exact_rows_kernel.cpp's header) and reads each weight
+  once for all rows;
   otherwise, and in the eager twin (engine/serving/packed_twin.py), as 1-row products, all
   rows in one batched call. Each visitor gets its lone pass's logits bit for bit.
 - fast: one B-row matrix product per layer from the library.
@@ -23,15 +24,31 @@ this CPU's products and probed on it: a model on a GPU runs every packed pass on
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from engine.fast import exact_rows_kernel, scripted_llama
+from engine.fast import (
+    LAYER_WEIGHTS,
+    LONE_ROWS,
+    ONE_PRODUCT,
+    ONE_ROW_PRODUCTS,
+    ROW_LOOP,
+    LlamaWeights,
+    Verdict,
+    compiled_pass,
+    compiled_prefill,
+    grows_layer_by_layer,
+    kernel_agrees,
+    llama_weights,
+    proven,
+    refused,
+    run_decode,
+    settle,
+)
 from engine.forward import cache_length, crop_cache, forward, new_cache, on_cpu
 from engine.kvcache import same_entries
 from engine.loading import LoadedModel
@@ -39,8 +56,8 @@ from engine.serving import packed_twin
 from engine.serving.packed_twin import ROWWISE_CHUNK
 from engine.serving.prompt_rows import RowKinds, measure_row_kinds, prompt_rows
 
-# rows from which one pass over a weight beats batched 1-row products: 3 visitors 54 tok/s through
-# the kernel against 34-37 through batched products (a Zen 5 EPYC, `bench.sched_bench --visitors 2,3`)
+# rows from which one pass over a weight beats batched 1-row products: already at a few visitors
+# the kernel made more tokens a second (`python -m bench.sched_bench --visitors 2,3`; docs/benchmarks.md)
 LONE_ROWS_FROM = 2
 
 
@@ -54,8 +71,8 @@ def forward_packed(lm: LoadedModel, token_ids: Sequence[int], caches: Sequence[D
     any other model, or any with `eager` (a benchmark's comparison), on its twin. If the pass
     fails, every cache is left as it was and the error is raised."""
     plan = None if eager else scripted_plan(lm, exact)
-    layers = None if plan is None else len(plan.weights.layers) // scripted_llama.LAYER_WEIGHTS
-    if plan is not None and all(scripted_llama.grows_layer_by_layer(cache, layers) for cache in caches):
+    layers = None if plan is None else len(plan.weights.layers) // LAYER_WEIGHTS
+    if plan is not None and all(grows_layer_by_layer(cache, layers) for cache in caches):
         return _forward_scripted(plan, token_ids, caches)
     return packed_twin.forward_twin(lm, token_ids, caches, exact)
 
@@ -67,7 +84,7 @@ class ScriptedPlan:
 
     lm: LoadedModel
     run: Callable
-    weights: scripted_llama.LlamaWeights
+    weights: LlamaWeights
     exact: bool
     hows: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)  # rows -> (layers, head slices)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -88,7 +105,7 @@ class ScriptedPlan:
 
     def _how(self, weight: torch.Tensor, rows: int) -> int:
         if not self.exact or weight.dim() != 2:  # norms' weights are not multiplied
-            return scripted_llama.ONE_PRODUCT
+            return ONE_PRODUCT
         return one_row_products_how(weight, rows)
 
 
@@ -96,7 +113,7 @@ def exact_rows_kernel_in_use(lm: LoadedModel) -> bool:
     """Whether exact packed passes of `lm` go through the exact rows kernel (engine/fast/exact_rows_kernel.py):
     a scripted pass whose linear layers take it once there are rows enough."""
     plan = scripted_plan(lm, exact=True)
-    return plan is not None and scripted_llama.LONE_ROWS in plan.hows_for(LONE_ROWS_FROM)[0]
+    return plan is not None and LONE_ROWS in plan.hows_for(LONE_ROWS_FROM)[0]
 
 
 def head_slices(head: torch.Tensor, chunk: int) -> list[torch.Tensor]:
@@ -109,15 +126,15 @@ def one_row_products_how(weight: torch.Tensor, rows: int) -> int:
     rows, in one pass over the weight where the kernel gives those digits for this shape
     (engine/fast/exact_rows_kernel.py); else in one batched call where the probe says it gives the row-by-row
     loop's digits; else one call a row."""
-    if rows >= LONE_ROWS_FROM and exact_rows_kernel.kernel_agrees(weight):
-        return scripted_llama.LONE_ROWS
+    if rows >= LONE_ROWS_FROM and kernel_agrees(weight):
+        return LONE_ROWS
     if rows > 1 and packed_twin.batched_rows_agree(weight, rows):
-        return scripted_llama.ONE_ROW_PRODUCTS
-    return scripted_llama.ROW_LOOP
+        return ONE_ROW_PRODUCTS
+    return ROW_LOOP
 
 
-_plans: weakref.WeakKeyDictionary[PreTrainedModel, dict[bool, ScriptedPlan | None]] = weakref.WeakKeyDictionary()
-_plans_lock = threading.Lock()
+PLAN_PATHS = {True: "packed decode steps, exact", False: "packed decode steps, fast"}  # names in the proofs' registry
+PREFILL_PATH = "packed prompts"
 PROBE_TOKENS = ((1, 2, 3), (4, 5, 6, 7, 8))  # two visitors of different lengths for the parity probe
 # prompts for the prompts' pass probe: a row of each kind engine/serving/prompt_rows.py tells apart
 PROBE_PROMPTS = ((7,), (1, 2, 3), (4, 5, 6, 7, 8, 9), tuple(range(10, 23)))
@@ -152,26 +169,39 @@ def scripted_plan(lm: LoadedModel, exact: bool = True) -> ScriptedPlan | None:
     packed pass."""
     if not scripted_passes_apply(lm):
         return None
-    with _plans_lock:
-        plans = _plans.setdefault(lm.model, {})
-        if exact not in plans:
-            plans[exact] = _probed_plan(lm, exact)
-        return plans[exact]
+    return settle(PLAN_PATHS[exact], lambda: _probed_plan(lm, exact), owner=lm.model, name=lm.name,
+                  per_thread=False).value
 
 
 @torch.inference_mode()
-def _probed_plan(lm: LoadedModel, exact: bool) -> ScriptedPlan | None:
-    weights = scripted_llama.llama_weights(lm.model)
-    run = scripted_llama.compiled_pass()
-    if weights is None or run is None or packed_twin.packed_twin(lm, exact) is None or not _sdpa_matches(lm, weights):
-        return None
+def _probed_plan(lm: LoadedModel, exact: bool) -> Verdict:
+    weights = llama_weights(lm.model)
+    run = compiled_pass()
+    if (why_not := _why_not_scripted(lm, weights, run, twin_of=exact)) is not None:
+        return refused(why_not)
     plan = ScriptedPlan(lm, run, weights, exact)
     twin_caches, plan_caches = ([_probe_cache(lm, ids)[1] for ids in PROBE_TOKENS] for _ in range(2))
     tokens = [9, 10]
     twin_logits = packed_twin.forward_twin(lm, tokens, twin_caches, exact)
     plan_logits = _forward_scripted(plan, tokens, plan_caches)
-    same = torch.equal(twin_logits, plan_logits) and _same_caches(twin_caches, plan_caches)
-    return plan if same else None
+    if not (torch.equal(twin_logits, plan_logits) and _same_caches(twin_caches, plan_caches)):
+        return refused("its probe pass differed from the eager twin's in logits or cache entries")
+    return proven("probed equal to the eager twin, logits and cache, torch.equal", plan)
+
+
+def _why_not_scripted(lm: LoadedModel, weights: LlamaWeights | None, run: Callable | None,
+                      twin_of: bool | None = None) -> str | None:
+    """Why a scripted pass cannot stand in for `lm`'s, or None where it may be probed (with
+    `twin_of`, a packed pass: its eager twin of that kind must exist to be probed against)."""
+    if weights is None:
+        return "the model is not a plain Llama decoder"
+    if run is None:
+        return "TorchScript could not compile the pass"
+    if twin_of is not None and packed_twin.packed_twin(lm, twin_of) is None:
+        return "the model's attention has no packed twin to probe against"
+    if not _sdpa_matches(lm, weights):
+        return "transformers' sdpa attention makes another call than the scripted pass"
+    return None
 
 
 @dataclass(frozen=True)
@@ -180,7 +210,7 @@ class ScriptedPrefill:
 
     lm: LoadedModel
     run: Callable
-    weights: scripted_llama.LlamaWeights
+    weights: LlamaWeights
 
     def row_kinds(self) -> RowKinds | None:
         """Which product gives each prompt row its lone digits, at this thread's count."""
@@ -193,35 +223,31 @@ class ScriptedPrefill:
         return [one_row_products_how(part, prompts) for part in head_slices(self.weights.head, chunk)], chunk
 
 
-_prefills: weakref.WeakKeyDictionary[PreTrainedModel, ScriptedPrefill | None] = weakref.WeakKeyDictionary()
-
-
 def scripted_prefill(lm: LoadedModel) -> ScriptedPrefill | None:
     """The scripted pass that reads several prompts into empty caches, or None where the model
     is not on the CPU or not a plain Llama decoder, it cannot be compiled, or its probe does not
     give each prompt's lone prefill's logits and cache (torch.equal)."""
     if not scripted_passes_apply(lm):
         return None
-    with _plans_lock:
-        if lm.model not in _prefills:
-            _prefills[lm.model] = _probed_prefill(lm)
-        return _prefills[lm.model]
+    return settle(PREFILL_PATH, lambda: _probed_prefill(lm), owner=lm.model, name=lm.name, per_thread=False).value
 
 
 @torch.inference_mode()
-def _probed_prefill(lm: LoadedModel) -> ScriptedPrefill | None:
-    weights = scripted_llama.llama_weights(lm.model)
-    run = scripted_llama.compiled_prefill()
-    if weights is None or run is None or not _sdpa_matches(lm, weights):
-        return None
+def _probed_prefill(lm: LoadedModel) -> Verdict:
+    weights = llama_weights(lm.model)
+    run = compiled_prefill()
+    if (why_not := _why_not_scripted(lm, weights, run)) is not None:
+        return refused(why_not)
     prefill = ScriptedPrefill(lm, run, weights)
     if (kinds := prefill.row_kinds()) is None:
-        return None
+        return refused("some prompt row's digits come from no product the stacked pass makes")
     lone_logits, lone_caches = zip(*(_probe_cache(lm, ids) for ids in PROBE_PROMPTS), strict=True)
     caches = [new_cache(lm) for _ in PROBE_PROMPTS]
     logits = _prefill_scripted(prefill, kinds, PROBE_PROMPTS, caches)
     same = all(torch.equal(a, b) for a, b in zip(lone_logits, logits, strict=True))
-    return prefill if same and _same_caches(lone_caches, caches) else None
+    if not (same and _same_caches(lone_caches, caches)):
+        return refused("its probe differed from lone prefills in logits or cache entries")
+    return proven("probed equal to each prompt's lone prefill, logits and cache, torch.equal", prefill)
 
 
 def _probe_cache(lm: LoadedModel, token_ids: Sequence[int]) -> tuple[torch.Tensor, DynamicCache]:
@@ -234,7 +260,7 @@ def _same_caches(caches: Sequence[DynamicCache], others: Sequence[DynamicCache])
     return all(same_entries(a, b) for a, b in zip(caches, others, strict=True))
 
 
-def _sdpa_matches(lm: LoadedModel, weights: scripted_llama.LlamaWeights) -> bool:
+def _sdpa_matches(lm: LoadedModel, weights: LlamaWeights) -> bool:
     """Whether transformers' sdpa attention makes, for one decode token, the call the scripted
     pass makes (with grouped heads: torch's own grouped-query attention)."""
     module = lm.model.get_decoder().layers[0].self_attn
@@ -287,6 +313,6 @@ def _prefill_scripted(prefill: ScriptedPrefill, kinds: RowKinds, prompts: Sequen
 
 def _forward_scripted(plan: ScriptedPlan, token_ids: Sequence[int], caches: Sequence[DynamicCache]) -> torch.Tensor:
     layer_hows, head_hows = plan.hows_for(len(caches))
-    logits = scripted_llama.run_decode(plan.run, plan.weights, layer_hows, head_hows, plan.head_chunk(), token_ids,
+    logits = run_decode(plan.run, plan.weights, layer_hows, head_hows, plan.head_chunk(), token_ids,
                                        caches)
     return on_cpu(plan.lm, logits)  # [rows, vocab]

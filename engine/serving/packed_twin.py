@@ -23,7 +23,8 @@ from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward, use_gqa_in_sdpa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from engine.fast import row_products
+from engine.fast import Verdict, proven, refused, settle, shape_name
+from engine.fast import one_row_products as batched_one_row_products
 from engine.forward import cache_length, crop_cache, on_cpu
 from engine.loading import LoadedModel
 
@@ -113,28 +114,29 @@ def one_row_products(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     """`F.linear(x, weight, bias)` for `x` `[1, rows, in]`, each row multiplied on its own."""
     rows = x.shape[-2]
     if bias is None and rows > 1 and batched_rows_agree(weight, rows):
-        products = row_products.one_row_products(x.reshape(rows, x.shape[-1]), weight)  # in one call
+        products = batched_one_row_products(x.reshape(rows, x.shape[-1]), weight)  # in one call
         return products.reshape(*x.shape[:-1], weight.shape[0])
     return torch.cat([F.linear(x[..., i:i + 1, :], weight, bias) for i in range(rows)], dim=-2)
 
 
-_agreement: dict[tuple, bool] = {}  # (weight shape, strides, dtype, device, rows, threads) -> the probe's answer
-_agreement_lock = threading.Lock()
+BATCHED_PATH = "batched 1-row products"  # the path's name in engine/fast/proofs.py's registry
 
 
 def batched_rows_agree(weight: torch.Tensor, rows: int) -> bool:
     """Whether a batched product of `rows` 1-row products gives the row-by-row loop's digits
     for a weight of this shape on this machine. Kernels choose their summation order by shape and
     thread count, not by value, so one probe on random numbers answers for that shape."""
-    key = (tuple(weight.shape), weight.stride(), weight.dtype, weight.device, rows, torch.get_num_threads())
-    with _agreement_lock:
-        if key not in _agreement:
-            probe = torch.randn((1, rows, weight.shape[1]), generator=torch.Generator().manual_seed(rows))
-            probe = probe.to(device=weight.device, dtype=weight.dtype)
-            loop = torch.cat([F.linear(probe[..., i:i + 1, :], weight) for i in range(rows)], dim=-2)
-            batched = row_products.one_row_products(probe[0], weight)  # the very call the passes make
-            _agreement[key] = torch.equal(batched.reshape(loop.shape), loop)
-        return _agreement[key]
+    def probe() -> Verdict:
+        sample = torch.randn((1, rows, weight.shape[1]), generator=torch.Generator().manual_seed(rows))
+        sample = sample.to(device=weight.device, dtype=weight.dtype)
+        loop = torch.cat([F.linear(sample[..., i:i + 1, :], weight) for i in range(rows)], dim=-2)
+        batched = batched_one_row_products(sample[0], weight)  # the very call the passes make
+        if torch.equal(batched.reshape(loop.shape), loop):
+            return proven("equal to the row-by-row loop on random rows, torch.equal")
+        return refused("its rows differ from the row-by-row loop's on random rows", False)
+
+    key = (tuple(weight.shape), weight.stride(), weight.dtype, weight.device, rows)
+    return bool(settle(BATCHED_PATH, probe, name=f"{shape_name(weight)}, {rows} rows", key=key).value)
 
 
 _twins: weakref.WeakKeyDictionary[PreTrainedModel, dict[bool, PreTrainedModel | None]] = weakref.WeakKeyDictionary()

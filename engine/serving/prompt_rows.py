@@ -1,8 +1,8 @@
 """Which matrix product gives each row of a prompt its lone pass's digits.
 
 A prompt read alone goes through each linear layer as ONE n-row matrix product. This CPU's
-matrix kernels do not sum every row of such a product alike. Measured on SmolLM2's five
-weight shapes (MKL, two threads, this machine), there are three kinds of row:
+matrix kernels do not sum every row of such a product alike. Measured with MKL on SmolLM2's five
+weight shapes at two threads (docs/fast-paths.md), there are three kinds of row:
   - big: every row of a product of 12 rows or more, and below 12 rows every row in a whole
     group of four, has the digits that row gets in any large product;
   - small: below 12 rows, the last one to three rows go through another kernel, whose digits
@@ -12,8 +12,9 @@ weight shapes (MKL, two threads, this machine), there are three kinds of row:
 So several prompts need not be read one product each, most of them a few-row product (slow:
 it reads each weight from the cache for every few rows). Stacked end to end, all their big rows
 go through ONE product, their small rows three to a product in one batched call, each single
-row alone, and every row keeps the digits of its own prompt's lone pass. Thirty short prompts
-are read about four times faster than one product each (0.58 s against 2.3-2.8 s).
+row alone, and every row keeps the digits of its own prompt's lone pass. A class's short prompts
+are read several times faster than one product each (`python -m bench.sched_bench`; figures in
+docs/benchmarks.md).
 
 Which row is which kind is not assumed: `measure_row_kinds` measures it on this machine's
 kernels for the model's weight shapes and the thread count, and where any row fits none of the
@@ -22,14 +23,13 @@ three kinds, or the shapes disagree, it answers None and prompts are read one pa
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from engine.fast.scripted_llama import PromptRows, group_products
+from engine.fast import PromptRows, Verdict, group_products, proven, refused, settle
 
 BIG, SMALL, SINGLE = "big", "small", "single"
 SMALL_GROUP = 3  # small rows go three to a product
@@ -55,21 +55,25 @@ class RowKinds:
                     max(rows, max(self.by_length) + 1))
 
 
-_measured: dict[tuple, RowKinds | None] = {}
-_measured_lock = threading.Lock()
+KINDS_PATH = "prompt row kinds"  # the path's name in engine/fast/proofs.py's registry
 
 
 def measure_row_kinds(weights: Sequence[torch.Tensor]) -> RowKinds | None:
     """The row kinds for the linear layers' `weights` on this machine and thread count, or None
     where a row fits no kind or two weight shapes disagree. Measured once per set of shapes."""
     shapes = sorted({(tuple(w.shape), w.dtype, w.device) for w in weights if w.dim() == 2}, key=str)
-    key = (tuple(shapes), torch.get_num_threads())
-    with _measured_lock:
-        if key not in _measured:
-            tables = [_kinds_for_shape(*shape) for shape in shapes]
-            same = bool(tables) and all(table == tables[0] for table in tables)
-            _measured[key] = RowKinds(tables[0]) if same and tables[0] is not None else None
-        return _measured[key]
+
+    def probe() -> Verdict:
+        tables = [_kinds_for_shape(*shape) for shape in shapes]
+        if not tables or any(table is None for table in tables):
+            return refused("some row's digits fit no kind (big, small, single)")
+        if any(table != tables[0] for table in tables):
+            return refused("the weight shapes sort their rows differently")
+        return proven("every row of prompts of 1 to 16 tokens equal to its kind's product, longer ones to a large "
+                      "product's, torch.equal", RowKinds(tables[0]))
+
+    name = "weights " + ", ".join("x".join(map(str, shape[0])) for shape in shapes)
+    return settle(KINDS_PATH, probe, name=name, key=tuple(shapes)).value
 
 
 @torch.inference_mode()

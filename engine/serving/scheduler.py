@@ -2,19 +2,19 @@
 
 Each visitor's generation runs on its own thread (Streamlit runs each session's script on
 one). Left alone, thirty of them would run thirty forward passes at once, their thread teams
-fighting over the cores, each pass many times slower than alone (`bench.sched_bench`'s
-"direct" mode). Here every pass waits in one queue and one
+fighting over the cores, each pass many times slower than alone (`python -m bench.sched_bench`'s
+"direct" mode; figures in docs/benchmarks.md). Here every pass waits in one queue and one
 worker thread runs them, and the decode steps that are waiting together go through the model
 as ONE packed pass (continuous batching): each weight is read once for all of them.
 
 Numbers: a pass alone in its round is the plain batch-1 pass, so a visitor alone gets
 transformers' own numbers. How a packed pass multiplies (engine/serving/packed.py) is the `batching`
 setting, the server's TBT_BATCHING:
-  - "exact" (default): each row summed in the order its lone 1-row product sums it, every
-    weight read once for all rows (engine/fast/exact_rows_kernel.py): every visitor gets bit for bit the
-    numbers it would get alone. On the CPU only: on a GPU no packed pass is proven to keep the
-    lone digits, so there "exact" runs every pass alone (engine/serving/packed.py
-    `scripted_passes_apply`);
+  - "exact" (default): each row summed in the order its lone 1-row product sums it (the
+    orders: engine/fast/exact_rows_kernel.cpp's header), every weight read once for all rows:
+    every visitor gets bit for bit the numbers it would get alone. On the CPU only: on a GPU no
+    packed pass is proven to keep the lone digits, so there "exact" runs every pass alone
+    (engine/serving/packed.py `scripted_passes_apply`);
   - "fast": one library matrix product for all rows; logits within ~1e-4 of the lone numbers
     (bench/batch_parity.py); on a CPU where the exact kernel is built, no faster;
   - "off": no batching, every pass alone, one at a time.
@@ -64,7 +64,7 @@ RECENT_PASSES = 40  # batch sizes kept for the stats
 # interval makes such a pass several times faster beside busy scripts (`bench.gil_bench`). A
 # scripted packed pass (engine/fast/scripted_llama.py) takes the GIL once, and there the
 # short interval only costs the page scripts, without a measurable gain (`bench.load_bench`),
-# so it is left as it is. Figures: docs/decisions.md.
+# so it is left as it is. Figures: docs/benchmarks.md.
 SWITCH_INTERVAL_S = 0.0002
 
 
@@ -83,9 +83,9 @@ def worth_running_now(waiting: int, expected: int, typical_return_s: float) -> b
     (`typical_return_s`: the median time from a visitor's pass to its next step). With 30
     visitors about half are in the queue when a pass ends (the others are sampling and drawing
     theirs), and none of those could be back within GATHER_S: waiting for them cost the server
-    tokens/s (alternating `bench.load_bench` runs at 10 and at 30 visitors). A class that
-    thinks 0.5-1.5 s between clicks comes back one by one: every pass waited its whole GATHER_S
-    for less than one more visitor."""
+    tokens/s (alternating `python -m bench.load_bench` runs at 10 and at 30 visitors; figures in
+    docs/benchmarks.md). A class that thinks a second or so between clicks comes back one by one:
+    every pass waited its whole GATHER_S for less than one more visitor."""
     return expected < 2 or 2 * waiting >= expected or typical_return_s > SLOW_RETURN_S
 
 

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from engine.errors import ModelLoadError, SettingsError
-from engine.fast import exact_rows_kernel
+from engine.fast import kernel_available, sequence_rows_linear
 from engine.loading import LoadedModel
 from engine.sampling import top_token
 from engine.settings import SamplerSettings
@@ -237,7 +237,7 @@ class _HiddenStateDraft:
         rows = self.head_rows
         self._kernel_scores = (rows.dtype == torch.float32 and rows.device.type == "cpu" and rows.is_contiguous()
                                and rows.shape[1] % 4 == 0 and rows.shape[1] >= 8
-                               and exact_rows_kernel.kernel_available())
+                               and kernel_available())
         self.embeddings = lm.model.get_input_embeddings().weight.detach()  # [vocab, hidden]
         self.eos_ids = frozenset(lm.eos_ids)
         self._context: tuple[int, ...] | None = None  # the context the kept state belongs to
@@ -270,7 +270,7 @@ class _HiddenStateDraft:
         no particular product's digits), else as W h^T (engine/forward.py's layout, the fast one
         for a few rows on the CPU)."""
         if self._kernel_scores:
-            return exact_rows_kernel.sequence_rows_linear(states.float().contiguous(), self.head_rows)
+            return sequence_rows_linear(states.float().contiguous(), self.head_rows)
         return (self.head_rows @ states.T).T
 
     def _pick(self, scores: torch.Tensor, context: list[int], sampler: SamplerSettings,

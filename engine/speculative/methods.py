@@ -66,7 +66,7 @@ def trained_for(lm: LoadedModel, method: str) -> TrainedDraft:
 
 def chosen_exit(lm: LoadedModel) -> ExitChoice:
     """The early-exit layer and draft length with the best expected speed-up for `lm`, from its
-    lens agreement on its own greedy text (measured once per model, about a second)."""
+    lens agreement on its own greedy text (measured once per model)."""
     with _exits_lock:
         if lm.model not in _exits:
             _exits[lm.model] = _measure_exit(lm)

@@ -8,13 +8,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.fast.exact_rows_kernel import lone_rows_linear
+from engine.fast import lone_rows_linear, set_aside
 from engine.serving.packed import scripted_prefill
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +56,14 @@ def stacked_prompts() -> None:
 
     if scripted_prefill(tiny_llama()) is None:
         pytest.skip("this CPU's products give some prompt rows digits the stacked pass cannot reproduce")
+
+
+@pytest.fixture
+def forget_proofs() -> Iterator[Callable[..., None]]:
+    """`forget_proofs(*paths)`: those paths' decisions forgotten in the registry of proofs until
+    the test ends (their probes run again), and the ones from before put back after it."""
+    with ExitStack() as stack:
+        yield lambda *paths: stack.enter_context(set_aside(*paths))
 
 
 def run_without_compiler(script: str, cache: Path) -> subprocess.CompletedProcess:

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import time
-import weakref
 from pathlib import Path
 
 import pytest
@@ -100,8 +99,7 @@ def test_the_kernel_sums_in_the_documented_four_lanes_order(order_restored) -> N
 
 
 def test_the_kernel_sums_in_the_documented_sixteen_fused_lanes_order(order_restored) -> None:
-    """Lane 0 starts with input 0, lane l takes inputs 1 + l + 16c, the lanes are halved, then the
-    15 left are fused into a vector holding that total in lane 0 and halved again."""
+    """The order exact_rows_kernel.cpp's header describes, measured on a 32-input row."""
     if not torch.ops.token_by_token.set_sum_order(1):
         pytest.skip("this build has no AVX-512: the fused order is not compiled in")
     ours = meeting_sizes(lone_rows_linear, 32)
@@ -124,8 +122,8 @@ def test_the_kernel_sums_in_the_order_the_one_row_product_uses(lone_order) -> No
     assert meeting_sizes(lone_rows_linear, 32) == meeting_sizes(F.linear, 32)
 
 
-def test_a_weight_where_the_kernel_would_change_digits_keeps_the_batched_products(monkeypatch) -> None:
-    monkeypatch.setattr(lone_rows_module, "_agreement", {})
+def test_a_weight_where_the_kernel_would_change_digits_keeps_the_batched_products(monkeypatch, forget_proofs) -> None:
+    forget_proofs(lone_rows_module.ROWS_PATH)
     real = lone_rows_module.lone_rows_linear
     monkeypatch.setattr(lone_rows_module, "lone_rows_linear", lambda x, w: real(x, w) * (1 + 1e-6))
     weight = torch.randn(576, 576)
@@ -139,8 +137,8 @@ def test_other_dtypes_and_input_widths_are_never_given_to_the_kernel() -> None:
     assert not kernel_agrees(torch.randn(64, 4))
 
 
-def test_a_scripted_pass_takes_the_kernel_from_two_rows_with_lone_logits(monkeypatch, lone_order) -> None:
-    monkeypatch.setattr(packed_module, "_plans", weakref.WeakKeyDictionary())
+def test_a_scripted_pass_takes_the_kernel_from_two_rows_with_lone_logits(forget_proofs, lone_order) -> None:
+    forget_proofs(*packed_module.PLAN_PATHS.values())
     tiny = tiny_llama(vocab_size=320)  # each of two threads' share of the head a multiple of four
     plan = scripted_plan(tiny)
     for rows in (1, 2, 3, 4, 6):

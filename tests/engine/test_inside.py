@@ -152,7 +152,7 @@ def test_bad_requests_get_the_engines_own_errors(lm) -> None:
 
 
 def fast_lone_pass_or_skip(lm) -> None:
-    from engine.fast.lone import lone_pass
+    from engine.fast import lone_pass
     from engine.forward import eager_step
     if lone_pass(lm, eager_step) is None:
         pytest.skip("the fast lone pass is not proven on this CPU: every look inside runs on the twin")
@@ -178,16 +178,14 @@ def test_a_decode_step_looked_inside_runs_the_fast_pass_in_parts_and_shows_the_t
     assert fast.inside_view().layer(5).attention == twin.inside_view().layer(5).attention
 
 
-def test_parts_that_differ_from_the_twin_by_a_bit_leave_the_twin_in_charge(lm, monkeypatch) -> None:
-    import weakref
-
+def test_parts_that_differ_from_the_twin_by_a_bit_leave_the_twin_in_charge(lm, monkeypatch, forget_proofs) -> None:
     from engine import inside as inside_module
-    from engine.fast import scripted_llama
+    from engine.fast import LayerParts, compiled_layer_parts
     fast_lone_pass_or_skip(lm)
-    real = scripted_llama.compiled_layer_parts()
-    off_by_a_bit = scripted_llama.LayerParts(real.attention, lambda *args: real.mlp(*args) * (1 + 2 ** -20), real.head)
-    monkeypatch.setattr(scripted_llama, "compiled_layer_parts", lambda: off_by_a_bit)
-    monkeypatch.setattr(inside_module, "_parts", weakref.WeakKeyDictionary())
+    real = compiled_layer_parts()
+    off_by_a_bit = LayerParts(real.attention, lambda *args: real.mlp(*args) * (1 + 2 ** -20), real.head)
+    monkeypatch.setattr(inside_module, "compiled_layer_parts", lambda: off_by_a_bit)
+    forget_proofs(inside_module.PARTS_PATH)
     assert inside_module._proven_parts(lm) is None
     plain, looked = Generation(lm, PROMPT, sampler=GREEDY), steps_with_inside(lm, PROMPT, 3)
     for _ in range(3):

@@ -123,3 +123,50 @@ def test_the_pages_import_only_the_engines_public_surface() -> None:
                 assert node.module in public, f"{path.name} imports {node.module}"
             if isinstance(node, ast.Import):
                 assert all(not a.name.startswith("engine") or a.name in public for a in node.names), path.name
+
+
+FAST_FRONT_DOOR_USERS = ["engine", "ui", "pages", "bench", "classroom", "training"]
+
+
+def fast_submodule_imports(path: Path) -> list[str]:
+    """The engine/fast modules `path` names directly: `engine.fast.x` (however imported), or a
+    module of the package taken through `from engine.fast import x`."""
+    submodules = {p.stem for p in (ENGINE / "fast").glob("*.py")} - {"__init__"}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("engine.fast.")]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("engine.fast."):
+                found.append(node.module)
+            elif node.module == "engine.fast":
+                found += [f"engine.fast.{a.name}" for a in node.names if a.name in submodules]
+    return found
+
+
+def test_outside_engine_fast_every_module_comes_through_its_front_door() -> None:
+    """engine/, ui/, pages/, bench/, classroom/, training/ and app.py import `from engine.fast
+    import name`, never a module inside engine/fast: what the rest of the project uses is the
+    package's __init__, so its files can move without a hunt."""
+    paths = [ROOT / "app.py", *(path for folder in FAST_FRONT_DOOR_USERS for path in (ROOT / folder).rglob("*.py"))]
+    inside = ENGINE / "fast"
+    reaching_in = {str(path.relative_to(ROOT)): names for path in paths
+                   if inside not in path.parents and (names := fast_submodule_imports(path))}
+    assert len(paths) > 50  # the folders were read
+    assert reaching_in == {}
+
+
+def test_a_module_reaching_into_engine_fast_is_found(tmp_path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import engine.fast.lone\nfrom engine.fast.scripted_llama import LayerParts\n"
+                      "from engine.fast import exact_rows_kernel, lone_step\n")
+    assert fast_submodule_imports(sample) == ["engine.fast.lone", "engine.fast.scripted_llama",
+                                              "engine.fast.exact_rows_kernel"]
+
+
+def test_every_name_at_engine_fasts_front_door_resolves() -> None:
+    import engine.fast
+
+    assert all(getattr(engine.fast, name) is not None for name in engine.fast.__all__)
+    assert {"proof_decisions", "Proof", "lone_step", "LayerParts", "plain_filled"} <= set(engine.fast.__all__)
+    assert engine.proof_decisions is engine.fast.proof_decisions  # the pages read it from `engine`

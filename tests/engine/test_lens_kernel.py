@@ -37,9 +37,9 @@ def test_the_kernel_is_a_float64_product_to_float32_rounding(rows: int, size: in
 
 def test_where_the_kernel_is_not_usable_f_linear_serves_with_its_digits(monkeypatch) -> None:
     x, w = torch.randn(4, 24), torch.randn(10, 24)
-    monkeypatch.setattr(lens_module, "_usable", False)
+    monkeypatch.setattr(lens_module, "kernel_usable", lambda: False)
     assert torch.equal(lens_linear(x, w), F.linear(x, w))
-    monkeypatch.setattr(lens_module, "_usable", True)  # float64 and a non-CPU never reach the kernel
+    monkeypatch.setattr(lens_module, "kernel_usable", lambda: True)  # float64 and a non-CPU never reach the kernel
     assert torch.equal(lens_linear(x.double(), w.double()), F.linear(x.double(), w.double()))
 
 
@@ -60,7 +60,7 @@ def test_a_kernel_that_sums_wrong_is_refused_by_its_probe(monkeypatch, wrong: st
             return table * (1 + 1e-3) if wrong == "statistics" else table
 
     monkeypatch.setattr(torch.ops, "token_by_token_lens", Off, raising=False)
-    assert not lens_module._agrees()
+    assert not lens_module._agreement().proven
 
 
 def test_the_statistics_are_a_float64_softmax_and_entropy_of_each_row() -> None:

@@ -10,8 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from engine import Generation, SamplerSettings
-from engine.fast import lone
-from engine.fast.exact_rows_kernel import kernel_agrees, lone_rows_linear, lone_rows_linears
+from engine.fast import LONE_PASS_ENV, kernel_agrees, lone_decision, lone_rows_linear, lone_rows_linears, lone_step
 from engine.forward import eager_step, forward_one, lone_pass_decision, new_cache
 from tests.engine.test_scheduler import tiny_llama
 from tests.threads import threads
@@ -146,19 +145,19 @@ def test_when_the_probe_differs_the_eager_pass_runs_and_the_reason_is_given() ->
     def off_by_a_bit(lm, token_ids, cache):
         return eager_step(lm, token_ids, cache) + 1e-6
 
-    decision = lone.lone_decision(tiny, off_by_a_bit)
+    decision = lone_decision(tiny, off_by_a_bit)
     assert not decision.fast and "probe" in decision.reason
     cache = new_cache(tiny)
     eager_step(tiny, [1, 2, 3], cache)
-    assert lone.lone_step(tiny, [4], cache, off_by_a_bit) is None  # the caller runs the eager pass
+    assert lone_step(tiny, [4], cache, off_by_a_bit) is None  # the caller runs the eager pass
     assert cache.get_seq_length() == 3
 
 
 def test_the_environment_can_keep_every_lone_step_eager(monkeypatch) -> None:
-    monkeypatch.setenv(lone.LONE_PASS_ENV, "eager")
+    monkeypatch.setenv(LONE_PASS_ENV, "eager")
     tiny = kernel_shaped_tiny()
     decision = lone_pass_decision(tiny)
-    assert not decision.fast and lone.LONE_PASS_ENV in decision.reason
+    assert not decision.fast and LONE_PASS_ENV in decision.reason
     steps_agree(tiny, [9, 8, 7], 2)
 
 
@@ -175,9 +174,9 @@ def test_a_failed_fast_pass_leaves_the_cache_as_it_was(lone_order) -> None:
 
 def test_a_prompt_or_a_first_step_without_a_cache_takes_the_eager_pass() -> None:
     tiny = kernel_shaped_tiny()
-    assert lone.lone_step(tiny, [1, 2], new_cache(tiny), eager_step) is None  # two tokens: a prefill
-    assert lone.lone_step(tiny, [1], new_cache(tiny), eager_step) is None  # an empty cache
-    assert lone.lone_step(tiny, [1], None, eager_step) is None
+    assert lone_step(tiny, [1, 2], new_cache(tiny), eager_step) is None  # two tokens: a prefill
+    assert lone_step(tiny, [1], new_cache(tiny), eager_step) is None  # an empty cache
+    assert lone_step(tiny, [1], None, eager_step) is None
 
 
 def test_a_quantised_model_keeps_the_eager_pass() -> None:

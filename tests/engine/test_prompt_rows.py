@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import engine.serving.prompt_rows as prompt_rows_module
-from engine.fast.scripted_llama import prompts_linear
+from engine.fast import prompts_linear
 from engine.forward import forward_one, new_cache
 from engine.serving.packed import forward_prefills, scripted_prefill
 from engine.serving.prompt_rows import BIG, SINGLE, SMALL, RowKinds, measure_row_kinds, prompt_rows
@@ -54,9 +54,10 @@ def test_rows_are_sorted_by_kind_and_padded_to_products_that_keep_their_digits()
     assert alone.big.tolist() == list(range(6)) and alone.small_count == 0 and alone.single.numel() == 0
 
 
-def test_where_a_row_fits_no_kind_prompts_are_read_one_pass_each_with_lone_numbers(monkeypatch) -> None:
+def test_where_a_row_fits_no_kind_prompts_are_read_one_pass_each_with_lone_numbers(monkeypatch,
+                                                                                   forget_proofs) -> None:
     monkeypatch.setattr(prompt_rows_module, "_kinds_for_shape", lambda *shape: None)
-    monkeypatch.setattr(prompt_rows_module, "_measured", {})
+    forget_proofs(prompt_rows_module.KINDS_PATH)
     fresh = tiny_llama()
     assert scripted_prefill(fresh) is None
     prompts = [[4, 5, 6, 7, 8], [9]]
@@ -66,8 +67,8 @@ def test_where_a_row_fits_no_kind_prompts_are_read_one_pass_each_with_lone_numbe
         assert torch.equal(got, forward_one(fresh, ids, new_cache(fresh)))
 
 
-def test_weight_shapes_that_disagree_on_row_kinds_give_no_kinds(monkeypatch) -> None:
+def test_weight_shapes_that_disagree_on_row_kinds_give_no_kinds(monkeypatch, forget_proofs) -> None:
     tables = iter([{1: (SINGLE,)}, {1: (BIG,)}])
     monkeypatch.setattr(prompt_rows_module, "_kinds_for_shape", lambda *shape: next(tables))
-    monkeypatch.setattr(prompt_rows_module, "_measured", {})
+    forget_proofs(prompt_rows_module.KINDS_PATH)
     assert measure_row_kinds([torch.zeros(3, 4), torch.zeros(5, 4)]) is None

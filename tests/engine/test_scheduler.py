@@ -20,8 +20,16 @@ import engine.serving.packed_twin as twin_module
 import engine.serving.scheduler as scheduler_module
 from engine import Generation, GenerationFinished, LoadedModel, SamplerSettings, StopSettings
 from engine.errors import SettingsError
-from engine.fast import scripted_llama
-from engine.fast.exact_rows_kernel import kernel_agrees
+from engine.fast import (
+    LONE_ROWS,
+    ONE_ROW_PRODUCTS,
+    ROW_LOOP,
+    compiled_pass,
+    compiled_prefill,
+    kernel_agrees,
+    llama_weights,
+    proof_decisions,
+)
 from engine.forward import cache_length, cache_prefix, forward_one, new_cache
 from engine.generation import KEEP_LOGITS
 from engine.kvcache import KVGeometry
@@ -147,32 +155,33 @@ def eager_twin(monkeypatch) -> None:
 
 
 def test_where_the_batched_row_product_would_change_digits_the_rows_go_one_by_one(tiny, monkeypatch,
-                                                                                    eager_twin) -> None:
+                                                                                    eager_twin, forget_proofs) -> None:
     """A machine whose batched kernel sums in another order: the probe finds it, and every
     row still gets its lone logits through the row-by-row loop."""
     real_bmm = torch.bmm
     monkeypatch.setattr(torch, "bmm", lambda a, b: real_bmm(a, b) * (1 + 1e-6))  # other last bits
-    monkeypatch.setattr(twin_module, "_agreement", {})
+    forget_proofs(twin_module.BATCHED_PATH)
     caches = [filled_cache(tiny, length, offset=length) for length in (2, 9, 5)]
     expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip([4, 8, 15], caches, strict=True)])
     assert torch.equal(forward_packed(tiny, [4, 8, 15], caches), expected)
-    assert twin_module._agreement and not any(twin_module._agreement.values())
+    batched = [proof for proof in proof_decisions() if proof.path == twin_module.BATCHED_PATH]
+    assert batched and not any(proof.proven for proof in batched)
 
 
 def test_the_scripted_pass_multiplies_row_by_row_where_the_probe_says_the_batched_product_differs(
-        tiny, monkeypatch) -> None:
+        tiny, monkeypatch, forget_proofs) -> None:
     """Where neither the exact rows kernel nor the batched call gives a row its 1-row product's
     digits, each row gets its own call."""
-    monkeypatch.setattr(packed_module, "_plans", weakref.WeakKeyDictionary())
+    forget_proofs(*packed_module.PLAN_PATHS.values())
     monkeypatch.setattr(twin_module, "batched_rows_agree", lambda weight, rows: False)
-    monkeypatch.setattr(packed_module.exact_rows_kernel, "kernel_agrees", lambda weight, one_row=False: False)
+    monkeypatch.setattr(packed_module, "kernel_agrees", lambda weight, one_row=False: False)
     caches = [filled_cache(tiny, length, offset=length) for length in (2, 9, 5)]
     expected = torch.stack([lone_logits(tiny, t, c) for t, c in zip([4, 8, 15], caches, strict=True)])
     assert torch.equal(forward_packed(tiny, [4, 8, 15], caches), expected)
     plan = scripted_plan(tiny)
     layers, head = plan.hows_for(3)
     matrices = [how for how, weight in zip(layers, plan.weights.layers, strict=True) if weight.dim() == 2]
-    assert set(matrices) == set(head) == {scripted_llama.ROW_LOOP}
+    assert set(matrices) == set(head) == {ROW_LOOP}
 
 
 @pytest.mark.parametrize("exact", [True, False])
@@ -203,13 +212,13 @@ def test_a_decoder_that_is_not_a_plain_llama_keeps_the_eager_twin() -> None:
 def test_a_scripted_pass_whose_probe_differs_from_the_twin_is_never_used(monkeypatch) -> None:
     """Should TorchScript (or a newer transformers' Llama) give other digits, the first probe
     pass shows it and the eager twin serves every packed pass."""
-    real = scripted_llama.compiled_pass()
+    real = compiled_pass()
 
     def off_by_a_bit(*args: object) -> tuple:
         logits, keys, values = real(*args)
         return logits * (1 + 1e-6), keys, values
 
-    monkeypatch.setattr(scripted_llama, "compiled_pass", lambda: off_by_a_bit)
+    monkeypatch.setattr(packed_module, "compiled_pass", lambda: off_by_a_bit)
     fresh = tiny_llama()
     assert scripted_plan(fresh) is None
     caches = [filled_cache(fresh, length, offset=length) for length in (4, 7)]
@@ -268,13 +277,13 @@ def test_prompts_read_together_give_each_its_lone_prefill_numbers_and_cache(tiny
 
 
 def test_a_scripted_prompts_pass_whose_probe_differs_from_lone_passes_is_never_used(monkeypatch) -> None:
-    real = scripted_llama.compiled_prefill()
+    real = compiled_prefill()
 
     def off_by_a_bit(*args: object) -> tuple:
         logits, keys, values = real(*args)
         return [row * (1 + 1e-6) for row in logits], keys, values
 
-    monkeypatch.setattr(scripted_llama, "compiled_prefill", lambda: off_by_a_bit)
+    monkeypatch.setattr(packed_module, "compiled_prefill", lambda: off_by_a_bit)
     fresh = tiny_llama()
     assert scripted_prefill(fresh) is None
     caches = [new_cache(fresh), new_cache(fresh)]
@@ -632,7 +641,7 @@ def test_exact_packed_passes_of_every_size_give_each_row_its_lone_logits(lm, row
     assert plan is not None  # the pass the server runs: one scripted call
     # the exact rows kernel from LONE_ROWS_FROM rows where it sums as this CPU's 1-row product does
     uses_kernel = rows >= packed_module.LONE_ROWS_FROM and kernel_agrees(plan.weights.head[:ROWWISE_CHUNK])
-    kernel = scripted_llama.LONE_ROWS if uses_kernel else scripted_llama.ONE_ROW_PRODUCTS
+    kernel = LONE_ROWS if uses_kernel else ONE_ROW_PRODUCTS
     assert set(plan.hows_for(rows)[1]) == {kernel}
     assert torch.equal(forward_packed(lm, tokens, caches), lone)
 
@@ -646,7 +655,7 @@ def test_prompts_of_every_kind_of_length_read_together_give_each_its_lone_logits
     prompts = [text[i % 7:i % 7 + n] for i, n in enumerate(lengths)]
     # one scripted call where this CPU's products let stacked rows keep their digits, else one
     # pass a prompt: the numbers are the lone ones either way
-    assert (scripted_prefill(lm) is None) == (measure_row_kinds(scripted_llama.llama_weights(lm.model).layers) is None)
+    assert (scripted_prefill(lm) is None) == (measure_row_kinds(llama_weights(lm.model).layers) is None)
     caches = [new_cache(lm) for _ in prompts]
     logits = forward_prefills(lm, prompts, caches)
     for ids, got, cache in zip(prompts, logits, caches, strict=True):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.fast import lone
+from engine.fast import VERIFY_MAX_ROWS, verify_decision, verify_rows
 from engine.forward import (
     eager_step,
     forward_all,
@@ -49,7 +49,7 @@ def test_the_bundled_models_verify_pass_gives_each_row_its_decode_steps_digits(l
         if not decision.fast:
             assert not lone_pass_decision(lm).fast or "kernel" in decision.reason or "probe" in decision.reason
             pytest.skip(f"the verify pass is not proven on this machine: {decision.reason}")
-        for length, n in ((1, 2), (5, 3), (17, 5), (len(text), 9), (3, lone.VERIFY_MAX_ROWS)):
+        for length, n in ((1, 2), (5, 3), (17, 5), (len(text), 9), (3, VERIFY_MAX_ROWS)):
             prompt, tokens = (text * 4)[:length], (text * 4)[length:length + n]
             steps, step_cache = one_token_steps(lm, prompt, tokens)
             verified, pass_cache = one_pass(lm, prompt, tokens)
@@ -97,11 +97,11 @@ def test_when_the_probe_differs_transformers_multi_token_pass_reads_them() -> No
     def off_by_a_bit(lm, token_ids, cache):
         return eager_step(lm, token_ids, cache) + 1e-6
 
-    decision = lone.verify_decision(tiny, off_by_a_bit)
+    decision = verify_decision(tiny, off_by_a_bit)
     assert not decision.fast and ("probe" in decision.reason or "lone pass" in decision.reason)
     cache = new_cache(tiny)
     eager_step(tiny, [1, 2, 3], cache)
-    assert lone.verify_rows(tiny, [4, 5], cache, off_by_a_bit) is None  # the caller runs transformers' pass
+    assert verify_rows(tiny, [4, 5], cache, off_by_a_bit) is None  # the caller runs transformers' pass
     assert cache.get_seq_length() == 3
 
 
@@ -109,10 +109,10 @@ def test_one_token_too_many_tokens_or_an_empty_cache_are_not_verify_passes() -> 
     tiny = kernel_shaped_tiny()
     cache = new_cache(tiny)
     eager_step(tiny, [1, 2, 3], cache)
-    assert lone.verify_rows(tiny, [4], cache, eager_step) is None  # a decode step
-    assert lone.verify_rows(tiny, list(range(lone.VERIFY_MAX_ROWS + 1)), cache, eager_step) is None
-    assert lone.verify_rows(tiny, [4, 5], new_cache(tiny), eager_step) is None  # a prompt
-    assert lone.verify_rows(tiny, [4, 5], None, eager_step) is None
+    assert verify_rows(tiny, [4], cache, eager_step) is None  # a decode step
+    assert verify_rows(tiny, list(range(VERIFY_MAX_ROWS + 1)), cache, eager_step) is None
+    assert verify_rows(tiny, [4, 5], new_cache(tiny), eager_step) is None  # a prompt
+    assert verify_rows(tiny, [4, 5], None, eager_step) is None
     assert cache.get_seq_length() == 3
 
 

@@ -46,6 +46,7 @@ from engine import (
 PRESENCE_S = 5.0  # a student seen this recently is connected (a follower's page checks every 0.75 s)
 EXPIRE_EVERY_S = 60.0  # how often idle rooms are looked for
 CANDIDATES = 6  # candidate chips a student may pick from
+PRESENTER_BROWSERS = 4  # browsers per room that reopen it as presenter (a laptop, a tablet, a spare)
 REFUSED = ("No open room has that code, or the link is not (or no longer) valid. Check the code on the "
            "projector, or ask for a new link.")
 
@@ -137,6 +138,9 @@ class LiveRoom:
     guesses_version: int = 0  # grows with each guess: the presenter's class panel redraws
     changed_at: float = field(default_factory=time.monotonic)  # when students last got a new step to see
     seen: dict[str, float] = field(default_factory=dict)  # student -> last time seen
+    # browser -> the secret it showed: a reload or a second tab of that browser opens the room as
+    # presenter again. Kept in this process only (after a restart the presenter link does it).
+    presenter_browsers: dict[str, str] = field(default_factory=dict)
 
     @property
     def version(self) -> int:
@@ -189,6 +193,25 @@ class ClassHall:
         with self._lock:
             self._rooms[code] = room
         return room, secret
+
+    def trust_browser(self, room: LiveRoom, browser: str, secret: str) -> None:
+        """`browser` showed the room's secret (checked by the caller): remember it, so that its
+        reloads and other tabs open the room as presenter. Only a browser known by its own cookie
+        counts (an address can be shared by a whole class); the most recent few are kept."""
+        if not browser.startswith("cookie:"):
+            return
+        with room.lock:
+            room.presenter_browsers.pop(browser, None)
+            room.presenter_browsers[browser] = secret
+            while len(room.presenter_browsers) > PRESENTER_BROWSERS:
+                room.presenter_browsers.pop(next(iter(room.presenter_browsers)))
+
+    def trusted_secret(self, code_text: str, browser: str) -> str | None:
+        """The secret `browser` showed for this room before, if it did (see trust_browser)."""
+        code = normalise_code(code_text or "")
+        with self._lock:
+            room = self._rooms.get(code) if code is not None else None
+        return room.presenter_browsers.get(browser) if room is not None else None
 
     def room(self, code_text: str) -> LiveRoom:
         """The open room with this code (typed as a student may type it). Raises AccessRefused."""

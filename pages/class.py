@@ -70,7 +70,7 @@ def on_sampler_change() -> None:
 
 def on_start() -> None:
     lm, scheduler = hall().lm, hall().scheduler
-    control.start_class(S, hall(), lm, scheduler)
+    control.start_class(S, hall(), lm, scheduler, browser_key())
     if control.role(S) == control.PRESENTER:
         st.query_params.from_dict({"room": S[CLASS.code]})
 
@@ -139,7 +139,8 @@ def invite(code: str) -> None:
             st.code(student_link, language=None, wrap_lines=True)
             with st.popover("Presenter link (keep it to yourself)", icon=":material/key:"):
                 st.caption("It carries this room's secret: whoever opens it drives the room. It is shown only here, "
-                           "on the presenter's screen; reloading this tab opens the student view.")
+                           "on the presenter's screen. This browser stays the presenter when it reloads or opens "
+                           "the room in another tab; another browser or device needs this link.")
                 st.code(f"{student_link}&key={S[CLASS.secret]}", language=None, wrap_lines=True)
 
 

@@ -77,9 +77,10 @@ def _say(state: State, control: str, text: str | None) -> None:
 # ---- entering a room -------------------------------------------------------------------------
 
 
-def start_class(state: State, hall: ClassHall, lm: LoadedModel, scheduler: ForwardScheduler | None) -> None:
+def start_class(state: State, hall: ClassHall, lm: LoadedModel, scheduler: ForwardScheduler | None,
+                browser: str = "") -> None:
     """Start a class: a room on a generation from the Step page's default settings, and this
-    session its presenter."""
+    session (and this browser's reloads and tabs) its presenter."""
     presenter = presenter_state(state)
     init_defaults(presenter)
     try:
@@ -89,6 +90,7 @@ def start_class(state: State, hall: ClassHall, lm: LoadedModel, scheduler: Forwa
         return
     _say(state, "start", None)
     _become_presenter(state, room, secret)
+    hall.trust_browser(room, browser, secret)
 
 
 def _become_presenter(state: State, room: LiveRoom, secret: str) -> None:
@@ -102,15 +104,18 @@ def open_address(state: State, hall: ClassHall, params: Mapping[str, str], brows
                  throttle: WrongCodeThrottle, now: float | None = None) -> None:
     """On a session's first run, a room link in the address: `room` alone makes a student,
     `room` and `key` (the secret) the presenter. A wrong one is refused, and counted against
-    this browser like a wrong code."""
+    this browser like a wrong code. A browser that showed the secret before (a reload, a second
+    tab, a laptop waking up) opens `room` alone as presenter again: the server remembers it."""
     if state.get(CLASS.address_read):
         return
     state[CLASS.address_read] = True
     if "room" not in params:
         return
-    if "key" in params:
-        if (room := _checked(state, throttle, browser, now, lambda: hall.presenter(params["room"], params["key"]))):
-            _become_presenter(state, room, params["key"])
+    secret = params.get("key") or hall.trusted_secret(params["room"], browser)
+    if secret:
+        if (room := _checked(state, throttle, browser, now, lambda: hall.presenter(params["room"], secret))):
+            _become_presenter(state, room, secret)
+            hall.trust_browser(room, browser, secret)
         return
     join(state, hall, params["room"], "", browser, throttle, now)
 

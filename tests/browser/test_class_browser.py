@@ -77,6 +77,15 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
     settle(dark_student)
     dark_student.screenshot(path=str(ARTIFACTS / "class_student_phone_dark.png"), full_page=True)
 
+    presenter.reload()  # a reload, and a second tab of the same browser, are the presenter again
+    presenter.get_by_role("button", name="Step").wait_for(timeout=SLOW)
+    second_tab = teacher.new_page()
+    second_tab.goto(f"{class_url}/class?room={code}")
+    second_tab.get_by_role("button", name="Step").wait_for(timeout=SLOW)
+    assert not second_tab.get_by_label(re.compile("type your guess")).count()
+    second_tab.close()
+    settle(presenter)
+
     presenter_link = presenter.evaluate(
         "[...document.querySelectorAll('code')].map(c => c.innerText).find(t => t.includes('&key=')) ?? ''")
     if not presenter_link:  # the link sits in a popover: open it

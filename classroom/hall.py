@@ -320,16 +320,25 @@ class ClassHall:
 
     # ---- students --------------------------------------------------------------------------
 
-    def join(self, room: LiveRoom, student: str, name: str) -> None:
-        """Note a student (and their display name, which may be empty). Raises RoomFull."""
-        name = name.strip()
-        if len(name) > self.limits.max_name_chars:
+    def join(self, room: LiveRoom, student: str, name: str | None) -> str:
+        """Note a student and their display name (which may be empty; None keeps the one they
+        gave before, as a reload does). Returns the name now stored. Raises RoomFull."""
+        name = None if name is None else name.strip()
+        if name is not None and len(name) > self.limits.max_name_chars:
             raise RoomFull(f"A name may have up to {self.limits.max_name_chars} characters; this one has {len(name)}.")
         if not self.store.is_student(room.code, student) and (
                 count := self.store.student_count(room.code)) >= self.limits.max_students:
             raise RoomFull(f"This room already has {count} students, its limit ({self.limits.max_students}).")
-        self.store.join(room.code, student, name, self.clock())
+        stored = self.store.join(room.code, student, name, self.clock())
         self.seen(room, student)
+        return stored
+
+    def guess_of(self, room: LiveRoom, student: str) -> str | None:
+        """The token this student guessed for the room's next token, as its text (the guess's first
+        token, the one that counts), if any: a reloaded page shows it again."""
+        rows = self.store.guesses(room.code, (room.snapshot.context,))
+        token = next((row.token_id for row in reversed(rows) if row.student == student), None)
+        return None if token is None else self.lm.texts.piece(token).text
 
     def seen(self, room: LiveRoom, student: str) -> None:
         room.seen[student] = time.monotonic()

@@ -47,8 +47,9 @@ def hall() -> ClassHall:
 
 
 def presenter_does(action) -> None:
-    """A presenter control's callback: the Step page's action on the room, then publish."""
-    control.as_presenter(S, hall(), action)
+    """A presenter control's callback: the Step page's action on the room as this screen showed
+    it (refused, with why, if another presenter tab moved it on), then publish."""
+    control.as_presenter(S, hall(), action, S.get(CLASS.seen_context))
 
 
 def on_branch_choice(key: str, picked: int) -> None:
@@ -206,6 +207,8 @@ def class_panel() -> None:
     room = control.current_room(S, hall())
     if room is None:
         return
+    if S.get(CLASS.seen_context, room.snapshot.context) != room.snapshot.context:  # moved on by another tab
+        st.rerun()
     peek = room.peek if room.peek is not None and room.peek.context == room.snapshot.context else None
     tally = hall().class_tally(room)
     with st.container(border=True):
@@ -252,6 +255,7 @@ def draw_workspace(room) -> None:
     if stepper.is_running(P):
         presenter_does(lambda state: stepper.advance_run(state, room.generation, time.monotonic()))
         gen = room.generation
+    S[CLASS.seen_context] = room.snapshot.context  # what this screen shows from here on
     button_row(gen)
     if problem := control.problem(S, "refused"):
         st.error(plain(problem), icon=":material/block:")
@@ -264,6 +268,7 @@ def draw_workspace(room) -> None:
     class_panel()
     view = stepper.sampler_view(P, gen)
     hall().publish(room, gen)  # the sampler as the controls set it is the room's too
+    S[CLASS.seen_context] = room.snapshot.context
     if view.problem:
         st.error(plain(view.problem), icon=":material/back_hand:")
     if view.record is None:

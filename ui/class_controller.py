@@ -26,6 +26,8 @@ from ui.state import init_defaults, message, set_message, write_generation
 State = MutableMapping[str, Any]
 PRESENTER, STUDENT = "presenter", "student"
 NOT_PRESENTER = "Only the room's presenter can change it: this page follows the presenter's screen."
+MOVED_ON = ("The room moved on in another presenter tab (it is at {count} tokens now): this screen shows it now. "
+            "Press again to go on from here.")
 # what a room cannot be opened for: a wrong code or secret, a full room, an unreadable store or trace
 OPEN_ERRORS = (AccessRefused, RoomFull, StoreError, TraceError)
 
@@ -117,22 +119,25 @@ def open_address(state: State, hall: ClassHall, params: Mapping[str, str], brows
             _become_presenter(state, room, secret)
             hall.trust_browser(room, browser, secret)
         return
-    join(state, hall, params["room"], "", browser, throttle, now)
+    join(state, hall, params["room"], None, browser, throttle, now)
 
 
-def join(state: State, hall: ClassHall, code_text: str, name: str, browser: str, throttle: WrongCodeThrottle,
-         now: float | None = None) -> None:
-    """Join a room as a student with its code (and an optional display name)."""
+def join(state: State, hall: ClassHall, code_text: str, name: str | None, browser: str,
+         throttle: WrongCodeThrottle, now: float | None = None) -> None:
+    """Join a room as a student with its code (and an optional display name; none keeps the
+    name this browser gave the room before, so a reload is the same student with their name)."""
     room = _checked(state, throttle, browser, now, lambda: hall.room(code_text))
     if room is None:
         return
     student = state.get(CLASS.student) or _student_id(browser)
     try:
-        hall.join(room, student, name)
+        stored = hall.join(room, student, name or None)
     except (RoomFull, StoreError) as exc:
         _say(state, "join", str(exc))
         return
-    state.update({CLASS.role: STUDENT, CLASS.code: room.code, CLASS.student: student})
+    state.update({CLASS.role: STUDENT, CLASS.code: room.code, CLASS.student: student, CLASS.name: stored})
+    if (guessed := hall.guess_of(room, student)) is not None:  # a reload shows the guess it made
+        state[CLASS.my_guess] = (room.snapshot.context, guessed)
     state.pop(CLASS.secret, None)
 
 
@@ -191,15 +196,22 @@ def current_room(state: State, hall: ClassHall) -> LiveRoom | None:
         return None
 
 
-def as_presenter(state: State, hall: ClassHall, action: Callable[[State], object]) -> bool:
+def as_presenter(state: State, hall: ClassHall, action: Callable[[State], object],
+                 seen: str | None = None) -> bool:
     """Run a Step-page action (`action(presenter_state)`) on the room's generation, then
-    publish the result to every student. Refused for any session that is not the presenter."""
+    publish the result to every student. Refused for any session that is not the presenter,
+    and, when `seen` (the room's context this screen showed) is given, if another presenter tab
+    moved the room on since: a press acts on what the presenter saw, or says why not."""
     room = current_room(state, hall) if role(state) == PRESENTER else None
     if room is None:
         _say(state, "refused", NOT_PRESENTER)
         return False
     presenter = presenter_state(state)
     with room.lock:  # one change at a time, and never during a peek
+        if seen is not None and seen != room.snapshot.context:
+            _say(state, "refused", MOVED_ON.format(count=len(room.generation.steps)))
+            return False
+        _say(state, "refused", None)
         presenter[STEP.generation] = room.generation
         action(presenter)
         if (generation := presenter.get(STEP.generation)) is not None:

@@ -43,3 +43,52 @@ def test_a_browser_that_opened_the_presenter_link_is_remembered_too(tiny_lm, tmp
     tablet_again: dict = {}
     control.open_address(tablet_again, hall, {"room": code}, "cookie:tablet", throttle)
     assert control.role(tablet_again) == control.PRESENTER
+
+
+def test_a_press_in_a_presenter_tab_the_room_moved_past_is_refused_with_why_and_acts_on_what_it_saw(
+        tiny_lm, tmp_path) -> None:
+    from ui import step_controller as stepper
+
+    hall, throttle = make_hall(tiny_lm, tmp_path / "rooms.sqlite3"), WrongCodeThrottle()
+    tab_a: dict = {}
+    control.start_class(tab_a, hall, tiny_lm, None, TEACHER)
+    tab_b: dict = {}
+    control.open_address(tab_b, hall, {"room": tab_a[CLASS.code]}, TEACHER, throttle)
+    room = control.current_room(tab_a, hall)
+    seen_by_a = room.snapshot.context
+    assert control.as_presenter(tab_b, hall, stepper.step, room.snapshot.context)  # tab B steps
+    assert len(room.generation.steps) == 1
+    assert not control.as_presenter(tab_a, hall, stepper.step, seen_by_a)  # tab A still shows the old room
+    assert len(room.generation.steps) == 1 and "another presenter tab" in control.problem(tab_a, "refused")
+    assert control.as_presenter(tab_a, hall, stepper.step, room.snapshot.context)  # redrawn: its press acts
+    assert len(room.generation.steps) == 2 and control.problem(tab_a, "refused") is None
+
+
+def test_a_browser_is_known_by_its_xsrf_token_however_the_server_masks_it() -> None:
+    """Streamlit's server re-masks its XSRF token with fresh random bytes on every page it sends."""
+    from streamlit.web.server.starlette.starlette_app_utils import generate_xsrf_token_string
+
+    from ui.class_server import xsrf_token
+
+    token = bytes(range(16))
+    first, reloaded = generate_xsrf_token_string(token, 1_700_000_000), generate_xsrf_token_string(token, 1_700_000_000)
+    assert first != reloaded and xsrf_token(first) == xsrf_token(reloaded) == token
+    assert xsrf_token(token.hex()) == token
+    assert xsrf_token("2|zz|00|1") is None and xsrf_token("") is None and xsrf_token(None) is None
+
+
+def test_a_student_who_reloads_is_the_same_student_with_their_name_and_their_guess(tiny_lm, tmp_path) -> None:
+    hall, throttle = make_hall(tiny_lm, tmp_path / "rooms.sqlite3"), WrongCodeThrottle()
+    teacher: dict = {}
+    control.start_class(teacher, hall, tiny_lm, None, TEACHER)
+    code = teacher[CLASS.code]
+    first: dict = {}
+    control.join(first, hall, code, "Ada", STUDENT_BROWSER, throttle)
+    control.guess(first, hall, text="b")
+    reloaded: dict = {}
+    control.open_address(reloaded, hall, {"room": code}, STUDENT_BROWSER, throttle)
+    assert reloaded[CLASS.student] == first[CLASS.student] and reloaded[CLASS.name] == "Ada"
+    room = control.current_room(reloaded, hall)
+    assert control.my_guess(reloaded, room.snapshot) == control.my_guess(first, room.snapshot)
+    control.guess(reloaded, hall, text="c")  # changed before the reveal: still one guess
+    assert hall.class_tally(room).total == 1 and hall.store.student_count(code) == 1

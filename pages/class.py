@@ -129,6 +129,8 @@ def invite(code: str) -> None:
     """The code, the QR code of the student link, and both links as text to copy."""
     base = (st.context.url or "").split("?")[0]
     student_link = f"{base}?room={code}"
+    if warning := control.link_warning(base):
+        st.warning(plain(warning), icon=":material/wifi_off:")
     with st.expander(f"Invite the class · code {code}", expanded=not P.get(STEP.generation) or
                      not P[STEP.generation].steps):
         qr_col, text_col = st.columns([1, 2], gap="medium")
@@ -339,12 +341,17 @@ def student_page() -> None:
     st.header(f"Class · room {code}", anchor=False)
     st.caption("This page follows the presenter's screen. Guess each next token before the presenter reveals it.")
     follow()
-    with st.expander("Your name and the room"):
+    named = bool((S.get(CLASS.name) or "").strip())
+    with st.expander("Your name and the room" if named else "Your name (optional): tell the presenter who you are",
+                     expanded=not named):
         st.text_input("Your name (optional, shown to the presenter)", key=CLASS.name,
                       max_chars=hall().limits.max_name_chars,
                       on_change=lambda: control.rename(S, hall(), S.get(CLASS.name, "")))
         if problem := control.problem(S, "name"):
             st.warning(plain(problem), icon=":material/back_hand:")
+        else:
+            st.caption(plain(f"The presenter sees you as {S[CLASS.name].strip()}." if named else
+                             "No name yet: the presenter sees your guesses without one."))
         st.button("Leave the room", key=CLASS.leave, on_click=on_leave)
 
 

@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from classroom import AccessRefused, ClassHall, LiveRoom, RoomFull, Snapshot, StoreError, WrongCodeThrottle
 from engine import Generation, LoadedModel, PromptError, SettingsError, TraceError
@@ -74,6 +75,20 @@ def problem(state: State, control: str) -> str | None:
 
 def _say(state: State, control: str, text: str | None) -> None:
     set_message(state, control, text, CLASS.messages)
+
+
+LOCAL_HOSTS = ("localhost", "127.", "::1", "[::1]", "0.0.0.0")
+
+
+def link_warning(url: str) -> str | None:
+    """Why students' phones cannot open a link made from this address, if they cannot: the
+    page was opened as this computer itself (localhost), which on a phone means the phone."""
+    host = urlsplit(url).hostname or ""
+    if not any(host == local or host.startswith(local) for local in LOCAL_HOSTS):
+        return None
+    return (f"This page was opened as {host}, so the link and QR code point at each student's own device. "
+            "Open the app at this computer's network address (for example http://192.168.1.20:8501, the "
+            "'Network URL' the server printed when it started) and start the class from there.")
 
 
 # ---- entering a room -------------------------------------------------------------------------

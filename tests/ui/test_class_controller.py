@@ -92,3 +92,10 @@ def test_a_student_who_reloads_is_the_same_student_with_their_name_and_their_gue
     assert control.my_guess(reloaded, room.snapshot) == control.my_guess(first, room.snapshot)
     control.guess(reloaded, hall, text="c")  # changed before the reveal: still one guess
     assert hall.class_tally(room).total == 1 and hall.store.student_count(code) == 1
+
+
+def test_a_student_link_made_from_localhost_is_flagged_and_a_network_address_is_not() -> None:
+    for url in ("http://localhost:8501/class", "http://127.0.0.1:8501/class", "http://[::1]:8501/class"):
+        assert "network address" in control.link_warning(url), url
+    for url in ("http://192.168.1.20:8501/class", "https://tokens.example.org/class", "http://teacher-laptop:8501"):
+        assert control.link_warning(url) is None, url

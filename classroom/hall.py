@@ -46,6 +46,7 @@ from engine import (
 PRESENCE_S = 5.0  # a student seen this recently is connected (a follower's page checks every 0.75 s)
 EXPIRE_EVERY_S = 60.0  # how often idle rooms are looked for
 CANDIDATES = 6  # candidate chips a student may pick from
+PRESENTER_BROWSERS = 4  # browsers per room that reopen it as presenter (a laptop, a tablet, a spare)
 REFUSED = ("No open room has that code, or the link is not (or no longer) valid. Check the code on the "
            "projector, or ask for a new link.")
 
@@ -137,6 +138,9 @@ class LiveRoom:
     guesses_version: int = 0  # grows with each guess: the presenter's class panel redraws
     changed_at: float = field(default_factory=time.monotonic)  # when students last got a new step to see
     seen: dict[str, float] = field(default_factory=dict)  # student -> last time seen
+    # browser -> the secret it showed: a reload or a second tab of that browser opens the room as
+    # presenter again. Kept in this process only (after a restart the presenter link does it).
+    presenter_browsers: dict[str, str] = field(default_factory=dict)
 
     @property
     def version(self) -> int:
@@ -189,6 +193,25 @@ class ClassHall:
         with self._lock:
             self._rooms[code] = room
         return room, secret
+
+    def trust_browser(self, room: LiveRoom, browser: str, secret: str) -> None:
+        """`browser` showed the room's secret (checked by the caller): remember it, so that its
+        reloads and other tabs open the room as presenter. Only a browser known by its own cookie
+        counts (an address can be shared by a whole class); the most recent few are kept."""
+        if not browser.startswith("cookie:"):
+            return
+        with room.lock:
+            room.presenter_browsers.pop(browser, None)
+            room.presenter_browsers[browser] = secret
+            while len(room.presenter_browsers) > PRESENTER_BROWSERS:
+                room.presenter_browsers.pop(next(iter(room.presenter_browsers)))
+
+    def trusted_secret(self, code_text: str, browser: str) -> str | None:
+        """The secret `browser` showed for this room before, if it did (see trust_browser)."""
+        code = normalise_code(code_text or "")
+        with self._lock:
+            room = self._rooms.get(code) if code is not None else None
+        return room.presenter_browsers.get(browser) if room is not None else None
 
     def room(self, code_text: str) -> LiveRoom:
         """The open room with this code (typed as a student may type it). Raises AccessRefused."""
@@ -297,16 +320,25 @@ class ClassHall:
 
     # ---- students --------------------------------------------------------------------------
 
-    def join(self, room: LiveRoom, student: str, name: str) -> None:
-        """Note a student (and their display name, which may be empty). Raises RoomFull."""
-        name = name.strip()
-        if len(name) > self.limits.max_name_chars:
+    def join(self, room: LiveRoom, student: str, name: str | None) -> str:
+        """Note a student and their display name (which may be empty; None keeps the one they
+        gave before, as a reload does). Returns the name now stored. Raises RoomFull."""
+        name = None if name is None else name.strip()
+        if name is not None and len(name) > self.limits.max_name_chars:
             raise RoomFull(f"A name may have up to {self.limits.max_name_chars} characters; this one has {len(name)}.")
         if not self.store.is_student(room.code, student) and (
                 count := self.store.student_count(room.code)) >= self.limits.max_students:
             raise RoomFull(f"This room already has {count} students, its limit ({self.limits.max_students}).")
-        self.store.join(room.code, student, name, self.clock())
+        stored = self.store.join(room.code, student, name, self.clock())
         self.seen(room, student)
+        return stored
+
+    def guess_of(self, room: LiveRoom, student: str) -> str | None:
+        """The token this student guessed for the room's next token, as its text (the guess's first
+        token, the one that counts), if any: a reloaded page shows it again."""
+        rows = self.store.guesses(room.code, (room.snapshot.context,))
+        token = next((row.token_id for row in reversed(rows) if row.student == student), None)
+        return None if token is None else self.lm.texts.piece(token).text
 
     def seen(self, room: LiveRoom, student: str) -> None:
         room.seen[student] = time.monotonic()

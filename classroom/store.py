@@ -147,11 +147,14 @@ class RoomStore:
 
     # ---- students and guesses --------------------------------------------------------------
 
-    def join(self, code: str, student: str, name: str, now: float) -> None:
-        """A student in the room (again: the name is updated)."""
+    def join(self, code: str, student: str, name: str | None, now: float) -> str:
+        """A student in the room (again: the name is updated, or kept when `name` is None).
+        Returns the student's name as stored."""
         with self._run("note a student") as db:
-            db.execute("INSERT INTO students VALUES (?, ?, ?, ?) ON CONFLICT (code, student) DO UPDATE SET "
-                       "name = excluded.name", (code, student, name, now))
+            db.execute("INSERT INTO students VALUES (?, ?, COALESCE(?, ''), ?) ON CONFLICT (code, student) DO UPDATE "
+                       "SET name = COALESCE(?, name)", (code, student, name, now, name))
+            return db.execute("SELECT name FROM students WHERE code = ? AND student = ?",
+                              (code, student)).fetchone()[0]
 
     def student_count(self, code: str) -> int:
         with self._run("count the students") as db:

@@ -47,8 +47,9 @@ def hall() -> ClassHall:
 
 
 def presenter_does(action) -> None:
-    """A presenter control's callback: the Step page's action on the room, then publish."""
-    control.as_presenter(S, hall(), action)
+    """A presenter control's callback: the Step page's action on the room as this screen showed
+    it (refused, with why, if another presenter tab moved it on), then publish."""
+    control.as_presenter(S, hall(), action, S.get(CLASS.seen_context))
 
 
 def on_branch_choice(key: str, picked: int) -> None:
@@ -70,7 +71,7 @@ def on_sampler_change() -> None:
 
 def on_start() -> None:
     lm, scheduler = hall().lm, hall().scheduler
-    control.start_class(S, hall(), lm, scheduler)
+    control.start_class(S, hall(), lm, scheduler, browser_key())
     if control.role(S) == control.PRESENTER:
         st.query_params.from_dict({"room": S[CLASS.code]})
 
@@ -128,6 +129,8 @@ def invite(code: str) -> None:
     """The code, the QR code of the student link, and both links as text to copy."""
     base = (st.context.url or "").split("?")[0]
     student_link = f"{base}?room={code}"
+    if warning := control.link_warning(base):
+        st.warning(plain(warning), icon=":material/wifi_off:")
     with st.expander(f"Invite the class · code {code}", expanded=not P.get(STEP.generation) or
                      not P[STEP.generation].steps):
         qr_col, text_col = st.columns([1, 2], gap="medium")
@@ -139,7 +142,8 @@ def invite(code: str) -> None:
             st.code(student_link, language=None, wrap_lines=True)
             with st.popover("Presenter link (keep it to yourself)", icon=":material/key:"):
                 st.caption("It carries this room's secret: whoever opens it drives the room. It is shown only here, "
-                           "on the presenter's screen; reloading this tab opens the student view.")
+                           "on the presenter's screen. This browser stays the presenter when it reloads or opens "
+                           "the room in another tab; another browser or device needs this link.")
                 st.code(f"{student_link}&key={S[CLASS.secret]}", language=None, wrap_lines=True)
 
 
@@ -205,6 +209,8 @@ def class_panel() -> None:
     room = control.current_room(S, hall())
     if room is None:
         return
+    if S.get(CLASS.seen_context, room.snapshot.context) != room.snapshot.context:  # moved on by another tab
+        st.rerun()
     peek = room.peek if room.peek is not None and room.peek.context == room.snapshot.context else None
     tally = hall().class_tally(room)
     with st.container(border=True):
@@ -251,6 +257,7 @@ def draw_workspace(room) -> None:
     if stepper.is_running(P):
         presenter_does(lambda state: stepper.advance_run(state, room.generation, time.monotonic()))
         gen = room.generation
+    S[CLASS.seen_context] = room.snapshot.context  # what this screen shows from here on
     button_row(gen)
     if problem := control.problem(S, "refused"):
         st.error(plain(problem), icon=":material/block:")
@@ -263,6 +270,7 @@ def draw_workspace(room) -> None:
     class_panel()
     view = stepper.sampler_view(P, gen)
     hall().publish(room, gen)  # the sampler as the controls set it is the room's too
+    S[CLASS.seen_context] = room.snapshot.context
     if view.problem:
         st.error(plain(view.problem), icon=":material/back_hand:")
     if view.record is None:
@@ -333,12 +341,17 @@ def student_page() -> None:
     st.header(f"Class · room {code}", anchor=False)
     st.caption("This page follows the presenter's screen. Guess each next token before the presenter reveals it.")
     follow()
-    with st.expander("Your name and the room"):
+    named = bool((S.get(CLASS.name) or "").strip())
+    with st.expander("Your name and the room" if named else "Your name (optional): tell the presenter who you are",
+                     expanded=not named):
         st.text_input("Your name (optional, shown to the presenter)", key=CLASS.name,
                       max_chars=hall().limits.max_name_chars,
                       on_change=lambda: control.rename(S, hall(), S.get(CLASS.name, "")))
         if problem := control.problem(S, "name"):
             st.warning(plain(problem), icon=":material/back_hand:")
+        else:
+            st.caption(plain(f"The presenter sees you as {S[CLASS.name].strip()}." if named else
+                             "No name yet: the presenter sees your guesses without one."))
         st.button("Leave the room", key=CLASS.leave, on_click=on_leave)
 
 

@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from classroom import AccessRefused, ClassHall, LiveRoom, RoomFull, Snapshot, StoreError, WrongCodeThrottle
 from engine import Generation, LoadedModel, PromptError, SettingsError, TraceError
@@ -26,6 +27,8 @@ from ui.state import init_defaults, message, set_message, write_generation
 State = MutableMapping[str, Any]
 PRESENTER, STUDENT = "presenter", "student"
 NOT_PRESENTER = "Only the room's presenter can change it: this page follows the presenter's screen."
+MOVED_ON = ("The room moved on in another presenter tab (it is at {count} tokens now): this screen shows it now. "
+            "Press again to go on from here.")
 # what a room cannot be opened for: a wrong code or secret, a full room, an unreadable store or trace
 OPEN_ERRORS = (AccessRefused, RoomFull, StoreError, TraceError)
 
@@ -74,12 +77,27 @@ def _say(state: State, control: str, text: str | None) -> None:
     set_message(state, control, text, CLASS.messages)
 
 
+LOCAL_HOSTS = ("localhost", "127.", "::1", "[::1]", "0.0.0.0")
+
+
+def link_warning(url: str) -> str | None:
+    """Why students' phones cannot open a link made from this address, if they cannot: the
+    page was opened as this computer itself (localhost), which on a phone means the phone."""
+    host = urlsplit(url).hostname or ""
+    if not any(host == local or host.startswith(local) for local in LOCAL_HOSTS):
+        return None
+    return (f"This page was opened as {host}, so the link and QR code point at each student's own device. "
+            "Open the app at this computer's network address (for example http://192.168.1.20:8501, the "
+            "'Network URL' the server printed when it started) and start the class from there.")
+
+
 # ---- entering a room -------------------------------------------------------------------------
 
 
-def start_class(state: State, hall: ClassHall, lm: LoadedModel, scheduler: ForwardScheduler | None) -> None:
+def start_class(state: State, hall: ClassHall, lm: LoadedModel, scheduler: ForwardScheduler | None,
+                browser: str = "") -> None:
     """Start a class: a room on a generation from the Step page's default settings, and this
-    session its presenter."""
+    session (and this browser's reloads and tabs) its presenter."""
     presenter = presenter_state(state)
     init_defaults(presenter)
     try:
@@ -89,6 +107,7 @@ def start_class(state: State, hall: ClassHall, lm: LoadedModel, scheduler: Forwa
         return
     _say(state, "start", None)
     _become_presenter(state, room, secret)
+    hall.trust_browser(room, browser, secret)
 
 
 def _become_presenter(state: State, room: LiveRoom, secret: str) -> None:
@@ -102,32 +121,38 @@ def open_address(state: State, hall: ClassHall, params: Mapping[str, str], brows
                  throttle: WrongCodeThrottle, now: float | None = None) -> None:
     """On a session's first run, a room link in the address: `room` alone makes a student,
     `room` and `key` (the secret) the presenter. A wrong one is refused, and counted against
-    this browser like a wrong code."""
+    this browser like a wrong code. A browser that showed the secret before (a reload, a second
+    tab, a laptop waking up) opens `room` alone as presenter again: the server remembers it."""
     if state.get(CLASS.address_read):
         return
     state[CLASS.address_read] = True
     if "room" not in params:
         return
-    if "key" in params:
-        if (room := _checked(state, throttle, browser, now, lambda: hall.presenter(params["room"], params["key"]))):
-            _become_presenter(state, room, params["key"])
+    secret = params.get("key") or hall.trusted_secret(params["room"], browser)
+    if secret:
+        if (room := _checked(state, throttle, browser, now, lambda: hall.presenter(params["room"], secret))):
+            _become_presenter(state, room, secret)
+            hall.trust_browser(room, browser, secret)
         return
-    join(state, hall, params["room"], "", browser, throttle, now)
+    join(state, hall, params["room"], None, browser, throttle, now)
 
 
-def join(state: State, hall: ClassHall, code_text: str, name: str, browser: str, throttle: WrongCodeThrottle,
-         now: float | None = None) -> None:
-    """Join a room as a student with its code (and an optional display name)."""
+def join(state: State, hall: ClassHall, code_text: str, name: str | None, browser: str,
+         throttle: WrongCodeThrottle, now: float | None = None) -> None:
+    """Join a room as a student with its code (and an optional display name; none keeps the
+    name this browser gave the room before, so a reload is the same student with their name)."""
     room = _checked(state, throttle, browser, now, lambda: hall.room(code_text))
     if room is None:
         return
     student = state.get(CLASS.student) or _student_id(browser)
     try:
-        hall.join(room, student, name)
+        stored = hall.join(room, student, name or None)
     except (RoomFull, StoreError) as exc:
         _say(state, "join", str(exc))
         return
-    state.update({CLASS.role: STUDENT, CLASS.code: room.code, CLASS.student: student})
+    state.update({CLASS.role: STUDENT, CLASS.code: room.code, CLASS.student: student, CLASS.name: stored})
+    if (guessed := hall.guess_of(room, student)) is not None:  # a reload shows the guess it made
+        state[CLASS.my_guess] = (room.snapshot.context, guessed)
     state.pop(CLASS.secret, None)
 
 
@@ -186,15 +211,22 @@ def current_room(state: State, hall: ClassHall) -> LiveRoom | None:
         return None
 
 
-def as_presenter(state: State, hall: ClassHall, action: Callable[[State], object]) -> bool:
+def as_presenter(state: State, hall: ClassHall, action: Callable[[State], object],
+                 seen: str | None = None) -> bool:
     """Run a Step-page action (`action(presenter_state)`) on the room's generation, then
-    publish the result to every student. Refused for any session that is not the presenter."""
+    publish the result to every student. Refused for any session that is not the presenter,
+    and, when `seen` (the room's context this screen showed) is given, if another presenter tab
+    moved the room on since: a press acts on what the presenter saw, or says why not."""
     room = current_room(state, hall) if role(state) == PRESENTER else None
     if room is None:
         _say(state, "refused", NOT_PRESENTER)
         return False
     presenter = presenter_state(state)
     with room.lock:  # one change at a time, and never during a peek
+        if seen is not None and seen != room.snapshot.context:
+            _say(state, "refused", MOVED_ON.format(count=len(room.generation.steps)))
+            return False
+        _say(state, "refused", None)
         presenter[STEP.generation] = room.generation
         action(presenter)
         if (generation := presenter.get(STEP.generation)) is not None:

@@ -41,13 +41,31 @@ def wrong_codes() -> WrongCodeThrottle:
 
 
 def browser_key() -> str:
-    """Who this browser is, as far as the server can tell without accounts: Streamlit's own
-    XSRF cookie where the browser sends one (the same across reloads), else its address."""
+    """Who this browser is, as far as the server can tell without accounts: the token in
+    Streamlit's own XSRF cookie where the browser sends one (the same across reloads and tabs),
+    else its address."""
     cookie = st.context.cookies.get("_streamlit_xsrf") if st.context.cookies else None
-    if isinstance(cookie, str) and cookie:
-        return "cookie:" + hashlib.sha256(cookie.encode()).hexdigest()[:24]
+    if (token := xsrf_token(cookie)) is not None:
+        return "cookie:" + hashlib.sha256(token).hexdigest()[:24]
     address = st.context.ip_address
     return "address:" + (address if isinstance(address, str) else "unknown")
+
+
+def xsrf_token(cookie: object) -> bytes | None:
+    """The token inside an XSRF cookie. The server re-masks it with fresh random bytes on every
+    page it sends ("2|mask|masked token|time"), so the cookie's text changes on each reload while
+    the token stays: a browser is known by the unmasked token. A plain hex token (version 1) is
+    its own token."""
+    if not isinstance(cookie, str) or not cookie:
+        return None
+    parts = cookie.split("|")
+    try:
+        if len(parts) == 4 and parts[0] == "2":
+            mask, masked = bytes.fromhex(parts[1]), bytes.fromhex(parts[2])
+            return bytes(b ^ mask[i % len(mask)] for i, b in enumerate(masked)) if mask and masked else None
+        return bytes.fromhex(cookie) if len(parts) == 1 else None
+    except ValueError:
+        return None
 
 
 def store_problem(exc: Exception) -> str:

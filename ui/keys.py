@@ -234,6 +234,7 @@ class ClassKeys(PageKeys):
     address_read: str = "cls_address_read"  # the room link in the address was read (first run)
     messages: str = "cls_messages"  # control name -> message
     my_guess: str = "cls_my_guess"  # (context, the guessed token's text)
+    seen_context: str = "cls_seen_context"  # the room's context this presenter's screen last showed
     # widgets
     start: str = "cls_start"
     join_form: str = "cls_join_form"

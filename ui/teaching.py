@@ -37,6 +37,9 @@ header[data-testid="stHeader"],[data-testid="stElementContainer"]:has(.tbt-keys)
 .tbt-chips{font-size:1.3rem}
 .tbt-cdf{font-size:.9rem;height:1.9rem;margin:1.4rem 0}.tbt-seg{padding-top:.3rem}.tbt-u{top:-1.3rem}
 .tbt-scale{bottom:-1.3rem}
+.tbt-key-queue{position:fixed;left:.6rem;bottom:.6rem;z-index:999990;padding:.2rem .6rem;border-radius:6px;
+ background:#212529;color:#f8f9fa;font-size:.9rem}
+.tbt-key-queue[hidden]{display:none}
 </style>"""
 
 
@@ -58,8 +61,11 @@ RUN = (PERIOD,)  # Run / Stop (a remote's blank-screen button sends ".")
 # Installed once per browser tab; on every key press it reads the map the page drew (none: not
 # in presentation mode, nothing happens). Keys typed into a field never act; arrows stay with a
 # focused slider, radio or tab, and Space with a focused checkbox or radio. Space on a focused
-# button or expander steps, as on a slide deck (Enter still presses it). A disabled button
-# swallows its key so the page does not scroll instead.
+# button or expander steps, as on a slide deck (Enter still presses it). One press is one action:
+# Streamlit merges the clicks that reach a button while a run is under way into one, so presses
+# wait in a queue (shown in a corner, read out to a screen reader) and each is clicked only once
+# the run the previous one started has ended. A press for a disabled button is dropped, and the
+# queue after it, with a word in the corner, so the page does not scroll instead.
 KEY_HANDLER = """<script>
 (() => {
   if (window.tbtPresenterKeys) return;
@@ -69,6 +75,52 @@ KEY_HANDLER = """<script>
   const USES_ARROWS = "input, [role=slider], [role=radio], [role=radiogroup], [role=tab], [role=tablist], "
     + "[role=listbox], [role=option], [role=combobox], [role=menu], [role=menuitem]";
   const USES_SPACE = "input, [role=checkbox], [role=switch], [role=radio], [role=option]";
+  const queue = [];
+  let clicking = false;
+  const running = () => !!document.querySelector("[data-testid='stStatusWidget']");
+  const buttonFor = (target) => document.querySelector(".st-key-" + target + " button");
+  const say = (text) => {
+    let note = document.getElementById("tbt-key-queue");
+    if (!note) {
+      note = document.createElement("div");
+      note.id = "tbt-key-queue";
+      note.className = "tbt-key-queue";
+      note.setAttribute("role", "status");
+      note.setAttribute("aria-live", "polite");
+      document.body.appendChild(note);
+    }
+    note.textContent = text;
+    note.hidden = !text;
+  };
+  const shown = () => say(queue.length ? queue.length + (queue.length === 1 ? " press waits" : " presses wait")
+    + " for the step under way" : "");
+  const pump = () => {
+    if (clicking || !queue.length || running()) return;
+    const button = buttonFor(queue[0]);
+    if (!button || button.disabled) {
+      const dropped = queue.length;
+      queue.length = 0;
+      say(dropped === 1 ? "That key does nothing here now" : dropped + " presses dropped: the button is off now");
+      setTimeout(() => { if (!queue.length) say(""); }, 2500);
+      return;
+    }
+    queue.shift();
+    clicking = true;
+    shown();
+    button.click();
+    // the click's run: wait until it has shown as running and ended (or never showed, for a quick one)
+    const since = Date.now();
+    let seen = false;
+    const watch = setInterval(() => {
+      seen = seen || running();
+      if ((seen && !running()) || Date.now() - since > (seen ? 300000 : 600)) {
+        clearInterval(watch);
+        clicking = false;
+        pump();
+      }
+    }, 40);
+  };
+  setInterval(pump, 100);
   window.addEventListener("keydown", (event) => {
     const map = document.querySelector(".tbt-keys");
     if (!map || event.ctrlKey || event.metaKey || event.altKey || event.isComposing) return;
@@ -79,11 +131,12 @@ KEY_HANDLER = """<script>
     if (focus && (focus.isContentEditable || focus.matches(TEXT))) return;
     if (event.key.startsWith("Arrow") && focus && focus.closest(USES_ARROWS)) return;
     if (event.key === " " && focus && focus.closest(USES_SPACE)) return;
-    const button = document.querySelector(".st-key-" + target + " button");
-    if (!button) return;
+    if (!buttonFor(target)) return;
     event.preventDefault();
     event.stopPropagation();
-    if (!button.disabled) button.click();
+    queue.push(target);
+    shown();
+    pump();
   }, true);
 })();
 </script>"""

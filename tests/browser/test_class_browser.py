@@ -77,9 +77,20 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
     settle(dark_student)
     dark_student.screenshot(path=str(ARTIFACTS / "class_student_phone_dark.png"), full_page=True)
 
+    presenter.reload()  # a reload, and a second tab of the same browser, are the presenter again
+    presenter.get_by_role("button", name="Step").wait_for(timeout=SLOW)
+    second_tab = teacher.new_page()
+    second_tab.goto(f"{class_url}/class?room={code}")
+    second_tab.get_by_role("button", name="Step").wait_for(timeout=SLOW)
+    assert not second_tab.get_by_label(re.compile("type your guess")).count()
+    second_tab.close()
+    settle(presenter)
+
     presenter_link = presenter.evaluate(
         "[...document.querySelectorAll('code')].map(c => c.innerText).find(t => t.includes('&key=')) ?? ''")
-    if not presenter_link:  # the link sits in a popover: open it
+    if not presenter_link:  # the link sits in a popover, in the invite panel (folded once a token is out)
+        if not presenter.get_by_role("button", name=re.compile("Presenter link")).is_visible():
+            presenter.get_by_text(re.compile("Invite the class")).click()
         presenter.get_by_role("button", name=re.compile("Presenter link")).click()
         presenter.locator("code", has_text="&key=").first.wait_for(timeout=10_000)
         presenter_link = presenter.locator("code", has_text="&key=").first.inner_text()

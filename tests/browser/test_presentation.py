@@ -88,6 +88,16 @@ def test_step_page_fits_one_screen_and_steps_from_the_keyboard(browser, app_url,
             press_and_wait(page, "PageDown", count)
         press_and_wait(page, "PageUp", 2)  # its "previous": Back
         press_and_wait(page, "ArrowRight", 3)
+        for _ in range(5):  # presses faster than a step: each one is one token, none dropped
+            page.keyboard.press("PageDown")
+            page.wait_for_timeout(60)
+        page.wait_for_function(f"{STEPS} === 8", timeout=SLOW)
+        for _ in range(5):
+            page.keyboard.press("PageUp")
+            page.wait_for_timeout(60)
+        page.wait_for_function(f"{STEPS} === 3", timeout=SLOW)
+        page.wait_for_function("document.getElementById('tbt-key-queue')?.hidden !== false", timeout=SLOW)
+        settle(page)
         page.mouse.move(width - 5, height - 5)
 
         assert outside_viewport(page, ON_STEP_SCREEN, width, height) == []

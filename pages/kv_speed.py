@@ -39,7 +39,7 @@ from ui.views import (
     ratio_figure,
     roofline_figure,
 )
-from ui.widgets import described_chart, ensure_app_frame, page_style, server_batching
+from ui.widgets import current_theme, described_chart, ensure_app_frame, page_style, server_batching
 
 KV_SAMPLE_POSITIONS = 16  # positions put in a real cache to weigh one position
 
@@ -117,8 +117,8 @@ def cache_section(lm: LoadedModel, sizes: Sizes) -> None:
     points = measured(lm, "cache vs recompute", lambda: measure_cache_vs_recompute(lm, sizes.cache_lengths,
                                                                                     sizes.repeats))
     left, right = st.columns([3, 2])
-    described_chart(cache_figure(points), key=KV.cache_chart, where=left)
-    described_chart(ratio_figure(points), key=KV.ratio_chart, where=right)
+    described_chart(cache_figure(points, theme=current_theme()), key=KV.cache_chart, where=left)
+    described_chart(ratio_figure(points, theme=current_theme()), key=KV.ratio_chart, where=right)
     first, last = points[0], points[-1]
     st.markdown(
         f"At **{last.context_tokens:,} tokens** of context: **{last.cached_ms:.1f} ms** per step with the cache, "
@@ -150,7 +150,7 @@ def prefill_section(lm: LoadedModel, sizes: Sizes) -> None:
     result = measured(lm, "prefill vs decode",
                       lambda: measure_prefill_decode(lm, sizes.prompt_tokens, sizes.decode_steps, sizes.repeats))
     left, right = st.columns([3, 2])
-    described_chart(prefill_decode_figure(result), key=KV.prefill_chart, where=left)
+    described_chart(prefill_decode_figure(result, theme=current_theme()), key=KV.prefill_chart, where=left)
     right.metric(f"prefill: {result.prompt_tokens} tokens in one pass", f"{result.prefill_ms:.1f} ms")
     right.metric("prefill, per token", f"{result.prefill_ms_per_token:.2f} ms")
     right.metric("decode, per token", f"{result.decode_ms:.1f} ms",
@@ -195,7 +195,7 @@ def memory_section(lm: LoadedModel) -> None:
     positions = int(st.number_input("Context length (tokens)", 1, 131_072, 4_096, 256, key=KV.positions))
     rows = kv_rows(lm, per_position)
     described_chart(kv_memory_figure([(f"{r.name} ({r.shape.dtype})", r.per_position * positions) for r in rows],
-                                     positions), key=KV.memory_chart)
+                                     positions, theme=current_theme()), key=KV.memory_chart)
     st.dataframe(kv_table(rows, positions), hide_index=True,
                  column_config={"model": st.column_config.TextColumn(width="medium"),  # names whole at 1440 px
                                 "source": st.column_config.TextColumn(width="large")})
@@ -229,7 +229,7 @@ def intensity_section(lm: LoadedModel, sizes: Sizes) -> None:
                    delta=f"{100 * step.achieved_bytes_per_s / device.bytes_per_s:.0f}% of the copy",
                    delta_color="off", delta_arrow="off",
                    help=f"bytes read ÷ measured step time ({step.step_ms:.1f} ms)")
-    described_chart(roofline_figure(device, step), key=KV.roofline_chart)
+    described_chart(roofline_figure(device, step, theme=current_theme()), key=KV.roofline_chart)
     bound = "memory bandwidth" if step.flops_per_byte < device.ridge_flops_per_byte else "compute"
     st.markdown(
         f"A decode step at batch 1 does about **{step.flops_per_byte:.2f} FLOPs for every byte** it reads: each "
@@ -277,7 +277,7 @@ def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
     points = measured(lm, "batched decode",
                       lambda: measure_batching(lm, (1, 4, 16), sizes.batch_context, sizes.repeats))
     left, right = st.columns([3, 2])
-    described_chart(batch_figure(points), key=KV.batch_chart, where=left)
+    described_chart(batch_figure(points, theme=current_theme()), key=KV.batch_chart, where=left)
     for point in points:
         right.metric(f"batch {point.batch}: one step", f"{point.step_ms:.1f} ms",
                      delta=f"{point.tokens_per_s:,.0f} tokens/s", delta_color="off", delta_arrow="off")

@@ -35,7 +35,17 @@ from ui.views import (
     top_values_figure,
 )
 from ui.views import inside as inside_views
-from ui.widgets import BACKWARD, FORWARD, RUN, described_chart, ensure_app_frame, page_style, presenter_keys, presenting
+from ui.widgets import (
+    BACKWARD,
+    FORWARD,
+    RUN,
+    current_theme,
+    described_chart,
+    ensure_app_frame,
+    page_style,
+    presenter_keys,
+    presenting,
+)
 
 S = st.session_state
 PARTS = ("Guided walk", "Predict the next token")
@@ -75,7 +85,8 @@ def top_values(labels: list[str], values: list[float], title: str, x_title: str,
                 for label, value in zip(labels, values, strict=True)]
         st.html(LINE_CSS + f'<div class="tbt-title">{esc(title)} · {esc(x_title)}</div>' + bars_html(rows))
     else:
-        described_chart(top_values_figure(labels, values, title, x_title, colour=colour, text=text), key=key)
+        described_chart(top_values_figure(labels, values, title, x_title, colour=colour, text=text,
+                                          theme=current_theme()), key=key)
 
 
 def preset_picker() -> str:
@@ -330,7 +341,7 @@ def predict_exercise(lm: LoadedModel) -> None:
         ranked = step.distribution.top[: len(options)]
         described_chart(top_values_figure([reveal_label(c, guess) for c in ranked], [c.prob for c in ranked],
                                           "The model's raw softmax over the choices", "raw probability (0–1)",
-                                          colour=RAW_COLOUR, text=pct), key=LESSON.reveal_chart)
+                                          colour=RAW_COLOUR, text=pct, theme=current_theme()), key=LESSON.reveal_chart)
         if generation.finished:
             st.info(f"The text has ended ({generation.finish_reason}). Choose another text to play again.")
         else:

@@ -31,7 +31,6 @@ from ui.session import LAB
 from ui.views import (
     chain_name,
     chains_figure,
-    current_theme,
     cut_figure,
     draws_figure,
     pct,
@@ -41,7 +40,7 @@ from ui.views import (
     temperature_figure,
     token_labels,
 )
-from ui.widgets import described_chart, ensure_app_frame, page_style
+from ui.widgets import current_theme, described_chart, ensure_app_frame, page_style
 
 S = st.session_state
 SHOWN_TOKENS = 10
@@ -133,7 +132,8 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
     ids = shown_tokens(step, list(named.values()))
     labels = token_labels(texts(lm, ids), step.logits, ids)
     picks = [quoted(lm.texts.piece(o.decision.token_id).text) for o in named.values()]
-    described_chart(settings_figure(labels, step.logits.softmax(dim=-1), ids, list(named.items()), picks),
+    described_chart(settings_figure(labels, step.logits.softmax(dim=-1), ids, list(named.items()), picks,
+                                    theme=current_theme()),
                     key=LAB.settings_chart)
     st.markdown("**Kept sets.** ‘cut’ means the sampler set that token's probability to zero; ★ marks the pick.")
     st.dataframe(kept_table(lm, step, ids, named), hide_index=True, height="content")
@@ -154,7 +154,7 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
                     f"**{pct(here.top_prob)}**. Below 1 the top token takes more of the mass and the entropy "
                     "falls towards 0 (greedy); above 1 the mass spreads over more tokens.")
         figure = lab.rebuildable(S, (*step_key, "temperature_chart", marked, current_theme()),
-                                 lambda: temperature_figure(points, marked))
+                                 lambda: temperature_figure(points, marked, theme=current_theme()))
         described_chart(figure, key=LAB.temperature_chart)
     with p_tab:
         marked = st.slider("top-p to read off", 0.05, 1.0, 0.9, 0.01, key=LAB.sweep_top_p)
@@ -165,7 +165,8 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
                     "most-probable tokens whose probabilities add up to at least p (at temperature 1). A confident "
                     "step needs few tokens to reach p; an uncertain one needs many.")
         figure = lab.rebuildable(S, (*step_key, "top_p_chart", marked, current_theme()),
-                                 lambda: bounded_axes(cut_figure(points, "top-p", marked), FIFTHS))
+                                 lambda: bounded_axes(cut_figure(points, "top-p", marked, theme=current_theme()),
+                                                      FIFTHS))
         described_chart(figure, key=LAB.top_p_chart)
     with m_tab:
         marked = st.slider("min-p to read off", 0.01, 1.0, 0.1, 0.01, key=LAB.sweep_min_p)
@@ -176,7 +177,8 @@ def sweeps(step: FrozenStep, step_key: tuple) -> None:
                     f"{here.threshold:.3g}** and keeps **{here.kept:,}** token{'' if here.kept == 1 else 's'} (at "
                     "temperature 1). The cut moves with the model's confidence: a sure top token raises it.")
         figure = lab.rebuildable(S, (*step_key, "min_p_chart", marked, current_theme()),
-                                 lambda: bounded_axes(cut_figure(points, "min-p", marked, log_x=True), DECADES))
+                                 lambda: bounded_axes(cut_figure(points, "min-p", marked, log_x=True,
+                                                                 theme=current_theme()), DECADES))
         described_chart(figure, key=LAB.min_p_chart)
 
 
@@ -244,7 +246,8 @@ def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
     ids = kept_any[:SHOWN_TOKENS]
     picks = {name: quoted(lm.texts.piece(o.decision.token_id).text) for name, o in outcomes.items()}
     described_chart(lab.rebuildable(S, (*step_key, "chains_chart", settings, current_theme()),
-                          lambda: chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes, picks)),
+                          lambda: chains_figure(token_labels(texts(lm, ids), step.logits, ids), ids, outcomes, picks,
+                                                theme=current_theme())),
                     key=LAB.chain_chart)
 
 
@@ -272,7 +275,8 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
     labels = token_labels(texts(lm, ids), step.logits, ids)
     shown = sum(counts.get(i, 0) for i in ids)
     figure = lab.rebuildable(S, (*key, "chart", current_theme()),
-                             lambda: draws_figure(labels, ids, counts, lab.DRAWS, outcome.chain.final_probs))
+                             lambda: draws_figure(labels, ids, counts, lab.DRAWS, outcome.chain.final_probs,
+                                                  theme=current_theme()))
     described_chart(figure, key=LAB.draws_chart)
     worst = max(abs(counts.get(i, 0) / lab.DRAWS - float(outcome.chain.final_probs[i])) for i in ids)
     came_up = f"{len(counts):,} different tokens came up" if len(counts) > 1 else "Only one token came up"

@@ -25,5 +25,5 @@ __getattr__, __all__ = room_exports(__name__, {
         "prefill_decode_figure", "ratio_figure", "roofline_figure", "settings_figure", "temperature_figure",
         "token_labels", "top_values_figure",
     ),
-    "theme": ("current_theme", "theme_css"),
+    "theme": ("theme_css",),
 })

@@ -17,7 +17,7 @@ import plotly.io as pio
 
 from engine import Candidate, Distribution, StepRecord
 from ui.views.format import pct, quoted
-from ui.views.theme import ChartTheme, axis_colours, current_theme, layout_colours
+from ui.views.theme import LIGHT, ChartTheme, axis_colours, layout_colours
 
 RAW_COLOUR = "#6baed6"  # the model's own softmax, the same blue as the chips
 FINAL_COLOUR = "#e8590c"  # the distribution the sampler actually draws from
@@ -123,9 +123,9 @@ def distribution_figure(distribution: Distribution, pick_id: int | None = None, 
         pick_id: the token to highlight as the pick, if any.
         mode: one of MODES. "logit" shows the raw logits only (the rest has no single logit).
         top_n: candidates shown, by raw probability.
-        theme: the colours of its text and grid; the visitor's theme if not given.
+        theme: the colours of its text and grid (the visitor's: ui.widgets.theme); light if not given.
     """
-    theme = theme or current_theme()
+    theme = theme or LIGHT
     if mode not in MODES:
         raise ValueError(f"mode = {mode!r} is not allowed: one of {', '.join(MODES)}.")
     rows = bar_rows(distribution, top_n, pick_id)
@@ -198,7 +198,7 @@ def _bar(name: str, labels: list[str], values: list[float], colour: str, ids: li
 def kv_figure(steps: Sequence[StepRecord], height: int = 260, theme: ChartTheme | None = None) -> go.Figure:
     """KV cache positions (bars) and bytes (line) after each step's forward pass: a jump at
     step 1 (the whole prompt, prefill), then one position per step."""
-    theme = theme or current_theme()
+    theme = theme or LIGHT
     x = [s.index for s in steps]
     traces = [
         dict(type="bar", name="positions held", x=x, y=[s.kv.positions for s in steps],

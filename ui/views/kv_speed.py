@@ -7,12 +7,11 @@ import plotly.graph_objects as go
 
 from engine import LoadedModel
 from engine.serving import SchedulerStats, exact_rows_kernel_in_use
-from ui.views.theme import axis_colours, current_theme, layout_colours
+from ui.views.theme import LIGHT, ChartTheme, axis_colours, layout_colours
 
 
-def recent_batches_figure(stats: SchedulerStats) -> go.Figure:
+def recent_batches_figure(stats: SchedulerStats, theme: ChartTheme = LIGHT) -> go.Figure:
     """Requests served by each of the latest forward passes, oldest on the left."""
-    theme = current_theme()
     figure = go.Figure(layout=layout_colours(theme))
     largest = max(stats.recent_batches)
     figure.add_bar(x=list(range(1 - len(stats.recent_batches), 1)), y=list(stats.recent_batches),

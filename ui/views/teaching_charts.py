@@ -16,7 +16,7 @@ from engine.speed import BatchPoint, CachePoint, DecodeIntensity, DeviceSpeed, P
 from ui.domain.sampler_lab import CutPoint, Outcome, TemperaturePoint
 from ui.views.charts import FINAL_COLOUR, RAW_COLOUR
 from ui.views.format import quoted
-from ui.views.theme import axis_colours, current_theme, layout_colours
+from ui.views.theme import LIGHT, ChartTheme, axis_colours, layout_colours
 
 FONT = 16
 # A blue-green, not a green, beside the orange: the two stay apart for red-green colour-blind
@@ -26,11 +26,11 @@ CHAIN_COLOURS = {"transformers": "#e8590c", "vllm": "#1971c2", "llama.cpp": "#0c
 CACHED_COLOUR, RECOMPUTE_COLOUR = "#1971c2", "#c92a2a"
 
 
-def _layout(figure: go.Figure, title: str, x_title: str, y_title: str, height: int = 420) -> go.Figure:
+def _layout(figure: go.Figure, theme: ChartTheme, title: str, x_title: str, y_title: str,
+            height: int = 420) -> go.Figure:
     """Shared look; sizes are set on every part because Streamlit's chart theme sets its own.
-    Colours follow the visitor's theme: transparent backgrounds, text and reference lines in
+    Colours follow `theme` (the visitor's): transparent backgrounds, text and reference lines in
     the theme's text colours."""
-    theme = current_theme()
     figure.update_layout(layout_colours(theme))
     figure.update_layout(
         # the title at the top, the legend under it: in a half-width chart the legend takes two lines
@@ -57,15 +57,17 @@ def token_labels(texts: Mapping[int, str], logits: torch.Tensor, token_ids: Sequ
 
 # ---- Sampler lab --------------------------------------------------------------------------
 
-def _grouped_bars(figure: go.Figure, token_ids: Sequence[int], title: str, x_title: str) -> go.Figure:
+def _grouped_bars(figure: go.Figure, theme: ChartTheme, token_ids: Sequence[int], title: str,
+                  x_title: str) -> go.Figure:
     figure.update_layout(barmode="group", bargap=0.2, bargroupgap=0.05,
                          legend={"traceorder": "reversed"})  # legend top-down matches the bars
     figure.update_xaxes(range=[0, 1.05])
-    return _layout(figure, title, x_title, "", height=190 + 64 * len(token_ids))
+    return _layout(figure, theme, title, x_title, "", height=190 + 64 * len(token_ids))
 
 
 def settings_figure(labels: list[str], raw_probs: torch.Tensor, token_ids: Sequence[int],
-                    outcomes: Sequence[tuple[str, Outcome]], picks: Sequence[str]) -> go.Figure:
+                    outcomes: Sequence[tuple[str, Outcome]], picks: Sequence[str], *,
+                    theme: ChartTheme = LIGHT) -> go.Figure:
     """Horizontal bars: the raw softmax and each setting's final probability per token;
     each setting's pick is named in the legend."""
     figure = go.Figure()
@@ -75,10 +77,10 @@ def settings_figure(labels: list[str], raw_probs: torch.Tensor, token_ids: Seque
     for (name, outcome), pick, colour in zip(outcomes, picks, SETTING_COLOURS, strict=False):
         figure.add_bar(y=rows, x=[float(outcome.chain.final_probs[i]) for i in reversed(token_ids)],
                        orientation="h", name=f"{name}: final (picks {pick})", marker_color=colour)
-    return _grouped_bars(figure, token_ids, "Same logits, different samplers", "probability (0–1)")
+    return _grouped_bars(figure, theme, token_ids, "Same logits, different samplers", "probability (0–1)")
 
 
-def temperature_figure(points: Sequence[TemperaturePoint], marked: float) -> go.Figure:
+def temperature_figure(points: Sequence[TemperaturePoint], marked: float, *, theme: ChartTheme = LIGHT) -> go.Figure:
     """Entropy (bits, left axis) and the top token's probability (right axis) against T."""
     temps = [p.temperature for p in points]
     figure = go.Figure()
@@ -92,11 +94,12 @@ def temperature_figure(points: Sequence[TemperaturePoint], marked: float) -> go.
                                  "overlaying": "y", "side": "right", "range": [0, 1.05], "tickfont": {"size": FONT},
                                  "tickvals": [0, 0.2, 0.4, 0.6, 0.8, 1.0], "showgrid": False})
     figure.update_layout(yaxis={"rangemode": "tozero"})
-    return _layout(figure, "Temperature reshapes the whole distribution", "temperature T",
+    return _layout(figure, theme, "Temperature reshapes the whole distribution", "temperature T",
                    "entropy (bits)")
 
 
-def cut_figure(points: Sequence[CutPoint], setting: str, marked: float, log_x: bool = False) -> go.Figure:
+def cut_figure(points: Sequence[CutPoint], setting: str, marked: float, log_x: bool = False, *,
+               theme: ChartTheme = LIGHT) -> go.Figure:
     """Tokens kept (log scale) against a top-p or min-p setting."""
     figure = go.Figure()
     hover = ("min-p %{x:.3g}: keeps %{y:,} tokens<br>cuts below p = %{customdata:.3g}<extra></extra>"
@@ -110,22 +113,22 @@ def cut_figure(points: Sequence[CutPoint], setting: str, marked: float, log_x: b
     if log_x:
         figure.update_xaxes(type="log")
     title = "Nucleus size against p" if setting == "top-p" else "Tokens left after the min-p cut"
-    return _layout(figure, title, setting, "tokens kept (log scale)", height=380)
+    return _layout(figure, theme, title, setting, "tokens kept (log scale)", height=380)
 
 
 def chains_figure(labels: list[str], token_ids: Sequence[int], outcomes: Mapping[str, Outcome],
-                  picks: Mapping[str, str]) -> go.Figure:
+                  picks: Mapping[str, str], *, theme: ChartTheme = LIGHT) -> go.Figure:
     """Final probability per token under each engine's chain order; picks named in the legend."""
     figure = go.Figure()
     rows = list(reversed(labels))
     for name, outcome in outcomes.items():
         figure.add_bar(y=rows, x=[float(outcome.chain.final_probs[i]) for i in reversed(token_ids)],
                        orientation="h", name=f"{name} (picks {picks[name]})", marker_color=CHAIN_COLOURS[name])
-    return _grouped_bars(figure, token_ids, "One set of settings, three chain orders", "final probability (0–1)")
+    return _grouped_bars(figure, theme, token_ids, "One set of settings, three chain orders", "final probability (0–1)")
 
 
 def draws_figure(labels: list[str], token_ids: Sequence[int], counts: Mapping[int, int], total: int,
-                 final_probs: torch.Tensor) -> go.Figure:
+                 final_probs: torch.Tensor, *, theme: ChartTheme = LIGHT) -> go.Figure:
     """Share of draws per token (bars) against the final probability (diamonds)."""
     figure = go.Figure()
     figure.add_bar(x=labels, y=[counts.get(i, 0) / total for i in token_ids], name=f"share of {total:,} draws",
@@ -133,7 +136,7 @@ def draws_figure(labels: list[str], token_ids: Sequence[int], counts: Mapping[in
     figure.add_scatter(x=labels, y=[float(final_probs[i]) for i in token_ids], mode="markers",
                        name="final probability", marker={"symbol": "diamond", "size": 16, "color": FINAL_COLOUR})
     figure.update_xaxes(tickangle=-35)
-    _layout(figure, f"{total:,} draws against the distribution they come from", "token",
+    _layout(figure, theme, f"{total:,} draws against the distribution they come from", "token",
             "share of draws / probability", height=480)
     # legend above the plot: the slanted token labels need the space below
     figure.update_layout(legend={"y": 1.0, "yanchor": "bottom", "x": 1.0, "xanchor": "right"},
@@ -143,7 +146,7 @@ def draws_figure(labels: list[str], token_ids: Sequence[int], counts: Mapping[in
 
 # ---- KV cache & speed ---------------------------------------------------------------------
 
-def cache_figure(points: Sequence[CachePoint]) -> go.Figure:
+def cache_figure(points: Sequence[CachePoint], *, theme: ChartTheme = LIGHT) -> go.Figure:
     """Per-step time with and without the cache against context length."""
     lengths = [p.context_tokens for p in points]
     figure = go.Figure()
@@ -152,11 +155,11 @@ def cache_figure(points: Sequence[CachePoint]) -> go.Figure:
     figure.add_scatter(x=lengths, y=[p.cached_ms for p in points], name="with the KV cache: one new token",
                        mode="lines+markers", line={"color": CACHED_COLOUR, "width": 4}, marker={"size": 10})
     figure.update_yaxes(rangemode="tozero")
-    return _layout(figure, "Time for one new token as the context grows", "context length (tokens)",
+    return _layout(figure, theme, "Time for one new token as the context grows", "context length (tokens)",
                    "time per step (ms)")
 
 
-def ratio_figure(points: Sequence[CachePoint]) -> go.Figure:
+def ratio_figure(points: Sequence[CachePoint], *, theme: ChartTheme = LIGHT) -> go.Figure:
     """How many times slower recomputing is, per context length."""
     figure = go.Figure()
     figure.add_bar(x=[f"{p.context_tokens:,}" for p in points], y=[p.ratio for p in points],
@@ -165,10 +168,10 @@ def ratio_figure(points: Sequence[CachePoint]) -> go.Figure:
     figure.add_hline(y=1, line_dash="dot")
     figure.update_xaxes(type="category")
     figure.update_yaxes(rangemode="tozero")
-    return _layout(figure, "Recompute ÷ cached", "context length (tokens)", "times slower (×)", height=380)
+    return _layout(figure, theme, "Recompute ÷ cached", "context length (tokens)", "times slower (×)", height=380)
 
 
-def prefill_decode_figure(result: PrefillDecode) -> go.Figure:
+def prefill_decode_figure(result: PrefillDecode, *, theme: ChartTheme = LIGHT) -> go.Figure:
     """Time per token: reading the prompt in one pass against one token per pass."""
     figure = go.Figure()
     values = [result.prefill_ms_per_token, result.decode_ms]
@@ -176,10 +179,10 @@ def prefill_decode_figure(result: PrefillDecode) -> go.Figure:
                    y=values, text=[f"{v:.2f} ms" for v in values], textposition="outside",
                    marker_color=[CACHED_COLOUR, RECOMPUTE_COLOUR])
     figure.update_yaxes(rangemode="tozero")
-    return _layout(figure, "Time per token", "", "milliseconds per token", height=380)
+    return _layout(figure, theme, "Time per token", "", "milliseconds per token", height=380)
 
 
-def kv_memory_figure(sizes: Sequence[tuple[str, int]], positions: int) -> go.Figure:
+def kv_memory_figure(sizes: Sequence[tuple[str, int]], positions: int, *, theme: ChartTheme = LIGHT) -> go.Figure:
     """KV-cache size of a whole context for each model: (label, bytes) pairs."""
     gib = [size / 2**30 for _, size in sizes]
     figure = go.Figure()
@@ -187,11 +190,11 @@ def kv_memory_figure(sizes: Sequence[tuple[str, int]], positions: int) -> go.Fig
                    text=[f"{g:.2f} GiB" if g >= 0.1 else f"{g * 1024:.1f} MiB" for g in reversed(gib)],
                    textposition="outside", marker_color="#1971c2")
     figure.update_xaxes(range=[0, max(gib) * 1.3])
-    return _layout(figure, f"KV cache for {positions:,} tokens of context, one sequence", "GiB", "",
+    return _layout(figure, theme, f"KV cache for {positions:,} tokens of context, one sequence", "GiB", "",
                    height=120 + 50 * len(sizes))
 
 
-def roofline_figure(device: DeviceSpeed, intensity: DecodeIntensity) -> go.Figure:
+def roofline_figure(device: DeviceSpeed, intensity: DecodeIntensity, *, theme: ChartTheme = LIGHT) -> go.Figure:
     """Attainable FLOP/s against arithmetic intensity (the roofline), with the decode step."""
     ridge = device.ridge_flops_per_byte
     peak = device.flops_per_s / 1e9
@@ -200,7 +203,7 @@ def roofline_figure(device: DeviceSpeed, intensity: DecodeIntensity) -> go.Figur
     achieved = intensity.achieved_flops_per_s / 1e9
     figure = go.Figure()
     figure.add_scatter(x=xs, y=ys, name="the most this device can do (measured)", mode="lines",
-                       line={"color": current_theme().muted, "width": 4})
+                       line={"color": theme.muted, "width": 4})
     figure.add_scatter(x=[intensity.flops_per_byte], y=[achieved], mode="markers",
                        name="one decode step, batch 1 (measured)", marker={"size": 20, "color": RECOMPUTE_COLOUR})
     figure.add_vline(x=ridge, line_dash="dash")
@@ -212,28 +215,29 @@ def roofline_figure(device: DeviceSpeed, intensity: DecodeIntensity) -> go.Figur
                           showarrow=False, xanchor="left", font={"size": FONT})
     figure.update_xaxes(type="log", dtick=1, range=[math.log10(xs[0]), math.log10(xs[-1])])
     figure.update_yaxes(type="log", dtick=1, range=[math.log10(low), math.log10(peak * 4)])
-    return _layout(figure, "Memory-bound or compute-bound?", "arithmetic intensity (FLOPs per byte read)",
+    return _layout(figure, theme, "Memory-bound or compute-bound?", "arithmetic intensity (FLOPs per byte read)",
                    "GFLOP/s")
 
 
-def batch_figure(points: Sequence[BatchPoint]) -> go.Figure:
+def batch_figure(points: Sequence[BatchPoint], *, theme: ChartTheme = LIGHT) -> go.Figure:
     """Time per token for each batch size."""
     figure = go.Figure()
     figure.add_bar(x=[f"batch {p.batch}" for p in points], y=[p.per_token_ms for p in points],
                    text=[f"{p.per_token_ms:.1f} ms" for p in points], textposition="outside", marker_color="#2f9e44")
     figure.update_yaxes(rangemode="tozero")
-    return _layout(figure, "Time per token, decoding several sequences at once", "", "milliseconds per token",
+    return _layout(figure, theme, "Time per token, decoding several sequences at once", "", "milliseconds per token",
                    height=380)
 
 
 # ---- Lesson -------------------------------------------------------------------------------
 
 def top_values_figure(labels: list[str], values: Sequence[float], title: str, x_title: str,
-                      colour: str = RAW_COLOUR, text: Callable[[float], str] = "{:.2f}".format) -> go.Figure:
+                      colour: str = RAW_COLOUR, text: Callable[[float], str] = "{:.2f}".format, *,
+                      theme: ChartTheme = LIGHT) -> go.Figure:
     """Horizontal bars for the leading tokens (first label at the top)."""
     figure = go.Figure()
     figure.add_bar(y=list(reversed(labels)), x=list(reversed(values)), orientation="h", marker_color=colour,
                    text=[text(v) for v in reversed(values)], textposition="outside")
     low = min(0.0, min(values))
     figure.update_xaxes(range=[low * 1.2, max(values) * 1.25])
-    return _layout(figure, title, x_title, "", height=110 + 42 * len(labels))
+    return _layout(figure, theme, title, x_title, "", height=110 + 42 * len(labels))

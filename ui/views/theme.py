@@ -1,9 +1,10 @@
 """The visitor's theme, light or dark, for the pieces Streamlit does not colour itself.
 
 Streamlit follows the visitor's system setting (or the choice in its settings menu) and tells
-the script which it is in `st.context.theme.type`. Charts take their text, grid and highlight
-colours from the `ChartTheme` of that type and leave their backgrounds transparent, so the
-page shows through; text colours are chosen for at least 4.5:1 against the page in each theme.
+the script which it is in `st.context.theme.type` (ui/widgets/theme.py reads it). Charts take
+their text, grid and highlight colours from the `ChartTheme` of that type (passed in by the
+caller) and leave their backgrounds transparent, so the page shows through; text colours are
+chosen for at least 4.5:1 against the page in each theme.
 Custom HTML (chips, bars, tables) draws dark text on its own light backgrounds, which reads in
 both themes, and takes text that sits on the page itself (notes, accept/reject marks) from the
 CSS variables that `theme_css` sets for the visitor's theme: no grey reads at 4.5:1 on both a
@@ -13,8 +14,6 @@ white and a near-black page.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import streamlit as st
 
 CLEAR = "rgba(0,0,0,0)"
 
@@ -65,16 +64,10 @@ FOCUS_CSS = ("a:focus-visible,main:focus-visible,[role=option]:focus-visible{out
              "{outline:2px solid var(--tbt-accent);outline-offset:2px;border-radius:4px}")
 
 
-def current_theme() -> ChartTheme:
-    """The theme of the visitor's browser; light outside a Streamlit run (tests) or before the
-    browser has said."""
-    return DARK if st.context.theme.type == "dark" else LIGHT
-
-
-def theme_css(theme: ChartTheme | None = None) -> str:
-    """A style element setting the custom HTML's `--tbt-*` colours for the visitor's theme, the
-    fixes to Streamlit's own colours, and a visible focus ring wherever Streamlit draws none."""
-    colours = PAGE_COLOURS[(theme or current_theme()).name]
+def theme_css(theme: ChartTheme) -> str:
+    """A style element setting the custom HTML's `--tbt-*` colours for `theme`, the fixes to
+    Streamlit's own colours, and a visible focus ring wherever Streamlit draws none."""
+    colours = PAGE_COLOURS[theme.name]
     variables = ";".join(f"--tbt-{name}:{value}" for name, value in colours.items())
     return f"<style>:root{{{variables}}}{STREAMLIT_FIXES}{FOCUS_CSS}</style>"
 

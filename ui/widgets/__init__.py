@@ -9,5 +9,6 @@ __getattr__, __all__ = room_exports(__name__, {
     "frame": ("app_pages", "ensure_app_frame", "mark_framed_run"),
     "kv_speed": ("server_batching",),
     "panels": ("described_chart",),
+    "theme": ("current_theme",),
     "presentation": ("BACKWARD", "FORWARD", "RUN", "page_style", "presenter_keys", "presenting"),
 })

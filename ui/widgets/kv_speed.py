@@ -11,6 +11,7 @@ from ui.server.model import current_scheduler
 from ui.session.keys import KV
 from ui.views.charts import CHART_CONFIG
 from ui.views.kv_speed import MODES, how_exact_adds_up, recent_batches_figure
+from ui.widgets.theme import current_theme
 
 REFRESH_S = 2.0  # the live panel redraws itself this often
 
@@ -30,7 +31,7 @@ def live_scheduler() -> None:
                    help=f"over the latest {len(recent)} passes")
     cols[3].metric("waiting now", stats.waiting, help="forward passes queued behind the one running")
     if recent:
-        st.plotly_chart(recent_batches_figure(stats), config=CHART_CONFIG, key=KV.live_batches)
+        st.plotly_chart(recent_batches_figure(stats, current_theme()), config=CHART_CONFIG, key=KV.live_batches)
     else:
         st.caption("No forward pass yet: step a generation on the Step-through page (in another tab) and "
                    "watch it appear here.")

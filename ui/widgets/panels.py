@@ -53,6 +53,7 @@ from ui.views.records import (
     termination_line_html,
     token_name,
 )
+from ui.widgets.theme import current_theme
 
 CANDIDATES_SHOWN = 8
 
@@ -128,7 +129,7 @@ def distribution_panel(record: StepRecord, decision: Decision, distribution: Dis
             f"0 = certain): raw {distribution.raw_entropy_bits:.2f} bits, final "
             f"{distribution.final_entropy_bits:.2f} bits.",
             distribution_words(distribution, decision.token_id, mode=mode, top_n=10))
-    figure = distribution_figure(distribution, decision.token_id, mode=mode, top_n=10)
+    figure = distribution_figure(distribution, decision.token_id, mode=mode, top_n=10, theme=current_theme())
     st.plotly_chart(figure, config=CHART_CONFIG, key=chart_key)
     st.segmented_control("Scale", list(MODES), key=mode_key, label_visibility="collapsed", persist_state="session")
 
@@ -236,7 +237,7 @@ def kv_panel(gen: Generation, chart_key: str) -> None:
                "keys and values enter the cache when the next step reads it). "
                f"The latest step fed {fed} token{'' if fed == 1 else 's'} (forward pass "
                f"{record.timing.forward_ms:.0f} ms).")
-    st.plotly_chart(kv_figure(gen.steps), config=CHART_CONFIG, key=chart_key)
+    st.plotly_chart(kv_figure(gen.steps, theme=current_theme()), config=CHART_CONFIG, key=chart_key)
     html(sr_only(kv_words(gen.steps), "div") + kv_check_html(record.kv))
 
 

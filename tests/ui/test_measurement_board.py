@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pages.kv_speed import cached_trend
+from ui.controllers.kv_speed import cached_trend
 from ui.server.measurement_board import REFRESH_AFTER_S, MeasurementBoard
 
 

@@ -29,7 +29,7 @@ from ui.widgets import BACKWARD, FORWARD, RUN, ensure_app_frame, page_style, pan
 
 S = st.session_state
 P = control.presenter_state(S)
-FOLLOW_EVERY_S = 0.75  # a student's check: waits 0.375 s on average, 0.71 s at the 95th percentile
+FOLLOW_EVERY_S = 0.75  # a student's check: a new step reaches them within one interval (bench.class_bench)
 CLASS_PANEL_EVERY_S = 1.0  # the presenter's count of students and guesses
 
 

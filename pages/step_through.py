@@ -9,9 +9,9 @@ chart was measured slower in the browser than this nested fragment.)
 
 The sampler controls sit in a column beside the workspace, outside both fragments, so a Step
 does not draw them again: their callbacks rerun the sampler view by name. Six controls drawn
-on every click cost the shared server about a tenth of its tokens/s with a class stepping at
-once (bench/load_bench.py). On a projector (presentation mode) the three that remain sit
-inside the sampler view, beside the decision.
+on every click cost the shared server a measurable share of its tokens/s with a class stepping
+at once (`bench.load_bench`; figures in docs/benchmarks.md). On a projector (presentation mode)
+the three that remain sit inside the sampler view, beside the decision.
 """
 
 from __future__ import annotations

@@ -65,9 +65,9 @@ def memo(state: State, key: Hashable, compute: Callable[[], T]) -> T:
 
 
 def rebuildable(state: State, key: Hashable, build: Callable[[], T]) -> T:
-    """A chart or chain outcome built once per visitor for the values in `key` (a chart takes
-    12-20 ms to build), kept apart from `memo`'s results: reading off many values never
-    evicts the visitor's 1,000 draws."""
+    """A chart or chain outcome built once per visitor for the values in `key` (a chart costs a
+    slider move more than reading it back), kept apart from `memo`'s results: reading off many
+    values never evicts the visitor's 1,000 draws."""
     return remember(state, LAB.views, key, build)
 
 

@@ -15,8 +15,9 @@ from ui.server.deployment import class_settings, current_deployment, rebuild_lim
 from ui.server.model import shared_model_and_scheduler
 
 # Plain dictionaries, not st.cache_resource: a follower's run asks for the hall several times, and
-# each cached call's hashing and bookkeeping was a tenth of that run's CPU (a py-spy profile of
-# `bench.class_bench`). Made once per server process, as st.cache_resource would.
+# each cached call's hashing and bookkeeping was a visible share of that run's CPU (a py-spy
+# profile of `bench.class_bench`; figures in docs/benchmarks.md). Made once per server process,
+# as st.cache_resource would.
 _halls: dict[str, ClassHall] = {}
 _halls_lock = threading.Lock()
 

@@ -3,8 +3,8 @@
 A store is a dict under one session key (ui/session/keys.py names them). It holds at most `bound`
 entries; when a new one would pass the bound, the least recently used goes. So a long
 session never grows without bound, and what a visitor keeps coming back to stays. Results
-that should not compete with each other (a chart rebuilt in 15 ms, 1,000 draws that took a
-second) go in different stores.
+that should not compete with each other (a chart cheap to rebuild, 1,000 draws that are not)
+go in different stores.
 
 Keys must not be fooled by a reused `id()`: a key that stands for one particular object (a
 Generation, a step record) holds it in `Same`, which matches only that very object.

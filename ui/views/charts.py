@@ -2,8 +2,9 @@
 
 Figures are kept lean (few traces, no toolbar) because they are redrawn on every step and
 every slider move. They are written as plain Plotly JSON and wrapped without Plotly's property
-validation (`unchecked_figure`): validating the distribution chart took 8-22 ms of every
-slider move, more than re-sampling itself. The tests validate every figure's JSON instead.
+validation (`unchecked_figure`): validating the distribution chart cost every slider move more
+than re-sampling itself (`bench.ui_bench`; figures in docs/benchmarks.md). The tests validate
+every figure's JSON instead.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ class JsonFigure(go.Figure):
     """A Figure that stays its plain Plotly JSON until something asks for more than that JSON.
 
     `st.plotly_chart` reads a Figure only through `to_dict()`. Building the Figure's objects
-    (even unvalidated) and deep-copying them back out was a tenth of a Step click's page
-    script under load (`bench.ui_bench`). So the objects are built on first
+    (even unvalidated) and deep-copying them back out was a visible share of a Step click's
+    page script under load (`bench.ui_bench`; figures in docs/benchmarks.md). So the objects are built on first
     use of anything else (`figure.data`, `update_layout`, ...), and until then `to_dict()`
     returns the JSON itself, which its callers only serialise (it holds no numpy arrays, so
     Plotly's base64 packing has nothing to do).

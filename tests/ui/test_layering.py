@@ -22,6 +22,7 @@ FORBIDDEN = {
     "controllers": {"widgets"},
     "session": {"controllers", "widgets"},
     "server": {"controllers", "widgets"},
+    "widgets": {"controllers"},
 }
 ENTRY_POINTS = sorted([ROOT / "app.py", *(ROOT / "pages").glob("*.py")])
 

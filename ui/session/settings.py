@@ -1,7 +1,8 @@
-"""Per-visitor state for the step-through page: the settings its widgets make, and the
-visitor's own Generation in st.session_state; and what every page shares with it: sampler and
-stop settings read from a page's widgets (`SettingWidgets`), and the messages shown beside a
-control. The model is shared; nothing here is. The keys themselves are in ui/session/keys.py."""
+"""Settings read from a page's widgets, for every page that has them: sampler and stop
+settings from a page's widgets (`SettingWidgets`: the Step page's, the chain page's), the
+widgets' ranges and defaults, the messages shown beside a control, and the visitor's own
+Step-page Generation in their session state (the Sampler lab and the Class page read it too).
+The model is shared; nothing here is. The keys themselves are in ui/session/keys.py."""
 
 from __future__ import annotations
 

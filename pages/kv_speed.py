@@ -21,7 +21,7 @@ from engine.speed import (
     measure_prefill_decode,
 )
 from ui.controllers import kv_speed as kv
-from ui.server import REFRESH_AFTER_S, current_model, measurement_board, tokens_served
+from ui.server import REFRESH_AFTER_S, current_model, shared_board, tokens_served
 from ui.session import KV
 from ui.views import (
     batch_figure,
@@ -40,7 +40,7 @@ T = TypeVar("T")
 
 def measured(lm: LoadedModel, what: str, run: Callable[[], T]) -> T:
     """The controller's measurement, on this server's board, waiting under a spinner."""
-    return kv.measured(S, lm, what, run, measurement_board(), tokens_served, st.spinner)
+    return kv.measured(S, lm, what, run, shared_board(), tokens_served, st.spinner)
 
 
 def header(lm: LoadedModel) -> Sizes:
@@ -60,7 +60,7 @@ def header(lm: LoadedModel) -> Sizes:
             kv.measure_more(S)
         if st.button("Measure again", key=KV.again, help="Time everything afresh, for everyone on this server "
                      f"(results younger than {REFRESH_AFTER_S:.0f} s are kept)"):
-            kv.measure_again(S, measurement_board(), lm)
+            kv.measure_again(S, shared_board(), lm)
         sizes = kv.sizes(S, lm)
         st.caption(f"Now measuring contexts up to {max(sizes.cache_lengths):,} tokens.")
     return sizes

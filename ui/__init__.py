@@ -33,6 +33,8 @@ def room_exports(package: str, exports: dict[str, tuple[str, ...]]) -> tuple[Cal
     each other in a circle. Inside ui/, modules import the module that defines a name.
     """
     home = {name: module for module, names in exports.items() for name in names}
+    if clashes := sorted(set(exports) & set(home)):  # `from ui.room import x` would give the module
+        raise ValueError(f"{package} lists {', '.join(clashes)} both as a module and as a name")
 
     def __getattr__(name: str) -> Any:
         if name in exports:

@@ -85,6 +85,17 @@ def test_every_public_name_a_room_lists_exists(room: str) -> None:
     package = importlib.import_module(f"ui.{room}")
     missing = [name for name in package.__all__ if not hasattr(package, name)]
     assert not missing
+    modules = {p.stem for p in (UI / room).glob("*.py")} - {"__init__"}
+    assert set(package.__all__) >= modules
+
+
+def test_a_name_that_is_also_a_modules_is_refused() -> None:
+    """`from ui.server import measurement_board` must not give the module where a page meant a
+    function of the same name."""
+    from ui import room_exports
+
+    with pytest.raises(ValueError, match="board both as a module and as a name"):
+        room_exports("ui.server", {"board": (), "measurements": ("board",)})
 
 
 def test_the_checks_catch_a_planted_violation() -> None:

@@ -11,7 +11,7 @@ from ui.server.model import current_scheduler
 
 
 @st.cache_resource
-def measurement_board() -> MeasurementBoard:
+def shared_board() -> MeasurementBoard:
     """The server's one board of speed measurements, shared by every visitor (ui/server/measurement_board.py)."""
     return MeasurementBoard()
 

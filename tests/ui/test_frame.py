@@ -52,7 +52,7 @@ def test_a_first_run_outside_the_frame_navigates_and_reruns_once(streamlit: dict
 
 def test_the_frame_lists_every_page_once(monkeypatch) -> None:
     monkeypatch.setattr(frame.st, "Page", lambda path, **_: Path(path))
-    assert sorted(page.name for page in frame.app_pages()) == [p.name for p in PAGES]
+    assert sorted(frame.app_pages()) == PAGES
 
 
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)

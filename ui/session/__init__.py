@@ -8,7 +8,7 @@ from ui import room_exports
 __getattr__, __all__ = room_exports(__name__, {
     "idle_rebuild": (),
     "keys": ("APP", "CHAIN", "CLASS", "KV", "LAB", "LESSON", "STEP"),
-    "memo": ("remember",),
+    "memo": (),
     "presets": ("load_presets", "preset_named"),
     "settings": (
         "DETAIL_VIEWS", "init_defaults", "message", "set_message", "slider_range", "step_generation",

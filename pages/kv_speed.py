@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import TypeVar
 
-import pandas as pd
 import streamlit as st
 
 from engine import LoadedModel
 from engine.serving import measure_packed_difference
 from engine.speed import (
-    KNOWN_CONFIGS,
-    MORE,
-    QUICK,
     DecodeIntensity,
-    KVConfig,
     Sizes,
-    loaded_kv_config,
     measure_batching,
     measure_cache_vs_recompute,
     measure_decode_intensity,
@@ -28,46 +20,27 @@ from engine.speed import (
     measure_kv,
     measure_prefill_decode,
 )
-from ui.format import nbytes
-from ui.frame import ensure_app_frame
-from ui.keys import KV
-from ui.measurement_board import REFRESH_AFTER_S
-from ui.memo import remember
-from ui.model import current_model
-from ui.panels import described_chart
-from ui.server_load import measurement_board, server_batching, tokens_served
-from ui.teaching import page_style
-from ui.teaching_charts import (
+from ui.controllers import kv_speed as kv
+from ui.server import REFRESH_AFTER_S, current_model, shared_board, tokens_served
+from ui.session import KV
+from ui.views import (
     batch_figure,
     cache_figure,
     kv_memory_figure,
+    nbytes,
     prefill_decode_figure,
     ratio_figure,
     roofline_figure,
 )
+from ui.widgets import current_theme, described_chart, ensure_app_frame, page_style, server_batching
 
-KV_SAMPLE_POSITIONS = 16  # positions put in a real cache to weigh one position
-
-
-TIERS = {"quick": QUICK, "more": MORE}
+S = st.session_state
 T = TypeVar("T")
 
 
 def measured(lm: LoadedModel, what: str, run: Callable[[], T]) -> T:
-    """Measured once per server for (model, device, tier, what) and shared by every visitor
-    (ui/measurement_board.py); this visitor keeps the result it showed, so reruns only redraw."""
-    key = (lm.name, str(lm.device), st.session_state.get(KV.tier, "quick"), what)
-
-    def shared() -> T:
-        board = measurement_board()
-        if (result := board.kept(key)) is None:
-            waiting = "another visitor's measurement to finish, then measuring" if board.busy else "Measuring"
-            with st.spinner(f"{waiting} {what} on {lm.device}, once for everyone on this server…"):
-                result = board.get(key, run, tokens_served)
-        st.session_state.setdefault(KV.taken, {})[key] = result
-        return result.value
-
-    return remember(st.session_state, KV.results, key, shared)
+    """The controller's measurement, on this server's board, waiting under a spinner."""
+    return kv.measured(S, lm, what, run, shared_board(), tokens_served, st.spinner)
 
 
 def header(lm: LoadedModel) -> Sizes:
@@ -80,35 +53,17 @@ def header(lm: LoadedModel) -> Sizes:
         f"({lm.parameters / 1e6:.0f} M parameters). Each time is the fastest of a few repeats after a warm-up "
         "pass: other work on the machine can only slow a run down. Compare shapes and ratios rather than the last "
         "digit.")
-    tier = st.session_state.get(KV.tier, "quick")
+    tier = kv.tier(S)
     more_help = "Contexts up to 1,024 tokens, a longer prompt, more repeats (about a minute on 2 CPU cores)"
     with st.container(horizontal=True, vertical_alignment="center"):
         if tier == "quick" and st.button("Measure more", key=KV.more, help=more_help):
-            st.session_state[KV.tier] = tier = "more"
+            kv.measure_more(S)
         if st.button("Measure again", key=KV.again, help="Time everything afresh, for everyone on this server "
                      f"(results younger than {REFRESH_AFTER_S:.0f} s are kept)"):
-            measurement_board().refresh(lambda key: key[:2] == (lm.name, str(lm.device)))
-            st.session_state.pop(KV.results, None)
-            st.session_state.pop(KV.taken, None)
-        sizes = TIERS[tier].fitted(lm.context_window)
+            kv.measure_again(S, shared_board(), lm)
+        sizes = kv.sizes(S, lm)
         st.caption(f"Now measuring contexts up to {max(sizes.cache_lengths):,} tokens.")
     return sizes
-
-
-def provenance(taken: dict) -> None:
-    """When the numbers on the page were taken, and how busy the server was meanwhile."""
-    if not taken:
-        return
-    results = list(taken.values())
-    oldest, newest = min(r.taken_at for r in results), max(r.taken_at for r in results)
-    others = sum(r.other_tokens for r in results)
-    first, last = (time.strftime("%H:%M UTC", time.gmtime(t)) for t in (oldest, newest))
-    when = first if first == last else f"{first} to {last}"
-    load = ("the server was making no tokens for visitors meanwhile, so the model had the machine to itself"
-            if others == 0 else
-            f"meanwhile the server made {others:,} tokens for visitors, so some times may be higher than the "
-            "machine gives when quiet: press Measure again when the class is not stepping")
-    st.caption(f"Measured once for everyone on this server at {when}, one measurement at a time; {load}.")
 
 
 def cache_section(lm: LoadedModel, sizes: Sizes) -> None:
@@ -122,27 +77,16 @@ def cache_section(lm: LoadedModel, sizes: Sizes) -> None:
     points = measured(lm, "cache vs recompute", lambda: measure_cache_vs_recompute(lm, sizes.cache_lengths,
                                                                                     sizes.repeats))
     left, right = st.columns([3, 2])
-    described_chart(cache_figure(points), key=KV.cache_chart, where=left)
-    described_chart(ratio_figure(points), key=KV.ratio_chart, where=right)
+    described_chart(cache_figure(points, theme=current_theme()), key=KV.cache_chart, where=left)
+    described_chart(ratio_figure(points, theme=current_theme()), key=KV.ratio_chart, where=right)
     first, last = points[0], points[-1]
     st.markdown(
         f"At **{last.context_tokens:,} tokens** of context: **{last.cached_ms:.1f} ms** per step with the cache, "
         f"**{last.recompute_ms:.1f} ms** without, **{last.ratio:.1f}× slower**. From {first.context_tokens:,} to "
-        f"{last.context_tokens:,} tokens {cached_trend(first.cached_ms, last.cached_ms)}, and the recomputed one "
+        f"{last.context_tokens:,} tokens {kv.cached_trend(first.cached_ms, last.cached_ms)}, and the recomputed one "
         f"went from {first.recompute_ms:.1f} to {last.recompute_ms:.1f} ms. The cached step only reads a little "
         "more cache each time; recomputing redoes the whole context for every new token, so a whole answer costs "
         "roughly the square of its length.")
-
-
-def cached_trend(first_ms: float, last_ms: float) -> str:
-    """The cached step's change over the measured contexts, in words its numbers cannot contradict."""
-    if last_ms > first_ms * 1.05:
-        return f"the cached step grew from {first_ms:.1f} to {last_ms:.1f} ms"
-    if last_ms >= first_ms * 0.95:
-        return f"the cached step stayed at about {first_ms:.0f} ms ({first_ms:.1f} and {last_ms:.1f} ms)"
-    return (f"the cached step measured {first_ms:.1f} ms, then {last_ms:.1f} ms: at these lengths reading the cache "
-            "adds less to a step than the machine's own variation, so the longer context happened to be timed on "
-            "a quieter moment")
 
 
 def prefill_section(lm: LoadedModel, sizes: Sizes) -> None:
@@ -155,41 +99,17 @@ def prefill_section(lm: LoadedModel, sizes: Sizes) -> None:
     result = measured(lm, "prefill vs decode",
                       lambda: measure_prefill_decode(lm, sizes.prompt_tokens, sizes.decode_steps, sizes.repeats))
     left, right = st.columns([3, 2])
-    described_chart(prefill_decode_figure(result), key=KV.prefill_chart, where=left)
+    described_chart(prefill_decode_figure(result, theme=current_theme()), key=KV.prefill_chart, where=left)
     right.metric(f"prefill: {result.prompt_tokens} tokens in one pass", f"{result.prefill_ms:.1f} ms")
     right.metric("prefill, per token", f"{result.prefill_ms_per_token:.2f} ms")
     right.metric("decode, per token", f"{result.decode_ms:.1f} ms",
                  delta=f"{result.ratio:.1f}× the prefill cost per token", delta_color="off", delta_arrow="off")
 
 
-@dataclass(frozen=True)
-class KVRow:
-    """One model's KV cache cost per position."""
-
-    name: str
-    shape: KVConfig
-    per_position: int  # bytes
-
-
-def kv_rows(lm: LoadedModel, measured_per_position: int) -> list[KVRow]:
-    """The loaded model (its per-position bytes measured from its cache), then the published configs."""
-    loaded = replace(loaded_kv_config(lm), source="measured from this app's own cache tensors")
-    return [KVRow(f"{lm.name.split(' (')[0]}, loaded here", loaded, measured_per_position),
-            *(KVRow(c.name, c, c.bytes_per_position) for c in KNOWN_CONFIGS)]
-
-
-def kv_table(rows: list[KVRow], positions: int) -> pd.DataFrame:
-    """The KV rows as a table: shape, bytes per position and for the chosen context."""
-    return pd.DataFrame([{
-        "model": r.name, "layers": r.shape.layers, "KV heads": r.shape.kv_heads, "head dim": r.shape.head_dim,
-        "dtype": r.shape.dtype, "per position": nbytes(r.per_position),
-        f"{positions:,} positions": nbytes(r.per_position * positions), "source": r.shape.source} for r in rows])
-
-
 def memory_section(lm: LoadedModel) -> None:
     """KV bytes per position measured from real cache tensors, beside published models."""
     st.header("3 · How much memory the cache takes")
-    snapshot = measured(lm, "KV cache size", lambda: measure_kv(lm, min(KV_SAMPLE_POSITIONS, lm.context_window - 1)))
+    snapshot = measured(lm, "KV cache size", lambda: measure_kv(lm, min(kv.KV_SAMPLE_POSITIONS, lm.context_window - 1)))
     per_position = snapshot.bytes // snapshot.positions
     st.markdown(
         f"Measured: a real cache holding **{snapshot.positions} positions** weighs **{snapshot.bytes:,} bytes**, "
@@ -198,10 +118,10 @@ def memory_section(lm: LoadedModel) -> None:
         "KV head; models that share KV heads between attention heads (grouped-query attention: Llama-3, "
         "Mistral, Qwen2.5) keep far less than those that do not (Llama-2-7B).")
     positions = int(st.number_input("Context length (tokens)", 1, 131_072, 4_096, 256, key=KV.positions))
-    rows = kv_rows(lm, per_position)
-    described_chart(kv_memory_figure([(f"{r.name} ({r.shape.dtype})", r.per_position * positions) for r in rows],
-                                     positions), key=KV.memory_chart)
-    st.dataframe(kv_table(rows, positions), hide_index=True,
+    rows = kv.kv_rows(lm, per_position)
+    described_chart(kv_memory_figure(kv.kv_sizes(rows, positions), positions, theme=current_theme()),
+                    key=KV.memory_chart)
+    st.dataframe(kv.kv_table(rows, positions), hide_index=True,
                  column_config={"model": st.column_config.TextColumn(width="medium"),  # names whole at 1440 px
                                 "source": st.column_config.TextColumn(width="large")})
     st.caption("Other models' shapes are from their published config.json files (named in the source column), in "
@@ -234,7 +154,7 @@ def intensity_section(lm: LoadedModel, sizes: Sizes) -> None:
                    delta=f"{100 * step.achieved_bytes_per_s / device.bytes_per_s:.0f}% of the copy",
                    delta_color="off", delta_arrow="off",
                    help=f"bytes read ÷ measured step time ({step.step_ms:.1f} ms)")
-    described_chart(roofline_figure(device, step), key=KV.roofline_chart)
+    described_chart(roofline_figure(device, step, theme=current_theme()), key=KV.roofline_chart)
     bound = "memory bandwidth" if step.flops_per_byte < device.ridge_flops_per_byte else "compute"
     st.markdown(
         f"A decode step at batch 1 does about **{step.flops_per_byte:.2f} FLOPs for every byte** it reads: each "
@@ -258,13 +178,7 @@ def reads_section(lm: LoadedModel, step: DecodeIntensity, sizes: Sizes) -> None:
     cols[2].metric("the whole step", f"{step.achieved_bytes_per_s / 1e9:.1f} GB/s",
                    delta=f"{100 * reads.achieved_fraction:.0f}% of the plain read", delta_color="off",
                    delta_arrow="off", help=f"bytes read ÷ the step's {step.step_ms:.1f} ms")
-    parts = pd.DataFrame({
-        "part of the step": ["the products (every weight, one row)", "attention over the cache, every layer",
-                             "everything else: norms, rotary, activation, residuals, the calls between"],
-        "ms": [f"{reads.products_ms:.1f}", f"{reads.attention_ms:.2f}", f"{reads.other_ms:.1f}"],
-        "share": [f"{100 * ms / step.step_ms:.0f}%" for ms in (reads.products_ms, reads.attention_ms, reads.other_ms)],
-    })
-    st.dataframe(parts, hide_index=True)
+    st.dataframe(kv.step_parts(reads, step), hide_index=True)
     st.markdown(
         f"Measured the way the step reads, the weights come in at **{reads.products_bytes_per_s / 1e9:.1f} GB/s**: "
         f"{100 * reads.products_bytes_per_s / reads.read_bytes_per_s:.0f}% of a plain read, where one long read "
@@ -282,13 +196,12 @@ def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
     points = measured(lm, "batched decode",
                       lambda: measure_batching(lm, (1, 4, 16), sizes.batch_context, sizes.repeats))
     left, right = st.columns([3, 2])
-    described_chart(batch_figure(points), key=KV.batch_chart, where=left)
+    described_chart(batch_figure(points, theme=current_theme()), key=KV.batch_chart, where=left)
     for point in points:
         right.metric(f"batch {point.batch}: one step", f"{point.step_ms:.1f} ms",
                      delta=f"{point.tokens_per_s:,.0f} tokens/s", delta_color="off", delta_arrow="off")
     one, most = points[0], points[-1]
-    change = (f"{one.per_token_ms / most.per_token_ms:.1f}× less" if most.per_token_ms < one.per_token_ms
-              else "no saving this time: the machine may be busy, press Measure again")
+    change = kv.batch_saving(one.per_token_ms, most.per_token_ms)
     st.markdown(
         f"Measured: **{one.per_token_ms:.1f} ms per token** at batch {one.batch}, **{most.per_token_ms:.1f} ms** at "
         f"batch {most.batch} ({change}). "
@@ -314,8 +227,8 @@ def main() -> None:
     memory_section(lm)
     intensity_section(lm, sizes)
     batch_section(lm, sizes)
-    with taken_note.container():
-        provenance(st.session_state.get(KV.taken, {}))
+    if note := kv.provenance(S.get(KV.taken, {})):
+        taken_note.caption(note)
 
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it

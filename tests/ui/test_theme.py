@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import ui.teaching_charts as teaching
+import ui.views.teaching_charts as teaching
 from engine.speed import CachePoint
 from tests.contrast import contrast
-from ui.theme import CLEAR, DARK, LIGHT, PAGE_COLOURS, ChartTheme, theme_css
+from ui.views.theme import CLEAR, DARK, LIGHT, PAGE_COLOURS, ChartTheme, theme_css
+from ui.widgets.theme import current_theme
 
 BACKGROUNDS = {"light": ("#ffffff", "#f8f8f7"), "dark": ("#171614", "#2d2b27")}  # Streamlit's page, secondary
 
@@ -31,13 +32,12 @@ def test_theme_css_sets_the_variables_of_the_theme_asked_for() -> None:
     css = theme_css(DARK)
     assert f"--tbt-muted:{PAGE_COLOURS['dark']['muted']}" in css
     assert PAGE_COLOURS["light"]["muted"] not in css
-    assert theme_css() == theme_css(LIGHT)  # outside a Streamlit run: light
+    assert current_theme() is LIGHT  # outside a Streamlit run: light
 
 
-def test_a_teaching_chart_in_dark_has_clear_backgrounds_and_the_dark_themes_text(monkeypatch) -> None:
-    monkeypatch.setattr(teaching, "current_theme", lambda: DARK)
+def test_a_teaching_chart_in_dark_has_clear_backgrounds_and_the_dark_themes_text() -> None:
     points = [CachePoint(context_tokens=n, cached_ms=1.0, recompute_ms=n / 10) for n in (16, 64)]
-    figure = teaching.ratio_figure(points)
+    figure = teaching.ratio_figure(points, theme=DARK)
     layout = figure.layout
     assert layout.paper_bgcolor == layout.plot_bgcolor == CLEAR
     assert layout.font.color == layout.xaxis.tickfont.color == layout.yaxis.title.font.color == DARK.text

@@ -112,8 +112,12 @@ def stage_tokens(lm: LoadedModel, generation: Generation) -> None:
     pieces = generation.prompt_pieces
     st.markdown(f"The prompt is **{len(pieces)} tokens**" + (" (the chat template's special tokens, in yellow, are "
                 "tokens too)." if generation.chat else "."))
-    shown = pieces[:16]  # the header row is the position
-    table(pd.DataFrame({"token": [quoted(p.text) for p in shown], "id": [str(p.token_id) for p in shown]}).T)
+    start = max(0, len(pieces) - 16)  # the prompt's end, as the chips above show it; the header row is the position
+    shown = pieces[start:]
+    if start:
+        st.caption(f"The last {len(shown)} of the {len(pieces)} tokens, numbered by their position in the context.")
+    table(pd.DataFrame({"token": [quoted(p.text) for p in shown], "id": [str(p.token_id) for p in shown]},
+                       index=range(start, len(pieces))).T)
 
 
 def stage_logits(lm: LoadedModel, generation: Generation, step: StepRecord) -> None:

@@ -186,3 +186,13 @@ def test_the_lessons_generations_run_their_passes_through_the_servers_scheduler(
     walk = at.session_state[LESSON.walk][1]
     assert walk.scheduler is not None and walk.steps  # its pass went through the shared queue
     assert walk.scheduler.stats().passes >= 1
+
+
+def test_the_first_stages_token_table_shows_the_prompts_end_as_the_chips_do(lm):
+    at = lesson()
+    assert not at.exception
+    pieces = start(lm, PRESETS[0]).prompt_pieces
+    shown = at.dataframe[0].value
+    assert list(shown.columns)[-1] == len(pieces) - 1  # numbered by position, ending at the prompt's last token
+    assert shown.loc["id"].iloc[-1] == str(pieces[-1].token_id)
+    assert len(shown.columns) == min(16, len(pieces))

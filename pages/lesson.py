@@ -347,7 +347,10 @@ def main() -> None:
     """The page, top to bottom."""
     ensure_app_frame()
     page_style()
-    presenter_keys({LESSON.next: FORWARD, LESSON.previous: BACKWARD, LESSON.run: RUN})
+    # a remote's "next" moves each part on: the walk's next stage, or the exercise's reveal, then its next round
+    walking = (S.get(LESSON.mode) or PARTS[0]) == PARTS[0]
+    forward = LESSON.next if walking else LESSON.next_round if lesson.revealed(S) else LESSON.reveal
+    presenter_keys({forward: FORWARD, LESSON.previous: BACKWARD, LESSON.run: RUN})
     if not presenting():  # a projector's screen goes to the stage
         st.title("Lesson: one generation, stage by stage")
         st.markdown("A language model writes by repeating one loop: **read** the context, **score** every possible "

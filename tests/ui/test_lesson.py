@@ -164,6 +164,10 @@ def test_presentation_mode_sizes_type_from_the_viewport_and_wires_the_presenter_
     # the stage named in the button row
     assert at.markdown[0].value.startswith(f"#### Stage 2 of {len(STAGES)}: " + STAGES[1])
     assert not at.get("plotly_chart")  # bars sized from the viewport instead
+    at.session_state[LESSON.mode] = "Predict the next token"
+    at.run()
+    keys = next(h.proto.body for h in at.get("html") if "tbt-keys" in h.proto.body)
+    assert f"&quot;PageDown&quot;: &quot;{LESSON.reveal}&quot;" in keys  # the exercise's own "next": reveal
 
 
 def test_ignored_eos_is_pointed_out_and_the_loop_goes_on(lm):

@@ -325,9 +325,12 @@ def follow() -> None:
     snapshot = control.follow(S, hall())
     if snapshot is None:
         st.rerun()
-    panels.html(views.follow_html(snapshot))
+    above, below = views.follow_html(snapshot)
+    panels.html(above)
     if not snapshot.finished:
         guess_controls(snapshot)
+    if below:
+        panels.html(below)
 
 
 def student_page() -> None:

@@ -130,8 +130,12 @@ def stage_tokens(lm: LoadedModel, generation: Generation) -> None:
     pieces = generation.prompt_pieces
     st.markdown(f"The prompt is **{len(pieces)} tokens**" + (" (the chat template's special tokens, in yellow, are "
                 "tokens too)." if generation.chat else "."))
-    shown = pieces[:16]  # the header row is the position
-    table(pd.DataFrame({"token": [quoted(p.text) for p in shown], "id": [str(p.token_id) for p in shown]}).T)
+    start = max(0, len(pieces) - 16)  # the prompt's end, as the chips above show it; the header row is the position
+    shown = pieces[start:]
+    if start:
+        st.caption(f"The last {len(shown)} of the {len(pieces)} tokens, numbered by their position in the context.")
+    table(pd.DataFrame({"token": [quoted(p.text) for p in shown], "id": [str(p.token_id) for p in shown]},
+                       index=range(start, len(pieces))).T)
 
 
 def stage_logits(lm: LoadedModel, generation: Generation, step: StepRecord) -> None:
@@ -361,7 +365,10 @@ def main() -> None:
     """The page, top to bottom."""
     ensure_app_frame()
     page_style()
-    presenter_keys({LESSON.next: FORWARD, LESSON.previous: BACKWARD, LESSON.run: RUN})
+    # a remote's "next" moves each part on: the walk's next stage, or the exercise's reveal, then its next round
+    walking = (S.get(LESSON.mode) or PARTS[0]) == PARTS[0]
+    forward = LESSON.next if walking else LESSON.next_round if lesson.revealed(S) else LESSON.reveal
+    presenter_keys({forward: FORWARD, LESSON.previous: BACKWARD, LESSON.run: RUN})
     if not presenting():  # a projector's screen goes to the stage
         st.title("Lesson: one generation, stage by stage")
         st.markdown("A language model writes by repeating one loop: **read** the context, **score** every possible "

@@ -164,6 +164,10 @@ def test_presentation_mode_sizes_type_from_the_viewport_and_wires_the_presenter_
     # the stage named in the button row
     assert at.markdown[0].value.startswith(f"#### Stage 2 of {len(STAGES)}: " + STAGES[1])
     assert not at.get("plotly_chart")  # bars sized from the viewport instead
+    at.session_state[LESSON.mode] = "Predict the next token"
+    at.run()
+    keys = next(h.proto.body for h in at.get("html") if "tbt-keys" in h.proto.body)
+    assert f"&quot;PageDown&quot;: &quot;{LESSON.reveal}&quot;" in keys  # the exercise's own "next": reveal
 
 
 def test_ignored_eos_is_pointed_out_and_the_loop_goes_on(lm):
@@ -186,3 +190,13 @@ def test_the_lessons_generations_run_their_passes_through_the_servers_scheduler(
     walk = at.session_state[LESSON.walk][1]
     assert walk.scheduler is not None and walk.steps  # its pass went through the shared queue
     assert walk.scheduler.stats().passes >= 1
+
+
+def test_the_first_stages_token_table_shows_the_prompts_end_as_the_chips_do(lm):
+    at = lesson()
+    assert not at.exception
+    pieces = start(lm, PRESETS[0]).prompt_pieces
+    shown = at.dataframe[0].value
+    assert list(shown.columns)[-1] == len(pieces) - 1  # numbered by position, ending at the prompt's last token
+    assert shown.loc["id"].iloc[-1] == str(pieces[-1].token_id)
+    assert len(shown.columns) == min(16, len(pieces))

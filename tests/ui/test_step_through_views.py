@@ -294,3 +294,16 @@ def test_partial_byte_tokens_get_their_own_chip_style(lm: LoadedModel) -> None:
     html = prompt_chips(pieces)
     assert html.count("tbt-bytes") == sum(p.partial_bytes for p in pieces) >= 2
     assert "&lt;0x8D&gt;" in html  # a stray byte is written out, not dropped
+
+
+def test_a_long_prompts_chips_fold_their_middle_and_keep_every_token() -> None:
+    from engine import TokenPiece
+
+    pieces = [TokenPiece(token_id=i, text=f"t{i}", special=False, partial_bytes=False) for i in range(1_000)]
+    html = chips.prompt_chips(pieces)
+    outside = html.split("<details", 1)[0] + html.split("</details>", 1)[1]
+    assert outside.count("tbt-prompt") == chips.KEEP_HEAD + chips.KEEP_TAIL
+    assert html.count("tbt-prompt") == 1_000 and "960 more prompt tokens" not in html
+    assert f"{1_000 - chips.KEEP_HEAD - chips.KEEP_TAIL:,} more prompt tokens (positions 40 to 839)" in html
+    short = chips.prompt_chips(pieces[: chips.FOLD_OVER])
+    assert "<details" not in short and short.count("tbt-prompt") == chips.FOLD_OVER

@@ -117,3 +117,8 @@ def test_a_kv_chart_in_words_keeps_the_first_and_the_latest_steps_of_a_long_gene
 @pytest.mark.parametrize("title", ["Sampler decision", "Next-token distribution at step 3"])
 def test_panel_headings_are_level_3_under_the_pages_level_2_title(title: str) -> None:
     assert heading_html(title, "c").startswith(f'<h3 class="tbt-heading">{title}</h3>')
+
+
+def test_the_bars_name_the_pick_in_their_key_only_when_a_row_is_the_pick() -> None:
+    assert "▶ the pick" in distribution_bars_html(DISTRIBUTION, 12)
+    assert "▶ the pick" not in distribution_bars_html(DISTRIBUTION, None)  # a peek before the reveal

@@ -91,5 +91,6 @@ def distribution_bars_html(distribution: Distribution, pick_id: int | None, top_
     others = BarRow(f"all other {rows.others_count:,}",
                     (Bar(rows.others_prob, pct(rows.others_prob), RAW_COLOUR, "raw"),
                      Bar(rows.others_final_prob, final_label(rows.others_final_prob), final, "final")))
-    legend = ((RAW_COLOUR, RAW_NAME), (final, FINAL_NAME), ("#ffe066", "▶ the pick"))
+    picked = any(row.highlight for row in shown)  # a peek or a student's view before the reveal has no pick
+    legend = ((RAW_COLOUR, RAW_NAME), (final, FINAL_NAME), *((("#ffe066", "▶ the pick"),) if picked else ()))
     return bars_html([*shown, others], legend)

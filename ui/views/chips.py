@@ -23,6 +23,8 @@ CHIP_CSS = """
 <style>
 .tbt-chips{display:flex;flex-wrap:wrap;gap:0 3px;align-items:center;font-family:ui-monospace,
  SFMono-Regular,Menlo,Consolas,monospace;font-size:1rem;line-height:1.5}
+.tbt-fold{flex-basis:100%;margin:.1rem 0}.tbt-fold[open]{display:flex;flex-wrap:wrap;gap:0 3px}
+.tbt-fold summary{flex-basis:100%;cursor:pointer;font-family:sans-serif;font-size:.9rem}
 .tbt-chip{border:1px solid #c9ced6;border-radius:5px;padding:0 5px;margin:2px 0;white-space:pre;cursor:default}
 .tbt-prompt{background:#f1f2f4;color:#4a4f57}
 .tbt-special{border-style:dashed;border-color:#8a6d00;color:#6b5400;background:#fff7d6}
@@ -67,13 +69,27 @@ def _chip(piece: TokenPiece, classes: list[str], title: str, style: str = "") ->
     return chip + ('<span class="tbt-br"></span>' if "\n" in piece.text and not piece.special else "")
 
 
+# A long prompt's chips fold: thousands of chips made a page tens of thousands of pixels tall, and
+# the prompt's start and end are what a reader follows (the end joins the generated tokens)
+FOLD_OVER, KEEP_HEAD, KEEP_TAIL = 400, 40, 160
+
+
+def _prompt_chip(position: int, piece: TokenPiece) -> str:
+    return _chip(piece, [*_piece_classes(piece), "tbt-prompt"],
+                 f"prompt token · position {position} · id {piece.token_id}" + (" · special token" if piece.special
+                                                                                else ""))
+
+
 def prompt_chips(pieces: Sequence[TokenPiece]) -> str:
-    """HTML chips for the prompt tokens (positions 0..n-1)."""
-    return "".join(
-        _chip(piece, [*_piece_classes(piece), "tbt-prompt"],
-              f"prompt token · position {position} · id {piece.token_id}"
-              + (" · special token" if piece.special else ""))
-        for position, piece in enumerate(pieces))
+    """HTML chips for the prompt tokens (positions 0..n-1); past FOLD_OVER tokens the middle is
+    folded into a disclosure that opens on a click, the start and the end shown."""
+    chips = [_prompt_chip(position, piece) for position, piece in enumerate(pieces)]
+    if len(chips) <= FOLD_OVER:
+        return "".join(chips)
+    middle = chips[KEEP_HEAD:-KEEP_TAIL]
+    folded = (f'<details class="tbt-fold"><summary>… {len(middle):,} more prompt tokens (positions {KEEP_HEAD:,} to '
+              f"{len(chips) - KEEP_TAIL - 1:,}): show them</summary>{''.join(middle)}</details>")
+    return "".join(chips[:KEEP_HEAD]) + folded + "".join(chips[-KEEP_TAIL:])
 
 
 def step_tooltip(step: StepRecord) -> str:

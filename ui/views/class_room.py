@@ -38,7 +38,7 @@ CLASS_CSS = """<style>
 .tbt-chips{overflow-wrap:anywhere}
 </style>"""
 
-_views: OrderedDict[tuple[str, int], str] = OrderedDict()
+_views: OrderedDict[tuple[str, int], tuple[str, str]] = OrderedDict()
 _views_lock = threading.Lock()
 
 
@@ -52,20 +52,24 @@ def status_html(snapshot: Snapshot) -> str:
     return f'<div class="tbt-class-status" data-steps="{count}">{text}</div>'
 
 
-def follow_html(snapshot: Snapshot) -> str:
-    """Everything a student sees of one room version, built once per version."""
+def follow_html(snapshot: Snapshot) -> tuple[str, str]:
+    """Everything a student sees of one room version, built once per version: what goes above
+    the guess controls (the room's state, the context with its colour key, the text so far), and
+    what goes below them (the last reveal, the score), so a phone shows the guess first."""
     key = (snapshot.code, snapshot.version)
     with _views_lock:
         if key in _views:
             _views.move_to_end(key)
             return _views[key]
-    body = (CLASS_CSS + LINE_CSS + status_html(snapshot)
-            + context_html(prompt_chips(snapshot.prompt_pieces), snapshot.steps, legend=False)
-            + decoded_text_html(snapshot.prompt_text, snapshot.output_text,
-                                stop_sequence_states(snapshot.output_text, snapshot.stop_sequences),
-                                snapshot.finish_reason, snapshot.eos_text)
-            + (reveal_html(snapshot) if snapshot.reveal else "") + lesson_html(snapshot.lesson)
-            + ("" if snapshot.finished else "<h4>What will the model write next?</h4>"))
+    above = (CLASS_CSS + LINE_CSS + status_html(snapshot)
+             + context_html(prompt_chips(snapshot.prompt_pieces), snapshot.steps, legend=bool(snapshot.steps))
+             + decoded_text_html(snapshot.prompt_text, snapshot.output_text,
+                                 stop_sequence_states(snapshot.output_text, snapshot.stop_sequences),
+                                 snapshot.finish_reason, snapshot.eos_text)
+             + ("" if snapshot.finished else "<h4>What will the model write next?</h4>"))
+    below = (reveal_html(snapshot) if snapshot.reveal else "") + lesson_html(snapshot.lesson)
+    below = CLASS_CSS + below if below else ""
+    body = (above, below)
     with _views_lock:
         _views[key] = body
         while len(_views) > KEPT_VIEWS:

@@ -486,11 +486,11 @@ class _StaticSteps:
 
 
 def step_page(lm: LoadedModel) -> dict[str, Any]:
-    """The Step page's controller (ui/step_controller.py, no Streamlit) on a plain dict state,
+    """The Step page's controller (ui/controllers/step_through.py, no Streamlit) on a plain dict state,
     with the model on the device: steps, Back, the share link, and the inside view."""
-    from ui import step_controller as control
-    from ui.keys import STEP
-    from ui.state import init_defaults, step_generation
+    from ui.controllers import step_through as control
+    from ui.session.keys import STEP
+    from ui.session.settings import init_defaults, step_generation
 
     state: dict[str, Any] = {}
     init_defaults(state)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from classroom import WrongCodeThrottle
 from tests.classroom.test_hall import make_hall
-from ui import class_controller as control
-from ui.keys import CLASS
+from ui.controllers import class_room as control
+from ui.session.keys import CLASS
 
 TEACHER, STUDENT_BROWSER = "cookie:teacher", "cookie:student"
 
@@ -47,7 +47,7 @@ def test_a_browser_that_opened_the_presenter_link_is_remembered_too(tiny_lm, tmp
 
 def test_a_press_in_a_presenter_tab_the_room_moved_past_is_refused_with_why_and_acts_on_what_it_saw(
         tiny_lm, tmp_path) -> None:
-    from ui import step_controller as stepper
+    from ui.controllers import step_through as stepper
 
     hall, throttle = make_hall(tiny_lm, tmp_path / "rooms.sqlite3"), WrongCodeThrottle()
     tab_a: dict = {}
@@ -68,7 +68,7 @@ def test_a_browser_is_known_by_its_xsrf_token_however_the_server_masks_it() -> N
     """Streamlit's server re-masks its XSRF token with fresh random bytes on every page it sends."""
     from streamlit.web.server.starlette.starlette_app_utils import generate_xsrf_token_string
 
-    from ui.class_server import xsrf_token
+    from ui.server.class_room import xsrf_token
 
     token = bytes(range(16))
     first, reloaded = generate_xsrf_token_string(token, 1_700_000_000), generate_xsrf_token_string(token, 1_700_000_000)

@@ -61,9 +61,9 @@ def test_kept_by_position_counts_only_the_rounds_that_reached_each_position() ->
     assert by_position(rounds, 4) == (2 / 3, 1 / 2, 1.0)
 
 
-def test_on_the_real_model_prompt_lookup_settles_several_tokens_per_pass_of_a_copy(lm) -> None:
+def test_on_the_real_model_prompt_lookup_needs_fewer_passes_than_tokens_for_a_copy(lm) -> None:
     result = run_race(lm, "Repeat the following text exactly: Autoregressive models write one token at a time.",
                       True, [Entrant("lookup", lambda: PromptLookup(lm.eos_ids), k=4)], tokens=16)
     row = result.rows[0]
     assert row.same_text and row.tokens == result.plain.tokens
-    assert row.tokens_per_pass > 1.5 and row.acceptance is not None and row.acceptance > 0.5
+    assert row.passes < row.tokens and row.acceptance is not None and row.acceptance > 0.5

@@ -8,12 +8,10 @@ import ui  # noqa: F401  first: it sets OpenMP's wait policy, which OpenMP reads
 
 # isort: split
 from engine import SettingsError
-from ui.deployment import current_deployment
-from ui.format import plain
-from ui.frame import app_pages, mark_framed_run
-from ui.keys import APP
-from ui.model import current_model, switch_model
-from ui.theme import theme_css
+from ui.server import current_deployment, current_model, switch_model
+from ui.session import APP
+from ui.views import plain, theme_css
+from ui.widgets import app_pages, mark_framed_run
 
 st.set_page_config(page_title="Token by Token", page_icon="🔤", layout="wide")
 st.html(theme_css())  # the custom HTML's colours for the visitor's light or dark theme

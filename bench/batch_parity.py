@@ -12,7 +12,7 @@ differ by 0. Reported:
   - greedy flips (the argmax differs) and sampled flips (the same uniform draw picks another
     token, temperature 0.9, top-p 0.95);
   - shown-number flips: among each step's 50 leading candidates, how many probabilities
-    print differently as the UI prints them (ui.format.prob: 4 decimals; pct with 2 decimals)
+    print differently as the UI prints them (ui.views.format.prob: 4 decimals; pct with 2 decimals)
     and how many logits print differently with 2 decimals (the logit chart's labels).
 The visitors follow the lone pass's greedy picks, so both see the same contexts.
 Writes bench/results/batch_parity.json.
@@ -31,7 +31,7 @@ from engine import SamplerSettings, load_model
 from engine.forward import cache_prefix, forward_one, new_cache
 from engine.sampling import InverseCdf, decide
 from engine.serving.packed import forward_packed
-from ui.format import pct, prob
+from ui.views.format import pct, prob
 
 RESULTS = Path(__file__).parent / "results"
 SAMPLED = SamplerSettings(temperature=0.9, top_p=0.95)

@@ -294,7 +294,7 @@ class Visitor:
             elif kind == "script_finished" and run_id is not None and (
                     reply.metadata.run.script_run_id in ("", run_id)):
                 if reply.script_finished == ForwardMsg.FINISHED_EARLY_FOR_RERUN:
-                    run_id = None  # the page reran itself (ui/frame.py): the rerun's end is this run's end
+                    run_id = None  # the page reran itself (ui/widgets/frame.py): the rerun's end is this run's end
                     continue
                 seconds = time.perf_counter() - started
                 self._age_cache(tuple(reply.metadata.run.fragment_ids))

@@ -16,7 +16,7 @@ sampler's own worker; every other thread keeps the count it would have had.
 
 The sampling functions themselves (engine/sampling.py) are plain: the hop happens once, where
 work enters the sampler (`Generation._sample` for a step or a re-sample, and the Sampler lab's
-entry points in ui/lab.py), so a breakpoint in a filter is one hand-off away from its caller,
+entry points in ui/domain/sampler_lab.py), so a breakpoint in a filter is one hand-off away from its caller,
 and 1,000 draws cost one hand-off, not 1,000.
 """
 

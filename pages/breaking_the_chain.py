@@ -1,6 +1,6 @@
 """Breaking the chain: speculative decoding one round at a time, beside plain decoding.
 
-The page is layout only: what its controls do is ui/chain_controller.py, plain functions over
+The page is layout only: what its controls do is ui/controllers/breaking_the_chain.py, plain functions over
 the visitor's state, and every panel is a view of two engine objects there: the speculative
 lane (engine/speculative/generation.py) and a plain lane stepped to the same length.
 """
@@ -22,13 +22,22 @@ from engine.speculative import (
     speculative_to_trace,
     verify_pass_decision,
 )
-from ui import chain_controller as bc
-from ui.chain_views import (
+from ui.controllers import breaking_the_chain as bc
+from ui.server import current_deployment, current_model, downloadable
+from ui.session import CHAIN
+from ui.views import (
+    PANEL_CSS,
+    chip_window,
+    context_html,
     counted,
+    draft_picture_html,
     kv_html,
     method_note,
     no_guess_reason,
+    pct,
+    plain,
     positions_html,
+    quoted,
     rejection_html,
     round_line_html,
     rounds_table_html,
@@ -37,15 +46,7 @@ from ui.chain_views import (
     verify_cost_text,
     verify_path_text,
 )
-from ui.chips import chip_window, context_html
-from ui.deployment import current_deployment, downloadable
-from ui.draft_pictures import draft_picture_html
-from ui.format import pct, plain, quoted
-from ui.frame import ensure_app_frame
-from ui.keys import CHAIN
-from ui.model import current_model
-from ui.teaching import FORWARD, RUN, page_style, presenter_keys, presenting
-from ui.views import PANEL_CSS
+from ui.widgets import FORWARD, RUN, ensure_app_frame, page_style, presenter_keys, presenting
 
 S = st.session_state
 CHIP_LINES = 3  # presentation mode: rows of chips shown per lane (the newest), so a round fits 1280x720
@@ -65,7 +66,7 @@ def self_copy(lm: LoadedModel, kind: str) -> LoadedModel:
 
 
 def make_draft(lm: LoadedModel, method: str) -> DraftMethod:
-    """A fresh draft method for this visitor (ui/chain_controller.py draft_method)."""
+    """A fresh draft method for this visitor (ui/controllers/breaking_the_chain.py draft_method)."""
     return bc.draft_method(lm, method, self_copy)
 
 

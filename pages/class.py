@@ -1,10 +1,10 @@
 """Class: one room, one generation. The presenter steps it with the Step page's controls; every
 student's screen follows within a second; the class guesses each next token before the reveal.
 
-The page is layout only. Who may change the room is decided in ui/class_controller.py from this
+The page is layout only. Who may change the room is decided in ui/controllers/class_room.py from this
 session's own state (the presenter showed the room's secret; a student only its code), the
 rooms are classroom/'s, and a student's whole view of one room version is built once for every
-student (ui/class_views.py). A follower's page checks for a new version every FOLLOW_EVERY_S
+student (ui/views/class_room.py). A follower's page checks for a new version every FOLLOW_EVERY_S
 with a fragment timer (Streamlit's public API offers no push from the server): a check that finds
 nothing new sends the same view again, which the browser holds already as a cached message.
 `bench.class_bench` measures what the checks cost the server.
@@ -19,19 +19,13 @@ from streamlit.errors import StreamlitAPIException
 
 from classroom import ClassHall, StoreError
 from engine import CHAINS
-from ui import class_controller as control
-from ui import class_views as views
-from ui import panels
-from ui import step_controller as stepper
-from ui.bars import distribution_bars_html
-from ui.class_server import browser_key, current_hall, store_problem, wrong_codes
-from ui.format import chain_name, plain, quoted
-from ui.frame import ensure_app_frame
-from ui.keys import CLASS, STEP
-from ui.presets import load_presets, preset_named
-from ui.state import message, slider_range, widget_range
-from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys, presenting
-from ui.views import PANEL_CSS
+from ui.controllers import class_room as control
+from ui.controllers import step_through as stepper
+from ui.server import browser_key, current_hall, store_problem, wrong_codes
+from ui.session import CLASS, STEP, load_presets, message, preset_named, slider_range, widget_range
+from ui.views import PANEL_CSS, chain_name, distribution_bars_html, plain, quoted
+from ui.views import class_room as views
+from ui.widgets import BACKWARD, FORWARD, RUN, ensure_app_frame, page_style, panels, presenter_keys, presenting
 
 S = st.session_state
 P = control.presenter_state(S)

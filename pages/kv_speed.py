@@ -28,23 +28,18 @@ from engine.speed import (
     measure_kv,
     measure_prefill_decode,
 )
-from ui.format import nbytes
-from ui.frame import ensure_app_frame
-from ui.keys import KV
-from ui.measurement_board import REFRESH_AFTER_S
-from ui.memo import remember
-from ui.model import current_model
-from ui.panels import described_chart
-from ui.server_load import measurement_board, server_batching, tokens_served
-from ui.teaching import page_style
-from ui.teaching_charts import (
+from ui.server import REFRESH_AFTER_S, current_model, measurement_board, tokens_served
+from ui.session import KV, remember
+from ui.views import (
     batch_figure,
     cache_figure,
     kv_memory_figure,
+    nbytes,
     prefill_decode_figure,
     ratio_figure,
     roofline_figure,
 )
+from ui.widgets import described_chart, ensure_app_frame, page_style, server_batching
 
 KV_SAMPLE_POSITIONS = 16  # positions put in a real cache to weigh one position
 
@@ -55,7 +50,7 @@ T = TypeVar("T")
 
 def measured(lm: LoadedModel, what: str, run: Callable[[], T]) -> T:
     """Measured once per server for (model, device, tier, what) and shared by every visitor
-    (ui/measurement_board.py); this visitor keeps the result it showed, so reruns only redraw."""
+    (ui/server/measurement_board.py); this visitor keeps the result it showed, so reruns only redraw."""
     key = (lm.name, str(lm.device), st.session_state.get(KV.tier, "quick"), what)
 
     def shared() -> T:

@@ -1,7 +1,7 @@
 """Lesson: a guided walk through one generation on the real model, one stage per screen,
 and a predict-then-reveal exercise.
 
-The page is layout only: what its controls do is ui/lesson_controller.py, plain functions over
+The page is layout only: what its controls do is ui/controllers/lesson.py, plain functions over
 the visitor's state, and every screen is a view of the visitor's generations there.
 """
 
@@ -14,21 +14,28 @@ import pandas as pd
 import streamlit as st
 
 from engine import Candidate, Generation, LoadedModel, StepRecord
-from ui import inside_views
-from ui import lesson_controller as lesson
-from ui.bars import Bar, BarRow, bars_html
-from ui.charts import RAW_COLOUR
-from ui.chips import chip_window, context_html, prompt_chips
-from ui.format import esc, pct, plain, quoted
-from ui.frame import ensure_app_frame
-from ui.keys import LESSON
-from ui.lesson_flow import PREDICT_PROMPTS, PRESETS, STAGES, Guess, candidates, tally
-from ui.model import current_model, current_scheduler
-from ui.panels import described_chart
-from ui.presets import preset_named
-from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys, presenting
-from ui.teaching_charts import top_values_figure
-from ui.views import FINISH_LABELS, LINE_CSS
+from ui.controllers import lesson
+from ui.domain import PREDICT_PROMPTS, PRESETS, STAGES, Guess, candidates, tally
+from ui.server import current_model, current_scheduler
+from ui.session import LESSON, preset_named
+from ui.views import (
+    FINISH_LABELS,
+    LINE_CSS,
+    RAW_COLOUR,
+    Bar,
+    BarRow,
+    bars_html,
+    chip_window,
+    context_html,
+    esc,
+    pct,
+    plain,
+    prompt_chips,
+    quoted,
+    top_values_figure,
+)
+from ui.views import inside as inside_views
+from ui.widgets import BACKWARD, FORWARD, RUN, described_chart, ensure_app_frame, page_style, presenter_keys, presenting
 
 S = st.session_state
 PARTS = ("Guided walk", "Predict the next token")
@@ -62,7 +69,7 @@ def idle_notes(read: Callable[[Any, str], str | None]) -> None:
 def top_values(labels: list[str], values: list[float], title: str, x_title: str, key: str,
                colour: str = RAW_COLOUR, text: Callable[[float], str] = "{:.2f}".format) -> None:
     """The leading tokens' values as bars: a Plotly chart, or in presentation mode bars sized
-    from the viewport (ui/bars.py) so a stage still fits one projector screen."""
+    from the viewport (ui/views/bars.py) so a stage still fits one projector screen."""
     if presenting():
         rows = [BarRow(label, (Bar(value, text(value), colour),))
                 for label, value in zip(labels, values, strict=True)]

@@ -1,8 +1,8 @@
 """Sampler lab: one frozen next-token distribution, several samplers side by side.
 
 The page is layout only: which step is frozen, the sliders' settings and the remembered
-results are ui/lab_controller.py, plain functions over the visitor's state; the numbers are
-ui/lab.py's, from the engine's own sampler.
+results are ui/controllers/sampler_lab.py, plain functions over the visitor's state; the numbers are
+ui/domain/sampler_lab.py's, from the engine's own sampler.
 """
 
 from __future__ import annotations
@@ -15,11 +15,8 @@ import streamlit as st
 import torch
 
 from engine import CHAINS, LoadedModel, SamplerSettings
-from ui import lab_controller as lab
-from ui.format import chain_name, pct, plain, quoted
-from ui.frame import ensure_app_frame
-from ui.keys import LAB
-from ui.lab import (
+from ui.controllers import sampler_lab as lab
+from ui.domain import (
     FrozenStep,
     Outcome,
     apply,
@@ -29,19 +26,22 @@ from ui.lab import (
     nucleus_sweep,
     temperature_sweep,
 )
-from ui.lab_controller import COLUMNS, DRAWS, Column
-from ui.model import current_model, current_scheduler
-from ui.panels import described_chart
-from ui.teaching import page_style
-from ui.teaching_charts import (
+from ui.server import current_model, current_scheduler
+from ui.session import LAB
+from ui.views import (
+    chain_name,
     chains_figure,
+    current_theme,
     cut_figure,
     draws_figure,
+    pct,
+    plain,
+    quoted,
     settings_figure,
     temperature_figure,
     token_labels,
 )
-from ui.theme import current_theme
+from ui.widgets import described_chart, ensure_app_frame, page_style
 
 S = st.session_state
 SHOWN_TOKENS = 10
@@ -61,7 +61,7 @@ def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
     return chosen
 
 
-def column_settings(column: Column, vocab_size: int) -> SamplerSettings | None:
+def column_settings(column: lab.Column, vocab_size: int) -> SamplerSettings | None:
     """Sliders for one column; None (with the reason shown) when the settings are invalid."""
     d = column.defaults
     k = column.key
@@ -121,7 +121,7 @@ def side_by_side(lm: LoadedModel, step: FrozenStep, u: float | None) -> dict[str
                 "Only the settings differ, so any difference in the pick comes from them. A draw near 1 reaches "
                 "far down the list: a sampler that cuts nothing can then pick a rare token.")
     named: dict[str, Outcome] = {}
-    for column, slot in zip(COLUMNS, st.columns(len(COLUMNS)), strict=True):
+    for column, slot in zip(lab.COLUMNS, st.columns(len(lab.COLUMNS)), strict=True):
         with slot:
             st.subheader(f"Sampler {column.name}")
             settings = column_settings(column, lm.vocab_size)
@@ -250,9 +250,9 @@ def chain_orders(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
 
 def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: dict[str, Outcome]) -> None:
     """1,000 draws with the engine's own draw, against the final distribution."""
-    st.header(f"Check: {DRAWS:,} draws from the engine's sampler")
+    st.header(f"Check: {lab.DRAWS:,} draws from the engine's sampler")
     st.markdown(f"The engine draws one uniform number u from a seeded generator and picks the token whose band "
-                f"of the cumulative distribution contains u. Done {DRAWS:,} times, the share of draws each token "
+                f"of the cumulative distribution contains u. Done {lab.DRAWS:,} times, the share of draws each token "
                 "gets should sit close to its final probability: typically within 1–3 percentage points at this count.")
     cols = st.columns([2, 1])
     # B (top-k 10) by default: a few kept tokens draw fast, since each draw sorts only those
@@ -261,20 +261,20 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
     if name is None:
         return
     outcome = named[name]
-    if st.button(f"Draw {DRAWS:,} times", key=LAB.draw_button, type="primary"):
-        with st.spinner(f"Drawing {DRAWS:,} tokens…"):
+    if st.button(f"Draw {lab.DRAWS:,} times", key=LAB.draw_button, type="primary"):
+        with st.spinner(f"Drawing {lab.DRAWS:,} tokens…"):
             lab.draw(S, step_key, outcome, seed)
     key, counts = lab.draws(S, step_key, outcome, seed)
     if counts is None:
-        st.info(f"Press **Draw {DRAWS:,} times** to sample from {name}'s final distribution.")
+        st.info(f"Press **Draw {lab.DRAWS:,} times** to sample from {name}'s final distribution.")
         return
     ids = torch.topk(outcome.chain.final_probs, min(12, outcome.decision.final_kept)).indices.tolist()
     labels = token_labels(texts(lm, ids), step.logits, ids)
     shown = sum(counts.get(i, 0) for i in ids)
     figure = lab.rebuildable(S, (*key, "chart", current_theme()),
-                             lambda: draws_figure(labels, ids, counts, DRAWS, outcome.chain.final_probs))
+                             lambda: draws_figure(labels, ids, counts, lab.DRAWS, outcome.chain.final_probs))
     described_chart(figure, key=LAB.draws_chart)
-    worst = max(abs(counts.get(i, 0) / DRAWS - float(outcome.chain.final_probs[i])) for i in ids)
+    worst = max(abs(counts.get(i, 0) / lab.DRAWS - float(outcome.chain.final_probs[i])) for i in ids)
     came_up = f"{len(counts):,} different tokens came up" if len(counts) > 1 else "Only one token came up"
     st.markdown(f"{came_up}; the {len(ids)} shown took {shown:,} draws. "
                 f"Largest gap between share and probability: **{100 * worst:.1f} percentage points**.")

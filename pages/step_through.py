@@ -1,6 +1,6 @@
 """Step through: run the model one token at a time and look at every part of each step.
 
-The page is layout only: what its controls do is ui/step_controller.py, plain functions over
+The page is layout only: what its controls do is ui/controllers/step_through.py, plain functions over
 the visitor's state, and every panel is a view of the visitor's Generation. Two fragments keep it
 fast: the workspace (buttons and every panel) reruns on Step / Back / Reset, and inside it
 the sampler view (chart, decision, branch) reruns alone when a sampler control moves,
@@ -25,25 +25,32 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from engine import CHAINS, Generation, to_trace
-from ui import inside_views, panels
-from ui import step_controller as control
-from ui.deployment import current_deployment, downloadable, upload_problem
-from ui.format import chain_name, plain
-from ui.frame import ensure_app_frame
-from ui.keys import APP, STEP
-from ui.model import current_model, current_scheduler, current_source, switch_model
-from ui.presets import load_presets, preset_named
-from ui.state import (
+from ui.controllers import step_through as control
+from ui.server import (
+    current_deployment,
+    current_model,
+    current_scheduler,
+    current_source,
+    downloadable,
+    switch_model,
+    upload_problem,
+)
+from ui.session import (
+    APP,
     DETAIL_VIEWS,
+    STEP,
     init_defaults,
+    load_presets,
     message,
+    preset_named,
     set_message,
     slider_range,
     step_generation,
     widget_range,
 )
-from ui.teaching import BACKWARD, FORWARD, RUN, page_style, presenter_keys
-from ui.views import PANEL_CSS
+from ui.views import PANEL_CSS, chain_name, plain
+from ui.views import inside as inside_views
+from ui.widgets import BACKWARD, FORWARD, RUN, ensure_app_frame, page_style, panels, presenter_keys
 
 S = st.session_state
 SAMPLER_CONTROLS = "sampler_controls"  # the controls' container: its CSS class is st-key-sampler_controls

@@ -14,6 +14,30 @@ it must say what OpenMP read.
 
 import os
 import sys
+from collections.abc import Callable
+from importlib import import_module
+from typing import Any
 
 if "torch" not in sys.modules:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def room_exports(package: str, exports: dict[str, tuple[str, ...]]) -> tuple[Callable[[str], Any], list[str]]:
+    """A room's `__getattr__` and `__all__`: its modules and the public names listed for each,
+    imported from their module when first asked for (`from ui.views import PANEL_CSS`).
+
+    A room's package does not import its modules up front: rooms use each other's modules (the
+    session's settings read the server's deployment, the server's model keeps its choice in the
+    session's keys), so packages that each imported all of their modules at once would import
+    each other in a circle. Inside ui/, modules import the module that defines a name.
+    """
+    home = {name: module for module, names in exports.items() for name in names}
+
+    def __getattr__(name: str) -> Any:
+        if name in exports:
+            return import_module(f"{package}.{name}")
+        if name in home:
+            return getattr(import_module(f"{package}.{home[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__, sorted({*exports, *home})

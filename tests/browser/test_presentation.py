@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.browser.conftest import ARTIFACTS
-from ui.lesson_flow import STAGES
+from ui.domain.lesson import STAGES
 
 pytestmark = pytest.mark.browser
 SIZES = [(1280, 720), (1920, 1080)]
@@ -167,8 +167,8 @@ def test_a_chip_window_shows_whole_rows_however_many_lines_the_text_breaks_into(
     """The projector's chip window is sized in rows: every row the same height, a newline adding
     none (it used to add a row gap, so four 'rows' showed three and a half)."""
     from engine import Generation, SamplerSettings, StopSettings
-    from ui.chips import CHIP_CSS, chip_window, context_html, prompt_chips
-    from ui.teaching import PRESENTATION_CSS
+    from ui.views.chips import CHIP_CSS, chip_window, context_html, prompt_chips
+    from ui.widgets.presentation import PRESENTATION_CSS
 
     gen = Generation(lm, "Write a short poem about the sea.", chat=True, sampler=SamplerSettings(temperature=0),
                      stop=StopSettings(max_new_tokens=60))

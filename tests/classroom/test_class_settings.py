@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine import SettingsError
-from ui import deployment
+from ui.server import deployment
 
 
 @pytest.fixture(autouse=True)

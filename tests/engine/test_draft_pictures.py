@@ -1,6 +1,6 @@
 """Each draft method's picture of its round (engine/speculative: `DraftPicture`, set while a
 method's `picturing` is on): what it guessed, the draft's leading tokens where it guessed, and
-what it made them from, on the real model; and the page's HTML of it (ui/draft_pictures.py)."""
+what it made them from, on the real model; and the page's HTML of it (ui/views/draft_pictures.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 
 from engine import SamplerSettings, StopSettings
 from engine.speculative import DraftModel, EarlyExit, Lookahead, MtpDraft, SpeculativeGeneration, draft_for, self_draft
-from ui.chain_views import method_note
-from ui.draft_pictures import draft_picture_html
+from ui.views.breaking_the_chain import method_note
+from ui.views.draft_pictures import draft_picture_html
 
 GREEDY = SamplerSettings(temperature=0.0)
 PROMPT = "The three primary colours of light are red, green and blue. The three primary colours of light are"

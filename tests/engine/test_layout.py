@@ -117,7 +117,7 @@ def test_the_pages_import_only_the_engines_public_surface() -> None:
     """ui/, pages/ and app.py import `engine`, `engine.serving`, `engine.speculative` and the
     measurements of `engine.speed`, never a module inside them."""
     public = {"engine", "engine.serving", "engine.speculative", "engine.speed"}
-    for path in [ROOT / "app.py", *(ROOT / "ui").glob("*.py"), *(ROOT / "pages").glob("*.py")]:
+    for path in [ROOT / "app.py", *(ROOT / "ui").rglob("*.py"), *(ROOT / "pages").glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("engine"):
                 assert node.module in public, f"{path.name} imports {node.module}"

@@ -23,5 +23,5 @@ def open_page(page: str, session: dict | None = None, timeout: float = 240) -> A
 
 
 def as_read(markdown: str) -> str:
-    """A message's Markdown as a visitor reads it: visitor text is shown escaped (ui.format.plain)."""
+    """A message's Markdown as a visitor reads it: visitor text is shown escaped (ui.views.format.plain)."""
     return re.sub(r"\\(.)", r"\1", markdown).replace("  \n", "\n").replace("\u2060", "")

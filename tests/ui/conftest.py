@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from engine.serving import IdleReleaser
-from ui import idle_rebuild
+from ui.session import idle_rebuild
 
 
 @dataclass
@@ -25,7 +25,7 @@ class IdleServer:
 
 @pytest.fixture()
 def idle_server(monkeypatch) -> IdleServer:
-    """Every controller's generations are touched through ui/idle_rebuild.py: here, on a
+    """Every controller's generations are touched through ui/session/idle_rebuild.py: here, on a
     releaser that puts away whatever was idle for 60 s, and only when the test says."""
     server = IdleServer(IdleReleaser(60, clock=lambda: server.now, check_every_s=None))
     monkeypatch.setattr(idle_rebuild, "idle_releaser", lambda: server.releaser)

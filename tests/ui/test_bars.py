@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ui.bars import ROOM_FOR_TEXT, Bar, BarRow, bars_html
+from ui.views.bars import ROOM_FOR_TEXT, Bar, BarRow, bars_html
 
 
 def geometry(html: str) -> list[tuple[float, float]]:

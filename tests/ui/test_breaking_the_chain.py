@@ -1,7 +1,7 @@
 """The Breaking the chain page on the real model: Step shows one round beside the plain lane,
 Run goes to a stop condition with both texts identical, Reset starts over, the draft method
 switches mid-generation with the tokens kept, and bad input leaves a message and the lanes.
-The controller (ui/chain_controller.py) is also tested on its own, without Streamlit."""
+The controller (ui/controllers/breaking_the_chain.py) is also tested on its own, without Streamlit."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from engine import (
 )
 from engine.speculative import speculative_to_trace
 from tests.ui.apptest import as_read, open_page
-from ui import chain_controller as bc
-from ui.deployment import current_deployment
-from ui.keys import APP, CHAIN
+from ui.controllers import breaking_the_chain as bc
+from ui.server.deployment import current_deployment
+from ui.session.keys import APP, CHAIN
 
 PAGE = "pages/breaking_the_chain.py"
 

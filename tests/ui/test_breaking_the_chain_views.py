@@ -11,8 +11,8 @@ import re
 import pytest
 
 from engine import Generation, PromptLookup, SamplerSettings, SpeculativeGeneration
-from ui import chain_controller as bc
-from ui.chain_views import (
+from ui.controllers import breaking_the_chain as bc
+from ui.views.breaking_the_chain import (
     KIND_COLOURS,
     counted,
     no_guess_reason,
@@ -26,7 +26,7 @@ from ui.chain_views import (
     verify_cost_text,
     verify_path_text,
 )
-from ui.format import pct
+from ui.views.format import pct
 
 NO_REPEAT = "xyzw"  # no token occurs twice: prompt lookup finds nothing to copy
 REPEATING = "abc abc abc abc"  # lookup copies " abc" onwards

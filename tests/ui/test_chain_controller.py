@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from engine import DraftModel, LoadedModel, PromptLookup, SettingsError
-from ui import chain_controller as bc
-from ui.deployment import current_deployment
-from ui.keys import CHAIN
+from ui.controllers import breaking_the_chain as bc
+from ui.server.deployment import current_deployment
+from ui.session.keys import CHAIN
 
 PROMPT = "abc abc abc abc"
 

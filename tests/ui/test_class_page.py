@@ -13,8 +13,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.ui.apptest import APP, as_read
-from ui import deployment
-from ui.keys import CLASS, STEP
+from ui.server import deployment
+from ui.session.keys import CLASS, STEP
 
 PAGE = "pages/class.py"
 
@@ -22,7 +22,7 @@ PAGE = "pages/class.py"
 @pytest.fixture(autouse=True)
 def class_db(tmp_path: Path, monkeypatch) -> Path:
     """A fresh rooms database for each test (the hall is cached per database file)."""
-    from ui.class_server import wrong_codes
+    from ui.server.class_room import wrong_codes
 
     path = tmp_path / "class.sqlite3"
     monkeypatch.setenv("TBT_CLASS_DB", str(path))
@@ -105,9 +105,9 @@ def test_a_students_session_is_refused_any_change_to_the_room(class_db) -> None:
     student.session_state[CLASS.presenter + STEP.prompt] = "Forged prompt"
     student.session_state[CLASS.role] = "student"
     student.run()
-    from ui import class_controller
-    from ui.class_server import current_hall
-    from ui.step_controller import step as step_action
+    from ui.controllers import class_room as class_controller
+    from ui.controllers.step_through import step as step_action
+    from ui.server.class_room import current_hall
 
     state = student.session_state.to_dict()
     assert not class_controller.as_presenter(state, current_hall(), step_action)
@@ -167,7 +167,7 @@ def test_repeated_wrong_codes_from_one_browser_are_slowed_down(class_db) -> None
 
 
 def test_the_presenter_drives_the_room_in_presentation_mode_with_the_step_pages_controls(class_db) -> None:
-    from ui.keys import APP
+    from ui.session.keys import APP
 
     presenter, code, _ = start_class()
     presenter.session_state[APP.presentation] = True

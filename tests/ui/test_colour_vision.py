@@ -16,11 +16,11 @@ from itertools import combinations, pairwise
 
 import pytest
 
-from ui.chain_views import KIND_COLOURS, REJECTED_COLOUR
-from ui.charts import FINAL_COLOUR, RAW_COLOUR
-from ui.chips import _SCALE
-from ui.teaching_charts import CACHED_COLOUR, CHAIN_COLOURS, RECOMPUTE_COLOUR, SETTING_COLOURS
-from ui.theme import PAGE_COLOURS
+from ui.views.breaking_the_chain import KIND_COLOURS, REJECTED_COLOUR
+from ui.views.charts import FINAL_COLOUR, RAW_COLOUR
+from ui.views.chips import _SCALE
+from ui.views.teaching_charts import CACHED_COLOUR, CHAIN_COLOURS, RECOMPUTE_COLOUR, SETTING_COLOURS
+from ui.views.theme import PAGE_COLOURS
 
 MIN_DELTA_E = 20.0
 MACHADO = {  # severity 1.0, rows map linear (R, G, B) to the simulated linear R, G, B

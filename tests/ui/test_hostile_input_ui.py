@@ -19,12 +19,12 @@ from engine.serving.deployment import PUBLIC
 from tests.passes import counted_passes
 from tests.ui.apptest import APP as APP_SCRIPT
 from tests.ui.apptest import as_read, open_page
-from ui import step_controller as control
-from ui.deployment import current_deployment
-from ui.format import plain
-from ui.keys import APP, STEP
-from ui.share import ShareError, from_params
-from ui.state import init_defaults, message, step_generation
+from ui.controllers import step_through as control
+from ui.server.deployment import current_deployment
+from ui.session.keys import APP, STEP
+from ui.session.settings import init_defaults, message, step_generation
+from ui.session.share import ShareError, from_params
+from ui.views.format import plain
 
 
 def params(query: str) -> dict[str, list[str]]:
@@ -156,10 +156,11 @@ def test_the_public_preset_offers_no_model_field_and_caps_the_widgets(public) ->
 
 
 def test_the_public_preset_refuses_a_links_model_without_reading_the_path(public, monkeypatch) -> None:
-    import ui.model
+    import ui.server.model
 
-    loads, load = [], ui.model._load_shared
-    monkeypatch.setattr(ui.model, "_load_shared", lambda source, device: loads.append(source) or load(source, device))
+    loads, load = [], ui.server.model._load_shared
+    monkeypatch.setattr(ui.server.model, "_load_shared",
+                        lambda source, device: loads.append(source) or load(source, device))
     at = AppTest.from_file(APP_SCRIPT, default_timeout=240)
     at.query_params.update({"prompt": "Hi", "model": "/etc/passwd"})
     at.run()
@@ -176,7 +177,7 @@ def test_a_public_servers_downloaded_traces_name_no_server_path(lm, public) -> N
     place on the server (the bundled GGUF inside site-packages) never reaches the visitor."""
     from engine import Generation, PromptLookup, SpeculativeGeneration, StopSettings, to_trace
     from engine.speculative import speculative_to_trace
-    from ui.deployment import downloadable
+    from ui.server.deployment import downloadable
 
     stop = StopSettings(max_new_tokens=2)
     plain = Generation(lm, "Hello", stop=stop)

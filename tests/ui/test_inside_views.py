@@ -1,4 +1,4 @@
-"""The inside-the-pass views (ui/inside_views.py) on a made-up InsideView: what they mark and
+"""The inside-the-pass views (ui/views/inside.py) on a made-up InsideView: what they mark and
 say follows the numbers given, for any model (tied head or not, a sliding window or not)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 import pytest
 
 from engine import InsideView, LayerView, TokenPiece
-from ui import inside_views
+from ui.views import inside as inside_views
 
 PICK = 7
 

@@ -1,4 +1,4 @@
-"""ui/keys.py is the one list of session keys: each page's keys carry its prefix, no two
+"""ui/session/keys.py is the one list of session keys: each page's keys carry its prefix, no two
 pages share one, and no page or ui module uses a key that is not listed."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ui.keys import PAGES, STEP
+from ui.session.keys import PAGES, STEP
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = sorted([ROOT / "app.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "ui").glob("*.py")])
+SOURCES = sorted([ROOT / "app.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "ui").rglob("*.py")])
 STATE_METHODS = {"get", "setdefault", "pop"}  # session_state methods whose first argument is a key
 WIDGET_CALLS = {"form", "fragment"}  # st.form("key"), st.fragment(key=...) take a key too
 
@@ -76,4 +76,4 @@ def test_the_scan_finds_each_way_a_key_is_written() -> None:
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_literal_key_in_the_app_is_registered(path: Path) -> None:
     unknown = literal_keys(path.read_text()) - registered()
-    assert not unknown, f"{path.name} uses session keys missing from ui/keys.py: {sorted(unknown)}"
+    assert not unknown, f"{path.name} uses session keys missing from ui/session/keys.py: {sorted(unknown)}"

@@ -10,8 +10,8 @@ from engine.forward import lone_pass_decision
 from engine.serving import exact_rows_kernel_in_use
 from engine.speed import KNOWN_CONFIGS, QUICK, loaded_kv_config
 from tests.ui.apptest import open_page
-from ui.format import nbytes
-from ui.keys import KV
+from ui.session.keys import KV
+from ui.views.format import nbytes
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from engine import LoadedModel, SamplerSettings
-from ui import lab_controller as lab
-from ui import step_controller
-from ui.keys import LAB, STEP
-from ui.lab import apply
-from ui.state import init_defaults, step_generation
+from ui.controllers import sampler_lab as lab
+from ui.controllers import step_through as step_controller
+from ui.domain.sampler_lab import apply
+from ui.session.keys import LAB, STEP
+from ui.session.settings import init_defaults, step_generation
 
 PRESET = next(iter(lab.PRESETS))
 

@@ -11,12 +11,12 @@ from streamlit.testing.v1 import AppTest
 
 from engine import Generation
 from tests.ui.apptest import open_page
-from ui.charts import RAW_COLOUR
-from ui.format import quoted
-from ui.keys import APP, LESSON
-from ui.lesson_flow import GREEDY, PRESETS, STAGES, candidates, score, start, tally
-from ui.presets import preset_named
-from ui.teaching import PRESENTATION_CSS
+from ui.domain.lesson import GREEDY, PRESETS, STAGES, candidates, score, start, tally
+from ui.session.keys import APP, LESSON
+from ui.session.presets import preset_named
+from ui.views.charts import RAW_COLOUR
+from ui.views.format import quoted
+from ui.widgets.presentation import PRESENTATION_CSS
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.fires + ("_ignored" if p.stop.ignore_eos else ""))

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from engine import Generation, InsideView, LoadedModel, TraceError
-from ui import idle_rebuild
-from ui import lesson_controller as lesson
-from ui.keys import LESSON
-from ui.lesson_flow import PREDICT_PROMPTS, PRESETS, STAGES, start
-from ui.presets import preset_named
+from ui.controllers import lesson
+from ui.domain.lesson import PREDICT_PROMPTS, PRESETS, STAGES, start
+from ui.session import idle_rebuild
+from ui.session.keys import LESSON
+from ui.session.presets import preset_named
 
 CAPPED = preset_named(PRESETS, "The max-tokens cap is reached")  # 12 tokens, whatever the model says
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from pages.kv_speed import cached_trend
-from ui.measurement_board import REFRESH_AFTER_S, MeasurementBoard
+from ui.server.measurement_board import REFRESH_AFTER_S, MeasurementBoard
 
 
 def test_thirty_visitors_asking_at_once_share_one_measurement() -> None:

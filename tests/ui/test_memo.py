@@ -1,10 +1,10 @@
-"""ui/memo.py: one bounded store per purpose in the visitor's state."""
+"""ui/session/memo.py: one bounded store per purpose in the visitor's state."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ui.memo import BOUND, Same, recall, remember
+from ui.session.memo import BOUND, Same, recall, remember
 
 
 def test_a_result_is_computed_once_and_then_remembered() -> None:

@@ -13,9 +13,8 @@ from engine import CHAINS, Generation, SamplerSettings
 from engine.cpu_threads import on_sampler_thread
 from engine.sampling import InverseCdf, decide, draw_uniform, pick_by_cdf
 from tests.ui.apptest import APP, open_page
-from ui.format import quoted
-from ui.keys import LAB, STEP
-from ui.lab import (
+from ui.controllers.sampler_lab import COLUMNS
+from ui.domain.sampler_lab import (
     apply,
     chain_outcomes,
     disputed_tokens,
@@ -26,8 +25,9 @@ from ui.lab import (
     nucleus_sweep,
     temperature_sweep,
 )
-from ui.lab_controller import COLUMNS
-from ui.state import DEFAULT_PROMPT
+from ui.session.keys import LAB, STEP
+from ui.session.settings import DEFAULT_PROMPT
+from ui.views.format import quoted
 
 # the engine's sampler on its own one-thread worker, as the lab and every step call it
 decide_here = on_sampler_thread(decide)

@@ -1,18 +1,17 @@
 """What the page controllers share lives once: the Step and Breaking-the-chain controllers read
-their sampler and stop widgets through the same ui/state.py functions, and keep their
-generations open through the same ui/idle_rebuild.py function (so a fix lands in both)."""
+their sampler and stop widgets through the same ui/session/settings.py functions, and keep their
+generations open through the same ui/session/idle_rebuild.py function (so a fix lands in both)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from engine import PromptLookup
-from ui import chain_controller as bc
-from ui import idle_rebuild
-from ui import state as settings
-from ui import step_controller as control
-from ui.keys import CHAIN, STEP
-from ui.state import CHAIN_SETTINGS, STEP_SETTINGS
+from ui.controllers import breaking_the_chain as bc
+from ui.controllers import step_through as control
+from ui.session import idle_rebuild, settings
+from ui.session.keys import CHAIN, STEP
+from ui.session.settings import CHAIN_SETTINGS, STEP_SETTINGS
 
 
 def lookup(lm, method: str):

@@ -10,11 +10,11 @@ import pytest
 
 from engine import Generation, LoadedModel, SamplerSettings, to_trace
 from tests.passes import counted_passes
-from ui import idle_rebuild
-from ui import step_controller as control
-from ui.keys import STEP
-from ui.memo import recall
-from ui.state import DEFAULT_SEED, init_defaults, message, step_generation
+from ui.controllers import step_through as control
+from ui.session import idle_rebuild
+from ui.session.keys import STEP
+from ui.session.memo import recall
+from ui.session.settings import DEFAULT_SEED, init_defaults, message, step_generation
 
 PROMPT = "Hello there"
 

@@ -17,11 +17,11 @@ from streamlit.testing.v1 import AppTest
 from engine import Generation, to_trace
 from tests.ui.apptest import APP as APP_SCRIPT
 from tests.ui.apptest import as_read
-from ui import step_controller
-from ui.charts import FINAL_NAME, RAW_NAME
-from ui.keys import APP, STEP
-from ui.share import from_generation, to_params
-from ui.teaching import PRESENTATION_CSS
+from ui.controllers import step_through as step_controller
+from ui.session.keys import APP, STEP
+from ui.session.share import from_generation, to_params
+from ui.views.charts import FINAL_NAME, RAW_NAME
+from ui.widgets.presentation import PRESENTATION_CSS
 
 TIMEOUT = 120  # the first run loads the model
 
@@ -419,8 +419,8 @@ def test_unloadable_model_keeps_the_current_model_and_remembers_why() -> None:
     def script() -> None:
         import streamlit as st
 
-        from ui.keys import APP
-        from ui.model import current_source, switch_model
+        from ui.server.model import current_source, switch_model
+        from ui.session.keys import APP
 
         st.text(f"{switch_model('/no/such/model.gguf')}|{current_source()}|{st.session_state[APP.model_error]}")
 

@@ -11,20 +11,27 @@ import plotly.io as pio
 import pytest
 import torch
 
-import ui.chips as chips
+import ui.views.chips as chips
 from engine import Generation, LoadedModel, SamplerSettings, StopSettings, Termination, replay
 from engine.generation import describe_distribution
 from engine.sampling import InverseCdf, decide
 from engine.stopping import StopSequenceState
-from ui.charts import FINAL_NAME, MODES, bar_rows, distribution_figure, kv_figure
-from ui.chips import context_html, generated_chip, prompt_chips
-from ui.format import esc, pct, quoted, visible
-from ui.panels import draw_text
-from ui.presets import load_presets
-from ui.share import SharedState, SharedStep, ShareError, from_generation, from_params, replay_trace, to_params
-from ui.state import format_stop_sequences, parse_stop_sequences
-from ui.theme import CLEAR, DARK, LIGHT, ChartTheme
-from ui.views import cdf_bands, cdf_strip_html, decision_html, factorisation_html, sequence_stats, termination_html
+from ui.session.presets import load_presets
+from ui.session.settings import format_stop_sequences, parse_stop_sequences
+from ui.session.share import SharedState, SharedStep, ShareError, from_generation, from_params, replay_trace, to_params
+from ui.views.charts import FINAL_NAME, MODES, bar_rows, distribution_figure, kv_figure
+from ui.views.chips import context_html, generated_chip, prompt_chips
+from ui.views.format import esc, pct, quoted, visible
+from ui.views.records import (
+    cdf_bands,
+    cdf_strip_html,
+    decision_html,
+    factorisation_html,
+    sequence_stats,
+    termination_html,
+)
+from ui.views.theme import CLEAR, DARK, LIGHT, ChartTheme
+from ui.widgets.panels import draw_text
 
 GREEDY = SamplerSettings(temperature=0.0)
 WARM = SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, chain="vllm")
@@ -97,7 +104,7 @@ def test_stop_sequence_field_escapes_round_trip() -> None:
 
 def test_each_engine_is_named_as_it_spells_itself() -> None:
     from engine import CHAINS
-    from ui.format import chain_name
+    from ui.views.format import chain_name
 
     assert [chain_name(c) for c in CHAINS] == ["transformers", "vLLM", "llama.cpp"]
 

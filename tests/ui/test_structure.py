@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine import FINISH_REASONS
-from ui.lesson_flow import PRESETS as LESSON_PRESETS
-from ui.presets import load_presets, preset_named
-from ui.views import FINISH_LABELS
+from ui.domain.lesson import PRESETS as LESSON_PRESETS
+from ui.session.presets import load_presets, preset_named
+from ui.views.records import FINISH_LABELS
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "pages").glob("*.py"))
@@ -54,9 +54,9 @@ def test_one_preset_lookup_serves_the_step_page_and_the_lesson() -> None:
 
 
 def test_the_app_uses_no_private_streamlit_api() -> None:
-    """A page reached by its own link gets the frame through public st.navigation (ui/frame.py),
+    """A page reached by its own link gets the frame through public st.navigation (ui/widgets/frame.py),
     not by flipping Streamlit's internal PagesManager: nothing imports streamlit.runtime."""
-    for path in [ROOT / "app.py", *(ROOT / "ui").glob("*.py"), *PAGES]:
+    for path in [ROOT / "app.py", *(ROOT / "ui").rglob("*.py"), *PAGES]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom | ast.Import):
                 names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]

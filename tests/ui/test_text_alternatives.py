@@ -11,14 +11,14 @@ import re
 import pytest
 
 from engine import Candidate, Distribution, Generation, LoadedModel, SamplerSettings, StopSettings
-from ui import panels
-from ui.bars import distribution_bars_html
-from ui.chain_views import KIND_BORDERS, speculative_chips_html
-from ui.charts import CUT, FINAL_PATTERN, distribution_figure, distribution_words, figure_words, kv_words
-from ui.chips import generated_chip
-from ui.teaching_charts import kv_memory_figure, ratio_figure
-from ui.theme import LIGHT
-from ui.views import heading_html
+from ui.views.bars import distribution_bars_html
+from ui.views.breaking_the_chain import KIND_BORDERS, speculative_chips_html
+from ui.views.charts import CUT, FINAL_PATTERN, distribution_figure, distribution_words, figure_words, kv_words
+from ui.views.chips import generated_chip
+from ui.views.records import heading_html
+from ui.views.teaching_charts import kv_memory_figure, ratio_figure
+from ui.views.theme import LIGHT
+from ui.widgets import panels
 
 SR = re.compile(r'<(?:span|div) class="tbt-sr" style="[^"]*clip-path:inset\(50%\)[^"]*">([^<]*)</(?:span|div)>')
 

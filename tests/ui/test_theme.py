@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import ui.teaching_charts as teaching
+import ui.views.teaching_charts as teaching
 from engine.speed import CachePoint
 from tests.contrast import contrast
-from ui.theme import CLEAR, DARK, LIGHT, PAGE_COLOURS, ChartTheme, theme_css
+from ui.views.theme import CLEAR, DARK, LIGHT, PAGE_COLOURS, ChartTheme, theme_css
 
 BACKGROUNDS = {"light": ("#ffffff", "#f8f8f7"), "dark": ("#171614", "#2d2b27")}  # Streamlit's page, secondary
 

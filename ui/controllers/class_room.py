@@ -1,0 +1,260 @@
+"""What the Class page's controls do, as plain functions over the visitor's state.
+
+`state` is st.session_state on the page and a dict in tests; the keys are ui/session/keys.py's CLASS.
+Who may change a room is decided here, on the server, from this session's own state: a session
+becomes the presenter only by showing the room's secret (`open_address`, `start_class`), and
+every change to the room goes through `as_presenter`, which refuses any other session whatever
+its page showed. The presenter drives the room's one Generation with the Step page's own
+controller (ui/controllers/step_through.py) on `presenter_state(state)`: the Step page's keys, kept under
+the Class page's prefix, so the presenter's own Step page is untouched.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Any
+
+from classroom import AccessRefused, ClassHall, LiveRoom, RoomFull, Snapshot, StoreError, WrongCodeThrottle
+from engine import Generation, LoadedModel, PromptError, SettingsError, TraceError
+from engine.serving import ForwardScheduler
+from ui.controllers import step_through as step_controller
+from ui.session.keys import CLASS, STEP
+from ui.session.settings import init_defaults, message, set_message, write_generation
+
+State = MutableMapping[str, Any]
+PRESENTER, STUDENT = "presenter", "student"
+NOT_PRESENTER = "Only the room's presenter can change it: this page follows the presenter's screen."
+# what a room cannot be opened for: a wrong code or secret, a full room, an unreadable store or trace
+OPEN_ERRORS = (AccessRefused, RoomFull, StoreError, TraceError)
+
+
+class ScopedState(MutableMapping[str, Any]):
+    """A view of session state in which every key is read and written under a prefix: the Step
+    page's controller works on it unchanged, and its keys never meet the Step page's own."""
+
+    def __init__(self, base: MutableMapping[str, Any], prefix: str) -> None:
+        self.base, self.prefix = base, prefix
+
+    def key(self, name: str) -> str:
+        """The widget key under which `name` lives in the base state."""
+        return self.prefix + name
+
+    def __getitem__(self, name: str) -> Any:
+        return self.base[self.prefix + name]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self.base[self.prefix + name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self.base[self.prefix + name]
+
+    def __iter__(self) -> Iterator[str]:
+        return (key[len(self.prefix):] for key in list(self.base) if key.startswith(self.prefix))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def presenter_state(state: State) -> ScopedState:
+    """The presenter's Step-page state inside this session's state."""
+    return ScopedState(state, CLASS.presenter)
+
+
+def role(state: Mapping[str, Any]) -> str | None:
+    return state.get(CLASS.role)
+
+
+def problem(state: State, control: str) -> str | None:
+    return message(state, control, CLASS.messages)
+
+
+def _say(state: State, control: str, text: str | None) -> None:
+    set_message(state, control, text, CLASS.messages)
+
+
+# ---- entering a room -------------------------------------------------------------------------
+
+
+def start_class(state: State, hall: ClassHall, lm: LoadedModel, scheduler: ForwardScheduler | None) -> None:
+    """Start a class: a room on a generation from the Step page's default settings, and this
+    session its presenter."""
+    presenter = presenter_state(state)
+    init_defaults(presenter)
+    try:
+        room, secret = hall.start(step_controller.new_generation(presenter, lm, scheduler))
+    except (RoomFull, StoreError, SettingsError, PromptError) as exc:
+        _say(state, "start", str(exc))
+        return
+    _say(state, "start", None)
+    _become_presenter(state, room, secret)
+
+
+def _become_presenter(state: State, room: LiveRoom, secret: str) -> None:
+    state.update({CLASS.role: PRESENTER, CLASS.code: room.code, CLASS.secret: secret})
+    presenter = presenter_state(state)
+    init_defaults(presenter)
+    write_generation(presenter, room.generation)  # the widgets show the room's settings
+
+
+def open_address(state: State, hall: ClassHall, params: Mapping[str, str], browser: str,
+                 throttle: WrongCodeThrottle, now: float | None = None) -> None:
+    """On a session's first run, a room link in the address: `room` alone makes a student,
+    `room` and `key` (the secret) the presenter. A wrong one is refused, and counted against
+    this browser like a wrong code."""
+    if state.get(CLASS.address_read):
+        return
+    state[CLASS.address_read] = True
+    if "room" not in params:
+        return
+    if "key" in params:
+        if (room := _checked(state, throttle, browser, now, lambda: hall.presenter(params["room"], params["key"]))):
+            _become_presenter(state, room, params["key"])
+        return
+    join(state, hall, params["room"], "", browser, throttle, now)
+
+
+def join(state: State, hall: ClassHall, code_text: str, name: str, browser: str, throttle: WrongCodeThrottle,
+         now: float | None = None) -> None:
+    """Join a room as a student with its code (and an optional display name)."""
+    room = _checked(state, throttle, browser, now, lambda: hall.room(code_text))
+    if room is None:
+        return
+    student = state.get(CLASS.student) or _student_id(browser)
+    try:
+        hall.join(room, student, name)
+    except (RoomFull, StoreError) as exc:
+        _say(state, "join", str(exc))
+        return
+    state.update({CLASS.role: STUDENT, CLASS.code: room.code, CLASS.student: student})
+    state.pop(CLASS.secret, None)
+
+
+def _checked(state: State, throttle: WrongCodeThrottle, browser: str, now: float | None,
+             open_room: Callable[[], LiveRoom]) -> LiveRoom | None:
+    """The room `open_room` finds, unless this browser must wait after wrong tries or the try
+    is wrong (then the message beside the join form says so, and nothing else)."""
+    now = time.monotonic() if now is None else now
+    if (wait := throttle.wait_left(browser, now)) > 0:
+        _say(state, "join", f"Too many wrong codes from this browser: try again in {wait:.0f} s.")
+        return None
+    try:
+        room = open_room()
+    except AccessRefused as exc:
+        throttle.failed(browser, now)
+        _say(state, "join", str(exc))
+        return None
+    except OPEN_ERRORS as exc:
+        _say(state, "join", str(exc))
+        return None
+    throttle.succeeded(browser)
+    _say(state, "join", None)
+    return room
+
+
+def _student_id(browser: str) -> str:
+    """The same browser is the same student when it comes back (a reload makes a new session);
+    a client that sends no cookie is a new student each session."""
+    return browser if browser.startswith("cookie:") else "session:" + secrets.token_hex(8)
+
+
+def leave(state: State) -> None:
+    """Leave the room (this session only; the room stays)."""
+    for key in (CLASS.role, CLASS.code, CLASS.secret, CLASS.my_guess):
+        state.pop(key, None)
+    presenter = presenter_state(state)
+    presenter.pop(STEP.generation, None)
+
+
+# ---- the room this session is in -------------------------------------------------------------
+
+
+def current_room(state: State, hall: ClassHall) -> LiveRoom | None:
+    """This session's room (the presenter's secret checked again on every run); None, with the
+    message beside the join form, when it is gone."""
+    code = state.get(CLASS.code)
+    if code is None:
+        return None
+    try:
+        if role(state) == PRESENTER:
+            return hall.presenter(code, state.get(CLASS.secret, ""))
+        return hall.room(code)
+    except OPEN_ERRORS as exc:
+        leave(state)
+        _say(state, "join", str(exc))
+        return None
+
+
+def as_presenter(state: State, hall: ClassHall, action: Callable[[State], object]) -> bool:
+    """Run a Step-page action (`action(presenter_state)`) on the room's generation, then
+    publish the result to every student. Refused for any session that is not the presenter."""
+    room = current_room(state, hall) if role(state) == PRESENTER else None
+    if room is None:
+        _say(state, "refused", NOT_PRESENTER)
+        return False
+    presenter = presenter_state(state)
+    with room.lock:  # one change at a time, and never during a peek
+        presenter[STEP.generation] = room.generation
+        action(presenter)
+        if (generation := presenter.get(STEP.generation)) is not None:
+            hall.publish(room, generation)
+    return True
+
+
+def presenter_generation(state: State, hall: ClassHall, lm: LoadedModel, scheduler: ForwardScheduler | None
+                         ) -> tuple[LiveRoom, Generation] | None:
+    """On each presenter run: the room and its generation, brought up to the setup widgets
+    (a new prompt starts over, for the whole room) and published."""
+    room = current_room(state, hall) if role(state) == PRESENTER else None
+    if room is None:
+        return None
+    as_presenter(state, hall, lambda presenter: step_controller.sync_generation(presenter, lm, scheduler))
+    return room, room.generation
+
+
+# ---- students --------------------------------------------------------------------------------
+
+
+def follow(state: State, hall: ClassHall) -> Snapshot | None:
+    """A follower's check: the room's current snapshot (this student noted as connected)."""
+    room = current_room(state, hall)
+    if room is None:
+        return None
+    if (student := state.get(CLASS.student)) is not None:
+        hall.seen(room, student)
+    return room.snapshot
+
+
+def guess(state: State, hall: ClassHall, text: str | None = None, token_id: int | None = None) -> None:
+    """This student's guess for the next token (typed, or a candidate chip)."""
+    room = current_room(state, hall) if role(state) == STUDENT else None
+    if room is None:
+        _say(state, "guess", "Join a room as a student to guess.")
+        return
+    try:
+        piece = hall.guess(room, state[CLASS.student], text=text, token_id=token_id)
+    except (ValueError, RoomFull, StoreError) as exc:
+        _say(state, "guess", str(exc))
+        return
+    _say(state, "guess", None)
+    state[CLASS.my_guess] = (room.snapshot.context, piece.text)
+
+
+def my_guess(state: Mapping[str, Any], snapshot: Snapshot) -> str | None:
+    """The token this student guessed for the snapshot's next token, if any."""
+    kept = state.get(CLASS.my_guess)
+    return kept[1] if kept and kept[0] == snapshot.context else None
+
+
+def rename(state: State, hall: ClassHall, name: str) -> None:
+    """A student's display name (at most the room's cap, plain text)."""
+    room = current_room(state, hall) if role(state) == STUDENT else None
+    if room is None:
+        return
+    try:
+        hall.join(room, state[CLASS.student], name)
+    except (RoomFull, StoreError) as exc:
+        _say(state, "name", str(exc))
+        return
+    _say(state, "name", None)

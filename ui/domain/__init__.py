@@ -1,0 +1,14 @@
+"""What a page computes from the engine with no visitor state and no drawing: the Sampler lab's
+numbers, the Lesson's presets and the scoring of its exercise. No Streamlit here; controllers and
+views both use it.
+"""
+
+from ui import room_exports
+
+__getattr__, __all__ = room_exports(__name__, {
+    "lesson": ("PREDICT_PROMPTS", "PRESETS", "STAGES", "Guess", "candidates", "tally"),
+    "sampler_lab": (
+        "FrozenStep", "Outcome", "apply", "chain_outcomes", "disputed_tokens", "min_p_sweep", "nucleus_sweep",
+        "temperature_sweep",
+    ),
+})

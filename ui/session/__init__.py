@@ -1,0 +1,18 @@
+"""Session plumbing, one visitor's own: the session-state keys of every page, settings read from a
+page's widgets and the messages beside its controls, bounded memos, share links, presets, and the
+rebuild of what the idle releaser put away.
+"""
+
+from ui import room_exports
+
+__getattr__, __all__ = room_exports(__name__, {
+    "idle_rebuild": (),
+    "keys": ("APP", "CHAIN", "CLASS", "KV", "LAB", "LESSON", "STEP"),
+    "memo": ("remember",),
+    "presets": ("load_presets", "preset_named"),
+    "settings": (
+        "DETAIL_VIEWS", "init_defaults", "message", "set_message", "slider_range", "step_generation",
+        "widget_range",
+    ),
+    "share": (),
+})

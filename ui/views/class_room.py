@@ -1,0 +1,134 @@
+"""The Class page's HTML: what every student sees of a room, the class's guesses, the reveal,
+the lesson's score, and the QR code of the student link. Built from the room's plain records;
+every text a student typed (a guess, a name) is escaped, so none of it can become HTML or
+Markdown on anyone's screen.
+
+A student's view of one room version is the same for every student, so it is built once per
+version (`follow_html`) and sent as written: 60 followers cost one build per Step, not 60.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections import OrderedDict
+
+import qrcode
+import qrcode.image.svg
+
+from classroom import LessonScore, Snapshot, Tally
+from classroom.hall import Reveal
+from engine import stop_sequence_states
+from ui.views.bars import Bar, BarRow, bars_html, distribution_bars_html
+from ui.views.charts import RAW_COLOUR
+from ui.views.chips import context_html, prompt_chips
+from ui.views.format import esc, pct, quoted
+from ui.views.records import LINE_CSS, decoded_text_html
+
+CLASS_COLOUR = "#2b8a3e"  # the class's guesses: green beside the model's blue
+KEPT_VIEWS = 64  # room versions whose student view is kept built
+CLASS_CSS = """<style>
+.tbt-class-status{font-size:1rem;margin:.2rem 0 .5rem 0}
+.tbt-class-reveal{margin:.6rem 0;padding:.5rem .7rem;border-radius:.5rem;border:1px solid rgba(128,128,128,.4)}
+.tbt-class-reveal table{border-collapse:collapse;margin-top:.3rem;font-size:.9rem}
+.tbt-class-reveal td,.tbt-class-reveal th{padding:.1rem .6rem .1rem 0;text-align:left}
+.tbt-class-reveal td.num{text-align:right;font-variant-numeric:tabular-nums}
+.tbt-class-names{opacity:.85;font-size:.85rem}
+.tbt-class-code{font-size:2.6rem;font-weight:700;letter-spacing:.25rem;font-family:ui-monospace,Menlo,Consolas,monospace}
+.tbt-chips{overflow-wrap:anywhere}
+</style>"""
+
+_views: OrderedDict[tuple[str, int], str] = OrderedDict()
+_views_lock = threading.Lock()
+
+
+def status_html(snapshot: Snapshot) -> str:
+    """The Step page's count line: N tokens generated · prompt M tokens (· finished: why)."""
+    count = len(snapshot.steps)
+    text = (f"<b>{count}</b> token{'s' if count != 1 else ''} generated · prompt {len(snapshot.prompt_pieces)} "
+            "tokens")
+    if snapshot.finish_reason:
+        text += f" · <b>finished: {esc(snapshot.finish_reason.replace('_', ' '))}</b>"
+    return f'<div class="tbt-class-status" data-steps="{count}">{text}</div>'
+
+
+def follow_html(snapshot: Snapshot) -> str:
+    """Everything a student sees of one room version, built once per version."""
+    key = (snapshot.code, snapshot.version)
+    with _views_lock:
+        if key in _views:
+            _views.move_to_end(key)
+            return _views[key]
+    body = (CLASS_CSS + LINE_CSS + status_html(snapshot)
+            + context_html(prompt_chips(snapshot.prompt_pieces), snapshot.steps, legend=False)
+            + decoded_text_html(snapshot.prompt_text, snapshot.output_text,
+                                stop_sequence_states(snapshot.output_text, snapshot.stop_sequences),
+                                snapshot.finish_reason, snapshot.eos_text)
+            + (reveal_html(snapshot) if snapshot.reveal else "") + lesson_html(snapshot.lesson)
+            + ("" if snapshot.finished else "<h4>What will the model write next?</h4>"))
+    with _views_lock:
+        _views[key] = body
+        while len(_views) > KEPT_VIEWS:
+            _views.popitem(last=False)
+    return body
+
+
+def reveal_html(snapshot: Snapshot) -> str:
+    """The latest step revealed: the distribution with the pick, and how the class guessed."""
+    reveal, record = snapshot.reveal, snapshot.steps[-1]
+    return ('<div class="tbt-class-reveal">'
+            + f'<div class="tbt-title">Step {reveal.index} revealed: the model wrote {esc(quoted(reveal.pick.text))} '
+              f"(raw probability {pct(reveal.pick_prob)})</div>"
+            + guessed_line(reveal) + distribution_bars_html(record.distribution, record.token_id)
+            + guesses_table(reveal.tally, reveal.pick.token_id) + "</div>")
+
+
+def guessed_line(reveal: Reveal) -> str:
+    total = reveal.tally.total
+    if not total:
+        return "<div>No one guessed this step.</div>"
+    right = reveal.tally.right(reveal.pick.token_id)
+    return f"<div><b>{right} of {total}</b> guess{'es' if total != 1 else ''} named it.</div>"
+
+
+def guesses_table(result: Tally, pick_id: int | None) -> str:
+    """Each guessed token: how many, the model's probability for it, and who (names as text)."""
+    if not result.counts:
+        return ""
+    rows = "".join(
+        f"<tr><td>{'▶ ' if c.token_id == pick_id else ''}{esc(quoted(c.text))}</td><td class='num'>{c.count}</td>"
+        f"<td class='num'>{'' if c.model_prob is None else esc(pct(c.model_prob))}</td>"
+        f"<td class='tbt-class-names'>{esc(', '.join(c.names))}</td></tr>"
+        for c in result.counts)
+    return ("<table><tr><th>guessed token</th><th>guesses</th><th>model's probability</th><th>who</th></tr>"
+            f"{rows}</table>")
+
+
+def class_guesses_html(result: Tally) -> str:
+    """The presenter's chart: each guessed token's share of the class, beside the model's
+    probability for it (hidden from the students until the reveal)."""
+    if not result.total:
+        return "<div>No guesses yet.</div>"
+    rows = [BarRow(quoted(c.text), (Bar(c.count / result.total, f"{c.count} of {result.total}", CLASS_COLOUR),
+                                    *(() if c.model_prob is None else (Bar(c.model_prob, pct(c.model_prob),
+                                                                           RAW_COLOUR),))))
+            for c in result.counts[:10]]
+    return bars_html(rows, ((CLASS_COLOUR, "the class's guesses"), (RAW_COLOUR, "the model's probability")))
+
+
+def lesson_html(score: LessonScore) -> str:
+    """The class against the model over the lesson so far."""
+    if not score.steps:
+        return ""
+    return (f'<div class="tbt-class-status">Over {score.steps} step{"s" if score.steps != 1 else ""} guessed: '
+            f"the class named the next token in <b>{pct(score.class_accuracy)}</b> of {score.guesses} guesses; "
+            f"the model gave the tokens it wrote <b>{pct(score.model_mean_prob)}</b> on average.</div>")
+
+
+def qr_svg(url: str) -> str:
+    """The QR code of `url` as SVG text (dark modules on white, readable in either theme)."""
+    image = qrcode.make(url, image_factory=qrcode.image.svg.SvgPathImage, box_size=12, border=3)
+    out = io.BytesIO()
+    image.save(out)
+    svg = out.getvalue().decode()
+    return svg.replace("<svg ", '<svg style="background:#fff" ', 1)

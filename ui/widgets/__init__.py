@@ -1,0 +1,13 @@
+"""What draws with Streamlit: the panels that show a Generation, the app's frame and navigation,
+presentation mode, and the KV page's live view of the server. Each takes what it shows from the
+views and draws it; the page decides the layout.
+"""
+
+from ui import room_exports
+
+__getattr__, __all__ = room_exports(__name__, {
+    "frame": ("app_pages", "ensure_app_frame", "mark_framed_run"),
+    "kv_speed": ("server_batching",),
+    "panels": ("described_chart",),
+    "presentation": ("BACKWARD", "FORWARD", "RUN", "page_style", "presenter_keys", "presenting"),
+})

@@ -1,0 +1,132 @@
+"""Presentation mode (the sidebar toggle), shared by every page: one screen for a projector.
+
+- Type follows the viewport: the root font is set from the window's height (and width), and
+  everything sized in rem follows it, so a 1280x720 projector and a 1920x1080 one show the same
+  screen in the same proportions (24 px type at 1080p).
+- The sidebar is hidden by CSS, whenever the mode is turned on: Streamlit's
+  `initial_sidebar_state` applies only at a page's first load. An "Exit presentation" button in
+  the top right corner turns the mode off again and brings the sidebar back.
+- A presenter remote drives the page's buttons: it sends PageDown / PageUp (some send → / ←,
+  and "." from the blank-screen button). `presenter_keys` maps keys to buttons with one small
+  key handler. (Streamlit's own `st.button(shortcut=...)` takes one key per button, cannot use
+  ".", and a focused slider would both move and step on PageDown: it does not fit here.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import streamlit as st
+
+from ui.session.keys import APP
+from ui.views.format import esc
+from ui.widgets.frame import app_pages
+
+# The root font follows the viewport (rem-sized things follow it): 24 px at 1920x1080, 16 px at
+# 1280x720; the width term keeps a tall, narrow window from getting type too wide for it.
+PRESENTATION_CSS = """<style>
+html{font-size:clamp(16px,min(2.25vh,1.3vw),40px)}
+[data-testid="stSidebar"],[data-testid="stSidebarCollapsedControl"],[data-testid="stExpandSidebarButton"],
+header[data-testid="stHeader"],[data-testid="stElementContainer"]:has(.tbt-keys){display:none}
+[data-testid="stMainBlockContainer"]{padding:.5rem 1.2rem 3rem 1.2rem;max-width:none}
+.st-key-app_presentation_bar{position:fixed;top:.3rem;right:.6rem;z-index:999990;width:auto}
+[data-testid="stButton"] button p,[data-testid="stWidgetLabel"] p,[data-testid="stMetricLabel"] p,
+[data-testid="stTable"] table{font-size:1.05rem}
+.tbt-chips{font-size:1.3rem}
+.tbt-cdf{font-size:.9rem;height:1.9rem;margin:1.4rem 0}.tbt-seg{padding-top:.3rem}.tbt-u{top:-1.3rem}
+.tbt-scale{bottom:-1.3rem}
+</style>"""
+
+
+@dataclass(frozen=True)
+class PresenterKey:
+    """A key a presenter remote or a keyboard sends, and how a button's hint names it."""
+
+    event_key: str  # KeyboardEvent.key
+    hint: str
+
+
+PAGE_DOWN, PAGE_UP = PresenterKey("PageDown", "PgDn"), PresenterKey("PageUp", "PgUp")
+RIGHT, LEFT = PresenterKey("ArrowRight", "→"), PresenterKey("ArrowLeft", "←")
+SPACE, PERIOD = PresenterKey(" ", "Space"), PresenterKey(".", "“.”")
+FORWARD = (PAGE_DOWN, RIGHT, SPACE)  # Step, Next
+BACKWARD = (PAGE_UP, LEFT)  # Back, Previous
+RUN = (PERIOD,)  # Run / Stop (a remote's blank-screen button sends ".")
+
+# Installed once per browser tab; on every key press it reads the map the page drew (none: not
+# in presentation mode, nothing happens). Keys typed into a field never act; arrows stay with a
+# focused slider, radio or tab, and Space with a focused checkbox or radio. Space on a focused
+# button or expander steps, as on a slide deck (Enter still presses it). A disabled button
+# swallows its key so the page does not scroll instead.
+KEY_HANDLER = """<script>
+(() => {
+  if (window.tbtPresenterKeys) return;
+  window.tbtPresenterKeys = true;
+  const TEXT = "textarea, select, [contenteditable=''], [contenteditable='true'], input:not([type=checkbox])"
+    + ":not([type=radio]):not([type=range]):not([type=button]):not([type=submit]):not([type=reset])";
+  const USES_ARROWS = "input, [role=slider], [role=radio], [role=radiogroup], [role=tab], [role=tablist], "
+    + "[role=listbox], [role=option], [role=combobox], [role=menu], [role=menuitem]";
+  const USES_SPACE = "input, [role=checkbox], [role=switch], [role=radio], [role=option]";
+  window.addEventListener("keydown", (event) => {
+    const map = document.querySelector(".tbt-keys");
+    if (!map || event.ctrlKey || event.metaKey || event.altKey || event.isComposing) return;
+    const keys = JSON.parse(map.dataset.keys);
+    const target = keys[event.key];
+    if (!target) return;
+    const focus = document.activeElement;
+    if (focus && (focus.isContentEditable || focus.matches(TEXT))) return;
+    if (event.key.startsWith("Arrow") && focus && focus.closest(USES_ARROWS)) return;
+    if (event.key === " " && focus && focus.closest(USES_SPACE)) return;
+    const button = document.querySelector(".st-key-" + target + " button");
+    if (!button) return;
+    event.preventDefault();
+    event.stopPropagation();
+    if (!button.disabled) button.click();
+  }, true);
+})();
+</script>"""
+
+
+def presenting() -> bool:
+    """Whether this visitor has presentation mode on."""
+    return bool(st.session_state.get(APP.presentation))
+
+
+def leave_presentation() -> None:
+    """Turn presentation mode off (the sidebar toggle's value)."""
+    st.session_state[APP.presentation] = False
+
+
+def page_style() -> None:
+    """Apply presentation mode (the sidebar toggle) to the page being drawn: viewport-sized type,
+    the sidebar hidden, and a button in the top right corner that turns the mode off."""
+    if not presenting():
+        return
+    st.html(PRESENTATION_CSS)
+    with st.container(key=APP.presentation_bar, horizontal=True, gap="small"):
+        with st.popover("Pages", icon=":material/menu:", help="Go to another page; presentation mode stays on."):
+            for page in app_pages():
+                st.page_link(page)
+        st.button("Exit presentation", key=APP.exit_presentation, icon=":material/close:",
+                  on_click=leave_presentation, help="Presentation mode off: the sidebar comes back.")
+
+
+def key_hints_css(buttons: Mapping[str, Sequence[PresenterKey]]) -> str:
+    """A small hint after each button's label naming its keys."""
+    hints = "".join(f'.st-key-{key} button::after{{content:"{" · ".join(k.hint for k in keys)}"}}'
+                    for key, keys in buttons.items())
+    every = ",".join(f".st-key-{key} button::after" for key in buttons)
+    return (f"<style>{hints}{every}{{font-size:.7em;opacity:.8;border:1px solid currentColor;border-radius:4px;"
+            "padding:0 .3em;margin-left:.5em;white-space:nowrap}</style>")
+
+
+def presenter_keys(buttons: Mapping[str, Sequence[PresenterKey]]) -> None:
+    """In presentation mode, let the keys (a presenter remote's among them) press the page's
+    buttons, given by key (ui/session/keys.py), and name the keys on the buttons."""
+    if not presenting():
+        return
+    by_key = {k.event_key: button for button, keys in buttons.items() for k in keys}
+    st.html(f'<div class="tbt-keys" data-keys="{esc(json.dumps(by_key))}"></div>' + KEY_HANDLER
+            + key_hints_css(buttons), unsafe_allow_javascript=True)

@@ -21,25 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from engine import (
-    DraftModel,
-    Generation,
-    LoadedModel,
-    PromptLookup,
-    SamplerSettings,
-    SpeculativeGeneration,
-    StopSettings,
-    load_model,
-    self_draft,
-)
+from engine import DraftModel, Generation, LoadedModel, PromptLookup, load_model, self_draft
 from engine.forward import forward_all, forward_one, lone_pass_decision, new_cache, verify_pass_decision
-from engine.speculative import DRAFT_METHODS, draft_for
+from engine.speculative import DRAFT_METHODS, Entrant, RaceRow, draft_for, run_race
 
 RESULTS = Path(__file__).parent / "results"
 PROMPTS = {
@@ -48,41 +36,12 @@ PROMPTS = {
     "free-form": ("The history of the printing press", False),
     "chat": ("Explain why the sky is blue.", True),
 }
-GREEDY = SamplerSettings(temperature=0)
 KS = (2, 4, 8)
 
 
-@dataclass(frozen=True)
-class Run:
-    seconds: float
-    tokens: int
-    passes: int  # forward passes of the target
-    checked: int
-    accepted: int
-    ids: tuple[int, ...]
-    overhead_ms: float  # median per pass of everything but the forward passes (sampler, checks, records)
-
-
-def run_plain(lm: LoadedModel, prompt: str, chat: bool, tokens: int) -> Run:
-    generation = Generation(lm, prompt, chat=chat, sampler=GREEDY, stop=StopSettings(max_new_tokens=tokens))
-    started = time.perf_counter()
-    list(generation.run())
-    seconds = time.perf_counter() - started
-    count = len(generation.steps)
-    overhead = statistics.median(s.timing.step_ms - s.timing.forward_ms for s in generation.steps)
-    return Run(seconds, count, count, 0, 0, tuple(generation.generated_ids), overhead)
-
-
-def run_speculative(lm: LoadedModel, prompt: str, chat: bool, tokens: int, draft, k: int) -> Run:
-    generation = SpeculativeGeneration(lm, prompt, chat=chat, draft=draft, k=k, sampler=GREEDY,
-                                       stop=StopSettings(max_new_tokens=tokens))
-    started = time.perf_counter()
-    list(generation.run())
-    seconds = time.perf_counter() - started
-    rounds = generation.rounds
-    return Run(seconds, len(generation.generated_ids), len(rounds), sum(len(r.checks) for r in rounds),
-               sum(r.accepted for r in rounds), tuple(generation.generated_ids),
-               statistics.median(r.timing.round_ms - r.timing.verify_ms - r.timing.draft_ms for r in rounds))
+def entrants(methods: list[str], make, ks: tuple[int, ...]) -> list[Entrant]:
+    """Each method at each k, a fresh draft per run (lookahead's pools and the heads' state start empty)."""
+    return [Entrant(method, lambda method=method: make(method), k) for method in methods for k in ks]
 
 
 def verify_logit_gap(lm: LoadedModel, prompt: str, chat: bool, continuation: tuple[int, ...], k: int) -> float:
@@ -105,10 +64,7 @@ def warm_up(lm: LoadedModel, methods: list[str], make) -> None:
     for whatever else a first call pays."""
     lone_pass_decision(lm)
     verify_pass_decision(lm)
-    prompt, chat = PROMPTS["free-form"]
-    run_plain(lm, prompt, chat, 4)
-    for method in methods:
-        run_speculative(lm, prompt, chat, 4, make(method), KS[0])
+    run_race(lm, *PROMPTS["free-form"], entrants(methods, make, KS[:1]), tokens=4)
 
 
 def main() -> None:
@@ -131,18 +87,19 @@ def main() -> None:
             return DraftModel(drafts[method], lm)
         return PromptLookup(lm.eos_ids) if method == "prompt-lookup" else draft_for(lm, method)
 
-    configs = [("plain", 1)] + [(method, k) for method in methods for k in KS]
     warm_up(lm, methods, make)
-    runs: dict[tuple[str, str, int], list[Run]] = {}
+    runs: dict[tuple[str, str, int], list[RaceRow]] = {}
     for round_number in range(args.rounds):
         for name, (prompt, chat) in PROMPTS.items():
-            for method, k in configs:
-                run = (run_plain(lm, prompt, chat, args.tokens) if method == "plain"
-                       else run_speculative(lm, prompt, chat, args.tokens, make(method), k))
-                runs.setdefault((name, method, k), []).append(run)
-                plain_ids = runs[(name, "plain", 1)][0].ids
+            result = run_race(lm, prompt, chat, entrants(methods, make, KS), args.tokens)
+            if result.skipped:  # a bench measures every method it was asked for, or says why not
+                raise SystemExit("; ".join(f"{s.label}: {s.reason}" for s in result.skipped))
+            runs.setdefault((name, "plain", 1), []).append(result.plain)
+            plain_ids = runs[(name, "plain", 1)][0].ids
+            for run in result.rows:
+                runs.setdefault((name, run.label, run.k), []).append(run)
                 if run.ids != plain_ids:
-                    raise SystemExit(f"{method} k={k} on {name} gave other tokens than plain decoding")
+                    raise SystemExit(f"{run.label} k={run.k} on {name} gave other tokens than plain decoding")
         print(f"round {round_number + 1}/{args.rounds} done", flush=True)
 
     rows = []
@@ -154,8 +111,8 @@ def main() -> None:
                      "ms_per_token": statistics.median(per_token), "fastest_ms_per_token": min(per_token),
                      "speedup": statistics.median(plain) / statistics.median(per_token),
                      "speedup_fastest": min(plain) / min(per_token), "tokens": first.tokens,
-                     "target_passes": first.passes, "tokens_per_pass": first.tokens / first.passes,
-                     "acceptance": first.accepted / first.checked if first.checked else None,
+                     "target_passes": first.passes, "tokens_per_pass": first.tokens_per_pass,
+                     "acceptance": first.acceptance,
                      "overhead_ms_per_pass": statistics.median(r.overhead_ms for r in results),
                      "runs_ms_per_token": [r.seconds / r.tokens * 1e3 for r in results]})
     gaps = {f"k={k}": verify_logit_gap(lm, *PROMPTS["copy-heavy"], runs[("copy-heavy", "plain", 1)][0].ids, k)

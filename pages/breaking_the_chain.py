@@ -10,18 +10,9 @@ from __future__ import annotations
 import time
 
 import streamlit as st
-from streamlit.errors import StreamlitAPIException
 
 from engine import LoadedModel, self_draft
-from engine.speculative import (
-    GO_ON,
-    K_MAX,
-    K_MIN,
-    DraftMethod,
-    expected_tokens_per_round,
-    speculative_to_trace,
-    verify_pass_decision,
-)
+from engine.speculative import GO_ON, K_MAX, K_MIN, DraftMethod, RaceRow, speculative_to_trace
 from ui.controllers import breaking_the_chain as bc
 from ui.server import current_deployment, current_model, downloadable
 from ui.session import CHAIN
@@ -30,23 +21,22 @@ from ui.views import (
     chip_window,
     context_html,
     counted,
-    draft_picture_html,
-    kv_html,
-    method_note,
-    no_guess_reason,
-    pct,
     plain,
-    positions_html,
-    quoted,
-    rejection_html,
+    race_slower_note,
+    race_table,
     round_line_html,
-    rounds_table_html,
     speculative_chips_html,
-    speed_verdict,
-    verify_cost_text,
-    verify_path_text,
 )
-from ui.widgets import FORWARD, RUN, ensure_app_frame, page_style, presenter_keys, presenting
+from ui.widgets import (
+    FORWARD,
+    RUN,
+    continue_run,
+    ensure_app_frame,
+    page_style,
+    presenter_keys,
+    presenting,
+    show_notice,
+)
 
 S = st.session_state
 CHIP_LINES = 3  # presentation mode: rows of chips shown per lane (the newest), so a round fits 1280x720
@@ -118,9 +108,8 @@ def setup_controls() -> None:
     if S.get(CHAIN.preset) in bc.PRESETS_BY_NAME:
         st.caption(f"Preset: {bc.PRESETS_BY_NAME[S[CHAIN.preset]].about}")
     for control in ("setup", "sampler", "stop", "k", "method"):
-        if text := bc.message(S, control):
-            (st.info if control == "method" and "From round" in text else st.error)(
-                plain(text), icon=":material/info:" if "From round" in text else ":material/back_hand:")
+        if note := bc.notice(S, control):
+            show_notice(note)
 
 
 # ---- the workspace ------------------------------------------------------------------------------
@@ -189,53 +178,26 @@ def lanes_view(lanes: bc.Lanes) -> None:
 
 
 def round_view(lanes: bc.Lanes) -> None:
-    spec = lanes.speculative
-    if not spec.rounds:
+    story = bc.story(lanes)
+    if story is None:
         st.info("Press **Step**. The first round also reads the whole prompt (prefill) in the same pass.")
         return
-    record = spec.rounds[-1]
-    texts = spec.lm.texts
-    added = counted(len(record.emitted), "token")
-    if record.drafted:
-        guessed = plain(" ".join(quoted(p.text) for p in record.drafted))  # copied from the visitor's prompt
-        # a greedy trained draft is deterministic too, but it scores its guesses: only these copy
-        copied = "copied from the context: " if record.method in ("prompt-lookup", "lookahead") else ""
-        source = (f"{copied}a deterministic guess, so q = 1 for each guessed token"
-                  if record.deterministic_draft else "the draft model's own distribution q at each position")
-        st.markdown(f"### Round {record.index}: {counted(len(record.drafted), 'guess', 'guesses')}, "
-                    f"{record.accepted} kept, {added} added, one forward pass")
-        st.markdown(f"**1 · Draft** ({record.method}, {record.timing.draft_ms:.1f} ms): {guessed} — {source}.")
-        if note := method_note(record, spec.draft, texts):
-            st.caption(plain(note))
-        picture = getattr(spec.draft, "last_picture", None)
-        if picture is not None and picture.guesses == tuple(p.token_id for p in record.drafted):
-            st.html(draft_picture_html(picture, record, texts))
-    else:
-        st.markdown(f"### Round {record.index}: no guess, a plain decode step ({added}, one forward pass)")
-        st.markdown(f"**1 · Draft** ({record.method}): no guess this round: "
-                    f"{no_guess_reason(record, spec.draft)}. So the round is a plain decode step.")
-    returned = (f"{counted(len(record.positions), 'distribution')}, one per guessed position plus one after the "
-                "last" if record.drafted else "1 distribution, the one after the context, as a plain decode step does")
-    greedy_note = (" Greedy turns the target's p into a one-hot on its argmax, so the cards show the **raw p**, the "
-                   "model's softmax before the sampler, from this same verify pass; ★ marks the argmax."
-                   if record.sampler.greedy else "")
-    st.markdown(f"**2 · Verify**: one forward pass read {counted(record.fed_tokens, 'token')} in "
-                f"{record.timing.verify_ms:.1f} ms and returned {returned}.{greedy_note} "
-                f"**3 · {'Accept / reject**, left to right' if record.drafted else 'Pick**'}:")
-    st.html(PANEL_CSS + positions_html(record))
-    if text := rejection_html(record, texts):
-        st.html(f"<div>{text}</div>")
-    if record.cut_by_stop:
-        st.markdown(f"A stop condition fired inside this round: {counted(record.cut_by_stop, 'decided token')} "
-                    f"{'was' if record.cut_by_stop == 1 else 'were'} dropped, exactly where plain decoding stops.")
-    cropped = record.kv.cropped
-    cropped_words = ("none was cropped" if cropped == 0 else
-                     f"{cropped} {'was' if cropped == 1 else 'were'} cropped (rejected guesses, or tokens past a stop)")
-    st.markdown(f"**4 · KV cache**: the verify pass wrote {counted(record.kv.written, 'position')}; {cropped_words}; "
-                f"the newest token is read next round. Bookkeeping took {record.timing.bookkeeping_ms:.1f} ms.")
-    st.html(kv_html(record))
+    st.markdown(story.heading)
+    st.markdown(story.draft)
+    if story.draft_note:
+        st.caption(plain(story.draft_note))
+    if story.picture_html:
+        st.html(story.picture_html)
+    st.markdown(story.verify)
+    st.html(PANEL_CSS + story.positions_html)
+    if story.rejection_html:
+        st.html(story.rejection_html)
+    if story.stop_cut:
+        st.markdown(story.stop_cut)
+    st.markdown(story.kv)
+    st.html(story.kv_html)
     with st.expander("Every round"):
-        st.html(PANEL_CSS + rounds_table_html(spec.rounds))
+        st.html(PANEL_CSS + story.rounds_html)
 
 
 def trace_controls(lanes: bc.Lanes) -> None:
@@ -260,9 +222,8 @@ def workspace() -> None:
     if lanes is None:
         st.info("Type a prompt above to start.")
         return
-    started = time.monotonic()
     if bc.is_running(S):
-        bc.advance_run(S)
+        bc.advance_run(S, time.monotonic())
     button_row(lanes)
     counts_row(lanes)
     lanes_view(lanes)
@@ -272,11 +233,7 @@ def workspace() -> None:
     trace_controls(lanes)
     cost_section(lanes)
     if bc.is_running(S):
-        time.sleep(bc.run_frame_wait(started, time.monotonic()))
-        try:
-            st.rerun(scope="fragment")
-        except StreamlitAPIException:
-            st.rerun()
+        continue_run(bc.RUN, S)  # the next round once this one has been on screen for its frame
 
 
 # ---- why it pays ----------------------------------------------------------------------------------
@@ -284,59 +241,19 @@ def workspace() -> None:
 
 def cost_section(lanes: bc.Lanes) -> None:
     """What a verify pass costs against a decode step, in theory and in this page's own timings."""
-    spec, plain_lane = lanes.speculative, lanes.plain
+    costs = bc.costs(lanes)
     st.markdown("### What checking k guesses costs")
-    guessed = [r for r in spec.rounds[1:] if r.drafted]
-    decode = [s.timing.forward_ms for s in plain_lane.steps[1:]]
-    text = ("A decode step at batch 1 is bound by memory bandwidth: it reads every weight of the model to make one "
-            "token. The verify pass reads each weight once too, and uses it for all k + 1 positions at once, a "
-            "thin matrix product instead of a matrix–vector one. Where reading the weights is nearly all the "
-            "cost (a GPU at batch 1), the pass costs little more than one step and buys up to k + 1 tokens; on a "
-            "CPU the extra positions' arithmetic takes time too.")
-    if guessed and decode:
-        verify_ms = sum(r.timing.verify_ms for r in guessed) / len(guessed)
-        mean_fed = sum(r.fed_tokens for r in guessed) / len(guessed)
-        text += " " + verify_cost_text(verify_ms, sum(decode) / len(decode), mean_fed)
-    st.markdown(text)
-    decision = verify_pass_decision(spec.lm)
-    st.caption(verify_path_text(decision.fast, decision.reason))
-    st.markdown(time_per_token_text(lanes))
+    st.markdown(costs.why)
+    st.caption(costs.verify_path)
+    st.markdown(costs.time_per_token)
     if st.button("Measure prefill against decode", key=CHAIN.measure,
                  help="The KV cache & speed page's measurement: the prompt in one pass against one token per pass"):
         with st.spinner("Measuring…"):
-            bc.measure(S, spec.lm)
-    if (measured := S.get(CHAIN.measured)) is not None:
-        st.markdown(f"Measured now: {measured.prompt_tokens} tokens in one pass took **{measured.prefill_ms:.1f} ms** "
-                    f"({measured.prefill_ms_per_token:.2f} ms per token); one token per pass took "
-                    f"**{measured.decode_ms:.1f} ms**. Many positions per pass are far cheaper per token: this is "
-                    "what verification exploits.")
-    counts = bc.counts(lanes)
-    alpha = counts.acceptance
-    full = [r for r in spec.rounds if r.drafted and len(r.drafted) == spec.k and not r.cut_by_stop]
-    if alpha is not None and full:
-        measured_per_round = sum(len(r.emitted) for r in full) / len(full)
-        st.markdown(
-            f"**Expected tokens per round.** If each guess survives with probability α, independently, a round "
-            f"adds 1 + α + … + α^k = (1 − α^(k+1)) / (1 − α) tokens. With the measured α = {alpha:.2f} and "
-            f"k = {spec.k}: **{expected_tokens_per_round(alpha, spec.k):.2f}** expected; measured over the "
-            f"{counted(len(full), 'round')} that guessed k tokens: **{measured_per_round:.2f}**. (Guesses are not "
-            "independent in real text: a copied passage is kept in long runs, then a whole round fails.)")
-
-
-def time_per_token_text(lanes: bc.Lanes) -> str:
-    """Wall time per token so far in each lane, and which is faster, said plainly."""
-    spec, plain_lane = lanes.speculative, lanes.plain
-    if len(spec.rounds) < 2 or len(plain_lane.steps) < 2:
-        return ""
-    # both without their first pass, which reads the prompt
-    spec_ms = sum(r.timing.round_ms for r in spec.rounds[1:]) / sum(len(r.emitted) for r in spec.rounds[1:])
-    plain_ms = sum(s.timing.step_ms for s in plain_lane.steps[1:]) / (len(plain_lane.steps) - 1)
-    verdict = speed_verdict(spec_ms, plain_ms)
-    if "slower" in verdict and not spec.rounds[-1].deterministic_draft:
-        verdict += (": the draft model is a copy of the same small model, so its k passes cost about as much "
-                    "as the passes they save")
-    return (f"**Time per token so far** (after the prompt): speculative {spec_ms:.1f} ms, plain {plain_ms:.1f} ms: "
-            f"{verdict}. (Measured on a shared machine: noisy.)")
+            bc.measure(S, lanes.speculative.lm)
+    if note := bc.measured_note(S):
+        st.markdown(note)
+    if costs.round_yield:
+        st.markdown(costs.round_yield)
 
 
 OTHER_METHODS = """
@@ -402,24 +319,21 @@ def race_section() -> None:
                "decoding's, token for token.")
     lanes = bc.current_lanes(S)
     if st.button("Race", key=CHAIN.race, disabled=lanes is None):
-        bar = st.progress(0.0, text="Plain decoding…")
+        bar, live, rows = st.progress(0.0, text="Plain decoding…"), st.empty(), []
+
+        def progress(done: int, total: int, row: RaceRow | None) -> None:  # each row shown as it comes
+            rows.extend([row] if row else [])
+            bar.progress(done / max(1, total), text=f"{done} of {total} methods")
+            live.dataframe(race_table(rows), hide_index=True)
+
         S[CHAIN.race_rows] = bc.race(current_model(), lanes.speculative.prompt, lanes.speculative.chat, make_draft,
-                                     progress=lambda done, total: bar.progress(done / total,
-                                                                               text=f"{done} of {total} methods"))
+                                     progress=progress)
         bar.empty()
+        live.empty()
     if rows := S.get(CHAIN.race_rows):
-        base = rows[0].ms_per_token
-        st.dataframe([{"method": row.label, "tokens / pass": round(row.tokens_per_pass, 2), "passes": row.passes,
-                       "ms / token": round(row.ms_per_token, 1), "speed-up": f"{base / row.ms_per_token:.2f}×",
-                       "kept": "–" if row.acceptance is None else pct(row.acceptance, 0),
-                       "kept by position": " · ".join(pct(a, 0) for a in row.by_position) or "–",
-                       "same text": "✓" if row.same_text else "✗"} for row in rows],
-                     hide_index=True, key=CHAIN.race_table)
-        slower = [row.label for row in rows[1:] if row.ms_per_token > base]
-        if slower:
-            st.caption(plain("Slower than plain decoding here: " + "; ".join(slower) + ". A guess pays only when "
-                             "it is kept often and cheap to make: a draft token that reads the whole LM head (early "
-                             "exit, a copy of the model) costs most of a step on this CPU."))
+        st.dataframe(race_table(rows), hide_index=True, key=CHAIN.race_table)
+        if note := race_slower_note(rows):
+            st.caption(plain(note))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,17 @@ from ui.server import browser_key, current_hall, store_problem, wrong_codes
 from ui.session import CLASS, STEP, load_presets, message, preset_named, slider_range, widget_range
 from ui.views import PANEL_CSS, chain_name, distribution_bars_html, plain, quoted
 from ui.views import class_room as views
-from ui.widgets import BACKWARD, FORWARD, RUN, ensure_app_frame, page_style, panels, presenter_keys, presenting
+from ui.widgets import (
+    BACKWARD,
+    FORWARD,
+    RUN,
+    continue_run,
+    ensure_app_frame,
+    page_style,
+    panels,
+    presenter_keys,
+    presenting,
+)
 
 S = st.session_state
 P = control.presenter_state(S)
@@ -235,11 +245,7 @@ def workspace() -> None:
     with room.lock:
         draw_workspace(room)
     if stepper.is_running(P):
-        time.sleep(stepper.run_frame_wait(P, time.monotonic()))
-        try:
-            st.rerun(scope="fragment")
-        except StreamlitAPIException:
-            st.rerun()
+        continue_run(stepper.RUN, P)
     if not stepper.is_running(P):
         hall().peek_later(room)
 

@@ -50,7 +50,7 @@ from ui.session import (
 )
 from ui.views import PANEL_CSS, chain_name, plain
 from ui.views import inside as inside_views
-from ui.widgets import BACKWARD, FORWARD, RUN, ensure_app_frame, page_style, panels, presenter_keys
+from ui.widgets import BACKWARD, FORWARD, RUN, continue_run, ensure_app_frame, page_style, panels, presenter_keys
 
 S = st.session_state
 SAMPLER_CONTROLS = "sampler_controls"  # the controls' container: its CSS class is st-key-sampler_controls
@@ -270,16 +270,6 @@ def status_text(gen: Generation) -> str:
     return text
 
 
-def continue_run() -> None:
-    """Queue the next token of a Run once this one has been on screen long enough (a full
-    rerun when this run was not a fragment run)."""
-    time.sleep(control.run_frame_wait(S, time.monotonic()))
-    try:
-        st.rerun(scope="fragment")
-    except StreamlitAPIException:
-        st.rerun()
-
-
 def welcome_back() -> None:
     """Note that this visitor is here; a generation put away while the tab sat idle is rebuilt
     from its steps first, under a progress bar."""
@@ -324,7 +314,7 @@ def workspace() -> None:
         detail_tabs(gen)
     # the sampler view, drawn in both modes, has kept the address bar a share link
     if control.is_running(S):
-        continue_run()
+        continue_run(control.RUN, S)  # the next token once this one has been on screen for its frame
     gen.read_prompt_ahead()  # before step 1: the prompt's pass starts while the visitor reads the page
 
 

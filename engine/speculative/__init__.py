@@ -2,7 +2,8 @@
 
 Three parts, each in its own file: drafting (`drafting.py`: who guesses the next k tokens),
 the accept / reject rule on frozen logits (`rule.py`), and the generation that runs a round
-around them (`generation.py`); `trace.py` saves and replays it.
+around them (`generation.py`); `trace.py` saves and replays it, and `race.py` races every
+method against plain decoding on one prompt.
 """
 
 from engine.forward import verify_pass_decision  # which pass a round's verify pass takes here, and why
@@ -21,6 +22,7 @@ from engine.speculative.generation import KVChange, PositionView, Rejection, Rou
 from engine.speculative.heads import GO_ON, MedusaHeads, MtpDraft, TrainedDraft, load_trained
 from engine.speculative.lookahead import Lookahead, LookaheadGuess
 from engine.speculative.methods import DRAFT_METHODS, chosen_exit, draft_for
+from engine.speculative.race import Entrant, RaceResult, RaceRow, Skipped, run_race
 from engine.speculative.rule import K_MAX, K_MIN, Check, Verdict, check_k, expected_tokens_per_round, judge
 from engine.speculative.trace import (
     SpeculativeReplay,
@@ -40,6 +42,7 @@ __all__ = [
     "DraftModel",
     "DraftPicture",
     "EarlyExit",
+    "Entrant",
     "ExitChoice",
     "KVChange",
     "Leader",
@@ -49,9 +52,12 @@ __all__ = [
     "MtpDraft",
     "PositionView",
     "PromptLookup",
+    "RaceResult",
+    "RaceRow",
     "Rejection",
     "RoundOutcome",
     "RoundRecord",
+    "Skipped",
     "SpeculativeGeneration",
     "SpeculativeReplay",
     "TrainedDraft",
@@ -65,6 +71,7 @@ __all__ = [
     "layer_agreement",
     "load_trained",
     "replay_speculative",
+    "run_race",
     "save_speculative_trace",
     "self_draft",
     "speculative_to_trace",

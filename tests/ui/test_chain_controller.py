@@ -4,6 +4,7 @@ real model: tests/ui/test_breaking_the_chain.py.)"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from engine import DraftModel, LoadedModel, PromptLookup, SettingsError
 from ui.controllers import breaking_the_chain as bc
 from ui.server.deployment import current_deployment
 from ui.session.keys import CHAIN
+from ui.session.run_clock import RUN_FRAME_S
 
 PROMPT = "abc abc abc abc"
 
@@ -72,7 +74,7 @@ def test_a_run_goes_round_by_round_and_ends_when_the_lanes_finish(state) -> None
     bc.start_run(state, lookup)
     rounds = 0
     while bc.is_running(state):
-        bc.advance_run(state)
+        bc.advance_run(state, now=time.monotonic())
         rounds += 1
         assert rounds <= 8
     pair = lanes(state)
@@ -82,9 +84,11 @@ def test_a_run_goes_round_by_round_and_ends_when_the_lanes_finish(state) -> None
     assert "finished" in bc.message(state, "buttons")
 
 
-def test_a_run_keeps_each_round_on_screen_for_a_frame() -> None:
-    assert bc.run_frame_wait(100.0, now=100.1) == pytest.approx(bc.RUN_FRAME_S - 0.1)
-    assert bc.run_frame_wait(100.0, now=101.0) == 0.0
+def test_a_run_keeps_each_round_on_screen_for_a_frame(state) -> None:
+    bc.start_run(state, lookup)
+    bc.advance_run(state, now=100.0)
+    assert bc.run_frame_wait(state, now=100.1) == pytest.approx(RUN_FRAME_S - 0.1)
+    assert bc.run_frame_wait(state, now=101.0) == 0.0
 
 
 def test_reset_starts_both_lanes_over_and_stops_a_run(state, tiny_lm) -> None:
@@ -151,3 +155,25 @@ def test_lanes_the_server_put_away_while_idle_are_rebuilt_on_the_next_step(state
     assert bc.message(state, "idle").startswith("Welcome back. Your two lanes were put away after")
     assert bc.message(state, "idle").endswith("have been rebuilt exactly from their 2 rounds.")
     assert idle_server.away(61) == 2  # the rebuilt lanes are registered too
+
+
+def test_a_method_switch_is_a_note_and_a_method_that_cannot_be_built_a_problem(state, tiny_lm) -> None:
+    bc.step(state, lookup)
+    state[CHAIN.method] = bc.PROMPT_LOOKUP
+    bc.choose_method(state, tiny_lm, lookup)
+    switched = bc.notice(state, "method")
+    assert switched.level == "info" and switched.text.startswith("From round 2 on")
+    state[CHAIN.method] = bc.LOOKAHEAD  # `lookup` builds prompt lookup only
+    bc.choose_method(state, tiny_lm, lookup)
+    refused = bc.notice(state, "method")
+    assert refused.level == "error" and refused.text.startswith(f"{bc.LOOKAHEAD}: ")
+
+
+def test_the_lanes_story_and_costs_are_made_for_the_page_to_lay_out(state) -> None:
+    assert bc.story(lanes(state)) is None  # before the first round
+    for _ in range(3):
+        bc.step(state, lookup)
+    story, costs = bc.story(lanes(state)), bc.costs(lanes(state))
+    assert story.heading.startswith("### Round 3") and story.kv.startswith("**4 · KV cache**")
+    assert costs.why.startswith("A decode step at batch 1") and "Time per token so far" in costs.time_per_token
+    assert bc.measured_note(state) is None

@@ -14,6 +14,7 @@ from ui.controllers import step_through as control
 from ui.session import idle_rebuild
 from ui.session.keys import STEP
 from ui.session.memo import recall
+from ui.session.run_clock import RUN_FRAME_S
 from ui.session.settings import DEFAULT_SEED, init_defaults, message, step_generation
 
 PROMPT = "Hello there"
@@ -142,7 +143,7 @@ def test_a_run_steps_once_per_call_and_stops_when_generation_finishes(state, tin
 
 def test_a_run_keeps_each_token_on_screen_for_a_frame(state) -> None:
     control.advance_run(state, generation(state), now=100.0)
-    assert control.run_frame_wait(state, now=100.1) == pytest.approx(control.RUN_FRAME_S - 0.1)
+    assert control.run_frame_wait(state, now=100.1) == pytest.approx(RUN_FRAME_S - 0.1)
     assert control.run_frame_wait(state, now=101.0) == 0.0
 
 

@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 from engine import Generation, to_trace
 from tests.ui.apptest import APP as APP_SCRIPT
 from tests.ui.apptest import as_read
-from ui.controllers import step_through as step_controller
+from ui.session import run_clock
 from ui.session.keys import APP, STEP
 from ui.session.share import from_generation, to_params
 from ui.views.charts import FINAL_NAME, RAW_NAME
@@ -238,7 +238,7 @@ def test_a_sampler_control_beside_the_workspace_resamples_in_the_sampler_view(at
 
 def test_run_steps_until_max_new_tokens_and_disables_step(at: AppTest, monkeypatch) -> None:
     use_preset(at, "The capital of France is")
-    monkeypatch.setattr(step_controller, "RUN_FRAME_S", 0.4)  # unpaced, these 12 tokens take ~2.5 s here
+    monkeypatch.setattr(run_clock, "RUN_FRAME_S", 0.4)  # unpaced, these 12 tokens take ~2.5 s here
     started = time.monotonic()
     click(at, "st_run")
     gen = generation(at)

@@ -36,16 +36,14 @@ from ui.session import idle_rebuild, settings
 from ui.session.keys import STEP
 from ui.session.memo import Same, remember
 from ui.session.presets import apply_preset, load_presets, preset_named
+from ui.session.run_clock import RunClock
 from ui.session.settings import set_message, step_generation
 from ui.session.share import SharedState, ShareError, from_generation, from_params, replay_trace, to_params
 from ui.views.chips import prompt_chips
 
 State = MutableMapping[str, Any]
 
-# A Run shows each token for at least this long. The server makes a token several times faster
-# than a browser on a small machine draws the workspace: unpaced, tokens queued up in the
-# browser, it fell seconds behind the server, and Stop seemed ignored (`bench.ui_bench`).
-RUN_FRAME_S = 0.3
+RUN = RunClock(STEP.running, STEP.run_frame_started)  # a Run: one token per rerun, each on screen for a frame
 
 
 # ---- the buttons -----------------------------------------------------------------------------
@@ -152,32 +150,20 @@ def start_run(state: State) -> None:
     """Run: step until a stop condition fires. Like Step, it takes the prompt in the field now
     (a prompt typed and Run clicked at once) and is refused while the prompt is unusable."""
     if current_for_step(state) is not None:
-        state[STEP.running] = True
+        RUN.start(state)
 
 
-def stop_run(state: State) -> None:
-    state[STEP.running] = False
-
-
-def is_running(state: Mapping[str, Any]) -> bool:
-    return bool(state.get(STEP.running))
+stop_run, is_running, run_frame_wait = RUN.stop, RUN.is_running, RUN.frame_wait
 
 
 def advance_run(state: State, gen: Generation, now: float) -> None:
-    """One token of a Run (`now`: time.monotonic()). Streamlit does not interrupt a fragment
-    for another fragment's click, so Run takes one step per rerun: a Stop click is handled
-    between two tokens. The Run ends when generation finishes or the step fails."""
-    state[STEP.run_frame_started] = now
+    """One token of a Run (`now`: time.monotonic()), ui/session/run_clock.py: a Stop click is
+    handled between two tokens. The Run ends when generation finishes or the step fails."""
+    RUN.frame_begins(state, now)
     if not gen.finished:
         _act(state, gen.step)
     if gen.finished or settings.message(state, "buttons"):
         stop_run(state)
-
-
-def run_frame_wait(state: Mapping[str, Any], now: float) -> float:
-    """Seconds to wait before the Run's next token, so this one stays on screen RUN_FRAME_S."""
-    started = state.get(STEP.run_frame_started, now)
-    return max(0.0, RUN_FRAME_S - (now - started))
 
 
 # ---- the generation follows the setup widgets ------------------------------------------------

@@ -72,7 +72,7 @@ def keep_open(state: State, key: str, *, generations: Callable[[Held], Iterable[
     touch(generations(rebuilt))
     done = "has" if subject.endswith(" was") else "have"
     set_message(state, "idle", f"Welcome back. {put_away(subject)}, and {done} been rebuilt exactly from "
-                               f"{rebuilt_from(rebuilt)}.", messages)
+                               f"{rebuilt_from(rebuilt)}.", messages, level="info")
     return rebuilt
 
 

@@ -208,14 +208,15 @@ class ChainKeys(PageKeys):
     trace_download: str = "bc_trace_download"
     trace_upload: str = "bc_trace_upload"
     race: str = "bc_race"  # every method on the prompt, one after another
-    race_rows: str = "bc_race_rows"  # the race's measured rows (ui/controllers/breaking_the_chain.py RaceRow)
+    race_rows: str = "bc_race_rows"  # the race's measured rows (engine/speculative/race.py RaceRow)
     race_table: str = "bc_race_table"
     # fragments
     workspace: str = "bc_workspace"
     # state no widget owns
-    lanes: str = "bc_lanes"  # the visitor's two generations (ui/controllers/breaking_the_chain.py Lanes)
+    lanes: str = "bc_lanes"  # the visitor's two generations (ui/domain/breaking_the_chain.py Lanes)
     messages: str = "bc_messages"  # control name -> message shown beside that control
     running: str = "bc_running"
+    run_frame_started: str = "bc_run_frame_started"  # when the Run's current round began
     active_method: str = "bc_active_method"  # the method the speculative lane drafts with now
     measured: str = "bc_prefill_decode"  # the prefill-against-decode measurement asked for
     memo: str = "bc_memo"  # ui/session/memo.py store: prompt chips

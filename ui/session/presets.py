@@ -1,4 +1,6 @@
-"""Example prompts with the settings that make them teach something, from assets/presets.json."""
+"""Example prompts with the settings that make them teach something: every page's presets, read
+from assets/ in one format (a JSON list of name, about, prompt, chat, sampler and stop settings):
+the Step page's from presets.json, Breaking the chain's from chain_presets.json."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from engine import SamplerSettings, StopSettings
 from ui.session import settings as keys
 from ui.session.keys import STEP
 
-PRESETS_FILE = Path(__file__).resolve().parents[2] / "assets" / "presets.json"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+PRESETS_FILE = ASSETS / "presets.json"
+CHAIN_PRESETS_FILE = ASSETS / "chain_presets.json"
 
 
 @dataclass(frozen=True)
@@ -26,9 +30,10 @@ class Preset:
     stop: StopSettings
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=4)
 def load_presets(path: Path = PRESETS_FILE) -> tuple[Preset, ...]:
-    """The presets, validated by the engine's own settings classes."""
+    """A page's presets (the Step page's by default), validated by the engine's own settings
+    classes."""
     entries = json.loads(path.read_text())
     return tuple(
         Preset(name=e["name"], about=e["about"], prompt=e["prompt"], chat=bool(e["chat"]),

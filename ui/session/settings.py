@@ -207,16 +207,36 @@ def step_generation(state: Mapping[str, Any]) -> Generation | None:
     return state.get(STEP.generation)
 
 
+MESSAGE_LEVELS = ("error", "warning", "info", "success")  # as Streamlit's st.error … st.success
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message shown beside a control, with how the page shows it: a problem ("error",
+    "warning") or a note ("info", "success")."""
+
+    text: str
+    level: str = "error"
+
+
 def set_message(state: MutableMapping[str, Any], control: str, message: str | None,
-                store: str = STEP.messages) -> None:
-    """Remember (or clear, with None) the message shown beside a control; `store` is the
-    page's key for its messages (the Step page's by default)."""
+                store: str = STEP.messages, level: str = "error") -> None:
+    """Remember (or clear, with None) the message shown beside a control, at `level` (one of
+    MESSAGE_LEVELS); `store` is the page's key for its messages (the Step page's by default)."""
+    if level not in MESSAGE_LEVELS:
+        raise ValueError(f"message level {level!r}: one of {', '.join(MESSAGE_LEVELS)}")
     messages = state.setdefault(store, {})
     if message is None:
         messages.pop(control, None)
     else:
-        messages[control] = message
+        messages[control] = Message(message, level)
 
 
-def message(state: MutableMapping[str, Any], control: str, store: str = STEP.messages) -> str | None:
+def notice(state: Mapping[str, Any], control: str, store: str = STEP.messages) -> Message | None:
+    """The message beside a control with its level (None when there is none)."""
     return state.get(store, {}).get(control)
+
+
+def message(state: Mapping[str, Any], control: str, store: str = STEP.messages) -> str | None:
+    """The text of the message beside a control."""
+    return None if (note := notice(state, control, store)) is None else note.text

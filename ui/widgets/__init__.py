@@ -8,7 +8,9 @@ from ui import room_exports
 __getattr__, __all__ = room_exports(__name__, {
     "frame": ("app_pages", "ensure_app_frame", "mark_framed_run"),
     "kv_speed": ("server_batching",),
+    "notices": ("show_notice",),
     "panels": ("described_chart",),
+    "run": ("continue_run",),
     "theme": ("current_theme",),
     "presentation": ("BACKWARD", "FORWARD", "RUN", "page_style", "presenter_keys", "presenting"),
 })

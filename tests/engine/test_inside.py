@@ -243,7 +243,7 @@ def test_every_architecture_gives_its_lens_and_attention_or_says_why(model: Load
     assert view.layers[-1].pick_prob == inside.steps[-1].prob
 
 
-def test_the_cli_writes_each_steps_inside_into_a_trace_that_loads_back(lm, tmp_path, capsys) -> None:
+def test_the_cli_writes_each_steps_inside_into_a_trace_that_loads_back(lm, cli_on_lm, tmp_path, capsys) -> None:
     from engine import load_trace
     from engine.cli import main
 

@@ -77,3 +77,13 @@ def run_without_compiler(script: str, cache: Path) -> subprocess.CompletedProces
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+@pytest.fixture(scope="session")
+def without_compiler_run(tmp_path_factory) -> subprocess.CompletedProcess:
+    """The lens kernel's and the exact rows kernel's scripts (each test module's WITHOUT_COMPILER)
+    in one interpreter without a compiler: one start of torch and transformers for both checks."""
+    from tests.engine import test_exact_rows_kernel, test_lens_kernel
+
+    script = test_lens_kernel.WITHOUT_COMPILER + test_exact_rows_kernel.WITHOUT_COMPILER
+    return run_without_compiler(script, tmp_path_factory.mktemp("no_compiler"))

@@ -14,14 +14,16 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-@pytest.fixture(scope="session")
+# Package scope: the server and Chromium hold a gigabyte and more between them; they go once the
+# browser tests are done instead of waiting, idle, through the rest of the suite.
+@pytest.fixture(scope="package")
 def app_url() -> Iterator[str]:
     """The app served by a real `streamlit run`, shared by the browser tests."""
     with served_app(ARTIFACTS / "streamlit.log") as url:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser():
     """Headless Chromium through Playwright. Missing Chromium fails in CI, skips elsewhere."""
     executable = chromium_path()

@@ -19,6 +19,8 @@ def test_a_visitor_back_from_an_idle_tab_sees_their_tokens_and_steps_on(browser)
         page = context.new_page()
         try:
             page.goto(url)
+            # a fresh server loads the model on this first visit: longer than a click's 30 s on a slow machine
+            page.wait_for_function(f"{STEPS} === 0", timeout=240_000)
             step = page.get_by_role("button", name="Step", exact=True)
             for count in (1, 2, 3):
                 step.click()

@@ -38,6 +38,19 @@ def meeting_sizes(multiply, inputs: int) -> list[list[int]]:
     return sizes
 
 
+@pytest.fixture()
+def cli_on_lm(lm, monkeypatch) -> None:
+    """`engine.cli.main` called in this process takes the session's bundled model (`lm`) for the
+    bundled source instead of loading a copy of its own each call; any other source loads as
+    the command line loads it. `python -m engine` itself, with its own load, is run in a fresh
+    interpreter by test_cli_prints_a_step_table_and_writes_the_trace."""
+    from engine import cli
+
+    load = cli.load_model
+    monkeypatch.setattr(cli, "load_model", lambda source=None, **options: lm if source is None else load(source,
+                                                                                                        **options))
+
+
 @pytest.fixture(scope="session")
 def lone_order() -> None:
     """Skips a test where this machine's 1-row product (MKL's sgemv) adds up in another order
@@ -74,3 +87,13 @@ def run_without_compiler(script: str, cache: Path) -> subprocess.CompletedProces
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+@pytest.fixture(scope="session")
+def without_compiler_run(tmp_path_factory) -> subprocess.CompletedProcess:
+    """The lens kernel's and the exact rows kernel's scripts (each test module's WITHOUT_COMPILER)
+    in one interpreter without a compiler: one start of torch and transformers for both checks."""
+    from tests.engine import test_exact_rows_kernel, test_lens_kernel
+
+    script = test_lens_kernel.WITHOUT_COMPILER + test_exact_rows_kernel.WITHOUT_COMPILER
+    return run_without_compiler(script, tmp_path_factory.mktemp("no_compiler"))

@@ -168,7 +168,7 @@ def test_a_trace_of_each_method_loads_back_round_for_round(tiny_lm, method) -> N
 
 
 @pytest.mark.parametrize("method", ["lookahead", "early-exit"])
-def test_the_cli_runs_each_method_and_its_trace_names_it(lm, tmp_path, capsys, method) -> None:
+def test_the_cli_runs_each_method_and_its_trace_names_it(lm, cli_on_lm, tmp_path, capsys, method) -> None:
     from engine.cli import main
 
     path = tmp_path / "trace.json"

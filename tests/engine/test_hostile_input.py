@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -359,12 +357,19 @@ def test_paths_are_redacted_from_messages() -> None:
 # ---- the command line ------------------------------------------------------------------------
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+@pytest.fixture()
+def cli(cli_on_lm, capsys):
+    """The command line's main() on `args` in this process: (exit code, stderr). An exception
+    escaping main() fails the test, as a traceback on stderr would."""
+    from engine.cli import main
+
+    def run(*args: str) -> tuple[int, str]:
+        code = main(list(args))
+        return code, capsys.readouterr().err
+
+    return run
 
 
-@pytest.mark.model  # the command line loads the real model in its own process
 @pytest.mark.parametrize(("args", "words"), [
     (["--prompt", "Hi", "--temperature", "nan"], "temperature"),
     (["--prompt", "Hi", "--stop", "a", "--stop", "b", "--stop", "c", "--stop", "d", "--stop", "e"], "at most 4"),
@@ -373,13 +378,12 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     (["--prompt", "Hi", "--max-new-tokens", "0"], "max_new_tokens"),
     (["--prompt", "   "], "empty"),
 ])
-def test_the_cli_refuses_bad_arguments_with_a_message_and_no_traceback(args, words) -> None:
-    out = cli(*args)
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert any(w in out.stderr for w in words.split("|")), out.stderr
+def test_the_cli_refuses_bad_arguments_with_a_message_and_no_traceback(cli, args, words) -> None:
+    code, stderr = cli(*args)
+    assert code == 2 and "Traceback" not in stderr
+    assert any(w in stderr for w in words.split("|")), stderr
 
 
-@pytest.mark.model
-def test_the_cli_reads_a_windows_path_as_a_literal_stop_sequence() -> None:
-    out = cli("--prompt", "Hi", "--temperature", "0", "--max-new-tokens", "2", "--stop", "C:\\Users")
-    assert out.returncode == 0 and "Traceback" not in out.stderr
+def test_the_cli_reads_a_windows_path_as_a_literal_stop_sequence(cli) -> None:
+    code, stderr = cli("--prompt", "Hi", "--temperature", "0", "--max-new-tokens", "2", "--stop", "C:\\Users")
+    assert code == 0 and "Traceback" not in stderr

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import copy
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -30,7 +27,6 @@ from engine.loading import ModelSource
 from engine.tokens import TokenTexts
 from tests.tiny import CONTEXT_WINDOW, tiny_tokenizer
 
-ROOT = Path(__file__).resolve().parents[2]
 GREEDY = SamplerSettings(temperature=0.0)
 PROMPT = "The three primary colours of light are"
 
@@ -245,20 +241,7 @@ def test_every_architecture_gives_its_lens_and_attention_or_says_why(model: Load
     assert view.layers[-1].pick_prob == inside.steps[-1].prob
 
 
-IMPORT_ENGINE = """
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-import engine
-assert "token_by_token_inside" not in ALL_ATTENTION_FUNCTIONS.valid_keys()
-print("ok")
-"""
-
-
-def test_importing_the_engine_registers_no_inside_attention() -> None:
-    done = subprocess.run([sys.executable, "-c", IMPORT_ENGINE], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
-
-
-def test_the_cli_writes_each_steps_inside_into_a_trace_that_loads_back(lm, tmp_path, capsys) -> None:
+def test_the_cli_writes_each_steps_inside_into_a_trace_that_loads_back(lm, cli_on_lm, tmp_path, capsys) -> None:
     from engine import load_trace
     from engine.cli import main
 

@@ -78,8 +78,10 @@ def test_a_circle_is_found_where_there_is_one() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
 
 
+# One fresh interpreter for every check that needs one (each start imports torch and transformers):
+# what `import engine` leaves out, then every engine module imported without Streamlit.
 IMPORT_ENGINE = """
-import sys
+import importlib, pkgutil, sys
 import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 import engine
@@ -87,18 +89,23 @@ from engine import Generation, SpeculativeGeneration, load_model
 loaded = sorted(m for m in sys.modules if m.startswith("engine.serving"))
 assert not loaded, loaded
 assert "token_by_token_packed" not in ALL_ATTENTION_FUNCTIONS.valid_keys()
+assert "token_by_token_inside" not in ALL_ATTENTION_FUNCTIONS.valid_keys()
 assert not hasattr(torch.ops.token_by_token, "lone_rows_linear")
 import engine.serving
 assert "token_by_token_packed" not in ALL_ATTENTION_FUNCTIONS.valid_keys()  # importing registers nothing
-print("ok")
+names = [m.name for m in pkgutil.iter_modules(engine.__path__, "engine.")]
+for name in names:
+    importlib.import_module(name)
+print("ok", len(names), "streamlit" in sys.modules)
 """
 
 
-def test_importing_the_engine_loads_none_of_the_servers_machinery_and_registers_nothing() -> None:
+def test_importing_the_engine_loads_none_of_the_servers_machinery_registers_nothing_and_no_streamlit() -> None:
     result = subprocess.run([sys.executable, "-c", IMPORT_ENGINE], cwd=ROOT, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "ok"
+    ok, count, streamlit = result.stdout.split()
+    assert ok == "ok" and int(count) >= 10 and streamlit == "False"
 
 
 def test_the_first_scheduler_made_registers_the_packed_attention(tiny_lm) -> None:

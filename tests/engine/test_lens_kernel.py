@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 import engine.fast.lens_kernel as lens_module
 from engine.fast.lens_kernel import kernel_usable, lens_linear, lens_statistics
-from tests.engine.conftest import run_without_compiler
 
 # rows: one, a partial group of six, whole groups, whole groups and a rest; in: under one vector,
 # lane tails, the bundled model's 576; out: a single row, an odd count, a block and a bit
@@ -100,6 +99,6 @@ print("F.linear")
 """
 
 
-def test_without_a_compiler_the_lens_uses_f_linear_and_says_so(tmp_path) -> None:
-    done = run_without_compiler(WITHOUT_COMPILER, tmp_path)
+def test_without_a_compiler_the_lens_uses_f_linear_and_says_so(without_compiler_run) -> None:
+    done = without_compiler_run
     assert "F.linear" in done.stdout and "lens kernel could not be built" in done.stderr

@@ -35,11 +35,20 @@ def greedy(penalty: float) -> SamplerSettings:
     return SamplerSettings(temperature=0, repetition_penalty=penalty)
 
 
+# Greedy decoding is deterministic: each case's plain run and generate() run once per session,
+# however many draft methods (here and in test_chainless_methods.py) are compared with them.
+_PLAIN: dict[tuple, list[int]] = {}
+_REFERENCE: dict[tuple, list[int]] = {}
+
+
 def plain_ids(lm, prompt: str, chat: bool, penalty: float, stops: tuple[str, ...]) -> list[int]:
-    generation = Generation(lm, prompt, chat=chat, sampler=greedy(penalty),
-                            stop=StopSettings(max_new_tokens=NEW_TOKENS, stop_sequences=stops))
-    list(generation.run())
-    return generation.generated_ids
+    key = (id(lm), prompt, chat, penalty, stops)
+    if key not in _PLAIN:
+        generation = Generation(lm, prompt, chat=chat, sampler=greedy(penalty),
+                                stop=StopSettings(max_new_tokens=NEW_TOKENS, stop_sequences=stops))
+        list(generation.run())
+        _PLAIN[key] = generation.generated_ids
+    return list(_PLAIN[key])
 
 
 def speculative(lm, prompt: str, chat: bool, penalty: float, stops: tuple[str, ...], draft, k: int = 4,
@@ -52,6 +61,15 @@ def speculative(lm, prompt: str, chat: bool, penalty: float, stops: tuple[str, .
 
 def reference(lm, prompt_ids: list[int], penalty: float, stops: tuple[str, ...], **options) -> list[int]:
     """transformers' own greedy generate(), optionally assisted (prompt lookup or a draft model)."""
+    if options:
+        return _generate(lm, prompt_ids, penalty, stops, **options)
+    key = (id(lm), tuple(prompt_ids), penalty, stops)
+    if key not in _REFERENCE:
+        _REFERENCE[key] = _generate(lm, prompt_ids, penalty, stops)
+    return list(_REFERENCE[key])
+
+
+def _generate(lm, prompt_ids: list[int], penalty: float, stops: tuple[str, ...], **options) -> list[int]:
     ids = torch.tensor([prompt_ids])
     if penalty != 1.0:
         options["repetition_penalty"] = penalty

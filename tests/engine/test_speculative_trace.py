@@ -27,7 +27,7 @@ def speculative(lm, sampler: SamplerSettings, tokens: int = 16, seed: int = 0) -
     return generation
 
 
-def test_cli_prints_one_row_per_round_and_writes_a_trace_with_the_rounds(lm, tmp_path, capsys) -> None:
+def test_cli_prints_one_row_per_round_and_writes_a_trace_with_the_rounds(lm, cli_on_lm, tmp_path, capsys) -> None:
     path = tmp_path / "trace.json"
     code = main(["--prompt", COPY_PROMPT, "--chat", "--temperature", "0", "--max-new-tokens", "16",
                  "--speculative", "prompt-lookup", "--draft-k", "4", "--json", str(path)])
@@ -48,7 +48,7 @@ def test_cli_prints_one_row_per_round_and_writes_a_trace_with_the_rounds(lm, tmp
     (["--speculative", "draft-model"], "--draft-model"),
     (["--speculative", "draft-model", "--draft-model", "./no/such/model"], "No file or folder"),
 ])
-def test_cli_bad_speculative_options_say_what_is_wrong(lm, capsys, options, message) -> None:
+def test_cli_bad_speculative_options_say_what_is_wrong(cli_on_lm, capsys, options, message) -> None:
     argv = ["--prompt", "Hi", "--max-new-tokens", "2", *options]
     if "--speculative" not in options:
         argv += ["--speculative", "prompt-lookup"]

@@ -120,16 +120,6 @@ def test_special_and_partial_byte_tokens_are_shown_visibly(lm) -> None:
     assert lm.tokenizer.decode(ids) == "naïve café ✓"
 
 
-def test_importing_every_engine_module_loads_no_streamlit() -> None:
-    code = ("import importlib, pkgutil, sys, engine\n"
-            "names = [m.name for m in pkgutil.iter_modules(engine.__path__, 'engine.')]\n"
-            "for name in names: importlib.import_module(name)\n"
-            "print(len(names), 'streamlit' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    count, loaded = out.stdout.split()
-    assert int(count) >= 10 and loaded == "False"
-
-
 @pytest.mark.model  # the command line loads the real model in its own process
 def test_cli_prints_a_step_table_and_writes_the_trace(tmp_path) -> None:
     path = tmp_path / "cli.json"

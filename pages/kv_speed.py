@@ -188,6 +188,10 @@ def reads_section(lm: LoadedModel, step: DecodeIntensity, sizes: Sizes) -> None:
         f"is attention ({reads.attention_ms:.2f} ms) and **{reads.other_ms:.1f} ms** of everything else, each part "
         "measured above.")
     st.caption(f"This server's lone decode steps take **{reads.path}**: {reads.reason}.")
+    with st.expander("Every fast path this server has checked, and why it is used or not"):
+        st.caption("Each fast path gives transformers' own numbers bit for bit, and is used only after a probe on "
+                   "this machine has shown it. `python -m engine proofs` prints the same list from the command line.")
+        st.dataframe(kv.proof_table(lm), hide_index=True)
 
 
 def batch_section(lm: LoadedModel, sizes: Sizes) -> None:

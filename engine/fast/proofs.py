@@ -46,6 +46,11 @@ class Proof:
     at: datetime  # when it was decided (UTC)
 
     @property
+    def for_machine(self) -> bool:
+        """Whether the decision holds for every model on this machine (a kernel's build)."""
+        return self.model == MACHINE
+
+    @property
     def threads_text(self) -> str:
         return "any" if self.threads is None else str(self.threads)
 

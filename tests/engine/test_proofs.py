@@ -150,8 +150,9 @@ def test_the_proofs_verb_probes_the_model_and_prints_a_table(monkeypatch, capsys
     for path in ("lone decode step", "verify pass", "packed decode steps, exact", "packed decode steps, fast",
                  "packed prompts", "exact rows kernel"):
         assert path in rows, path
-    lone = next(line for line in out if line.startswith("lone decode step") and tiny_lm.name in line)
-    assert " 1 " in lone and (" yes " in lone or " no " in lone)
+    # other tests in the process may have decided the same path at other thread counts: one line is at 1
+    lone = [line for line in out if line.startswith("lone decode step") and tiny_lm.name in line]
+    assert any(" 1 " in line and (" yes " in line or " no " in line) for line in lone), lone
 
 
 def test_the_proofs_verb_refuses_a_thread_count_below_one(capsys) -> None:

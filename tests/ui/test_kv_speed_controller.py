@@ -85,3 +85,21 @@ def test_the_kv_table_has_the_loaded_model_first_then_the_published_configs() ->
 def test_the_batch_saving_never_claims_a_saving_the_numbers_do_not_show() -> None:
     assert kv.batch_saving(20.0, 5.0) == "4.0× less"
     assert kv.batch_saving(5.0, 6.0).startswith("no saving this time")
+
+
+def test_the_fast_path_table_lists_this_models_and_the_machines_decisions_with_why() -> None:
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from engine import Proof
+    from engine.fast import MACHINE
+
+    now = datetime.now(UTC)
+    proofs = [Proof("lone decode step", "SmolLM2", 2, True, "logits and cache torch.equal", now),
+              Proof("exact rows kernel", MACHINE, None, False, "no C++ compiler", now),
+              Proof("lone decode step", "another model", 2, True, "", now)]
+    table = kv.proof_table(SimpleNamespace(name="SmolLM2"), proofs)
+    assert table.to_dict("records") == [
+        {"fast path": "lone decode step", "for": "SmolLM2", "threads": "2", "proven": "yes",
+         "why": "logits and cache torch.equal"},
+        {"fast path": "exact rows kernel", "for": MACHINE, "threads": "any", "proven": "no", "why": "no C++ compiler"}]

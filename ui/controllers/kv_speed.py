@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
-from engine import LoadedModel
+from engine import LoadedModel, Proof, proof_decisions
 from engine.speed import KNOWN_CONFIGS, MORE, QUICK, DecodeIntensity, DecodeReads, KVConfig, Sizes, loaded_kv_config
 from ui.server.measurement_board import Measured, MeasurementBoard
 from ui.session.keys import KV
@@ -142,3 +142,12 @@ def batch_saving(one_ms: float, most_ms: float) -> str:
     """Time per token at the largest batch against batch 1, in words."""
     return (f"{one_ms / most_ms:.1f}× less" if most_ms < one_ms
             else "no saving this time: the machine may be busy, press Measure again")
+
+
+def proof_table(lm: LoadedModel, proofs: list[Proof] | None = None) -> pd.DataFrame:
+    """Every fast path this server has probed for `lm` (and for the whole machine), proven or
+    not and why: the one answer to "why is this machine on the eager pass?"."""
+    rows = [p for p in (proof_decisions() if proofs is None else proofs) if p.model == lm.name or p.for_machine]
+    return pd.DataFrame([{"fast path": p.path, "for": p.model, "threads": p.threads_text,
+                          "proven": "yes" if p.proven else "no", "why": p.why} for p in rows],
+                        columns=["fast path", "for", "threads", "proven", "why"])

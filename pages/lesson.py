@@ -96,7 +96,7 @@ def preset_picker() -> str:
                              "the same every time).")
     preset = preset_named(PRESETS, name)
     st.caption(f"Prompt{' (through the chat template)' if preset.chat else ''}: “{preset.prompt}” · "
-               f"{preset.watch}")
+               f"{preset.about}")
     return name
 
 

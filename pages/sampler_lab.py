@@ -53,6 +53,8 @@ def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
     """The frozen step: the visitor's live generation if there is one, else a preset."""
     choice = st.selectbox("Distribution to study", lab.sources(S, lm), key=LAB.source,
                           help="Take a step on the Step-through page to bring its distribution here.")
+    if choice in lab.PRESETS:
+        st.caption(lab.PRESETS[choice].about)
     with st.spinner("Running the model once…"):
         chosen = lab.frozen_step(S, lm, choice, current_scheduler())
     if chosen is None:

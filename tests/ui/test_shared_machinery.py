@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine import SamplerSettings, StopSettings
+from engine import FINISH_REASONS, SamplerSettings, StopSettings
 from ui.session import run_clock
-from ui.session.presets import CHAIN_PRESETS_FILE, PRESETS_FILE, load_presets
+from ui.session.presets import CHAIN_PRESETS_FILE, LAB_PRESETS_FILE, LESSON_PRESETS_FILE, PRESETS_FILE, load_presets
 from ui.session.run_clock import RunClock
 from ui.session.settings import Message, message, notice, set_message
 
@@ -50,3 +50,15 @@ def test_both_pages_presets_load_from_assets_in_one_format() -> None:
     assert all(isinstance(p.sampler, SamplerSettings) and isinstance(p.stop, StopSettings) for p in (*step, *chain))
     assert [p.sampler.temperature for p in chain] == [0.0, 0.0, 0.0, 0.0, 0.7]
     assert {p.stop.max_new_tokens for p in chain} == {48} and chain[2].prompt.endswith("    return total")
+
+
+def test_the_lesson_and_the_lab_read_their_presets_from_assets_too(tmp_path) -> None:
+    lesson, lab = load_presets(LESSON_PRESETS_FILE), load_presets(LAB_PRESETS_FILE)
+    assert [p.fires for p in lesson] == ["eos", "stop_sequence", "max_tokens", "max_tokens"]
+    assert lesson[1].stop.stop_sequences == ("10",) and lesson[3].stop.ignore_eos
+    assert all(p.sampler.greedy for p in lesson) and all(p.fires in FINISH_REASONS for p in lesson)
+    assert [p.chat for p in lab] == [False, False, True, False] and all(p.fires is None for p in lab)
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('[{"name": "x", "about": "", "prompt": "Hi", "chat": false, "fires": "tired"}]')
+    with pytest.raises(ValueError, match="fires 'tired'; the finish reasons are"):
+        load_presets(wrong)

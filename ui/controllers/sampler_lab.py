@@ -24,17 +24,13 @@ from ui.domain.sampler_lab import FrozenStep, Outcome, draw_many, freeze_generat
 from ui.session import idle_rebuild
 from ui.session.keys import LAB
 from ui.session.memo import Same, forget, recall, remember
+from ui.session.presets import LAB_PRESETS_FILE, Preset, load_presets
 from ui.session.settings import message, set_message
 
 State = MutableMapping[str, Any]
 T = TypeVar("T")
 
-PRESETS = {  # prompt -> chat template on?
-    "The capital of France is": False,
-    "Once upon a time, there was a": False,
-    "Give me one word that rhymes with cat.": True,
-    "My favourite colour is": False,
-}
+PRESETS: dict[str, Preset] = {p.name: p for p in load_presets(LAB_PRESETS_FILE)}  # assets/lab_presets.json
 LIVE = "Your generation on the Step-through page (its latest step)"
 DRAWS = 1000
 
@@ -104,7 +100,8 @@ def frozen_step(state: State, lm: LoadedModel, choice: str, scheduler: ForwardSc
     if kept is not None and kept.generation.closed:  # put away while the tab sat idle: the same step again
         forget(state, LAB.memo, key)
     try:
-        step = memo(state, key, lambda: freeze_prompt(lm, choice, PRESETS[choice], scheduler=scheduler))
+        preset = PRESETS[choice]
+        step = memo(state, key, lambda: freeze_prompt(lm, preset.prompt, preset.chat, scheduler=scheduler))
     except PromptError as exc:
         set_message(state, "source", str(exc), LAB.messages)
         return None

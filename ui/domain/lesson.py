@@ -1,8 +1,9 @@
 """The Lesson's content that is not drawing: its presets, its stages, and the scoring of
 the predict-then-reveal exercise. No Streamlit here.
 
-Every preset samples greedily (temperature 0), so the real model gives the same tokens on
-every run and each preset reliably makes its termination condition fire.
+Every preset samples greedily (the lesson starts it with temperature 0 whatever its file says),
+so the real model gives the same tokens on every run and each preset reliably makes its
+termination condition fire.
 """
 
 from __future__ import annotations
@@ -10,45 +11,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine import Candidate, Generation, LoadedModel, SamplerSettings, StepRecord, StopSettings
+from engine import Candidate, Generation, LoadedModel, SamplerSettings, StepRecord
 from engine.serving import ForwardScheduler
+from ui.session.presets import LESSON_PRESETS_FILE, Preset, load_presets
 from ui.views.format import visible
 
 GREEDY = SamplerSettings(temperature=0.0)
 CANDIDATES = 6  # choices offered in the prediction exercise
 
 
-@dataclass(frozen=True)
-class LessonPreset:
-    """A prompt and stop settings that make one termination condition fire."""
-
-    name: str
-    prompt: str
-    chat: bool
-    stop: StopSettings
-    fires: str  # the finish reason this preset produces (engine.FINISH_REASONS)
-    watch: str  # what the student should look out for
-
-
-PRESETS: tuple[LessonPreset, ...] = (
-    LessonPreset(
-        "The model ends its turn (end-of-sequence token)", "What is the capital of France?", True,
-        StopSettings(max_new_tokens=32), "eos",
-        "A chat model answers, then emits its own end-of-turn token <|im_end|>. The server stops there."),
-    LessonPreset(
-        "A stop sequence appears", "Count from 1 to 20: 1, 2, 3,", False,
-        StopSettings(max_new_tokens=40, stop_sequences=("10",)), "stop_sequence",
-        "The stop sequence is “10”. The model writes digits one token at a time, so “1” and “0” arrive in two "
-        "different steps: the match is found on the text, across the token boundary."),
-    LessonPreset(
-        "The max-tokens cap is reached", "Once upon a time", False, StopSettings(max_new_tokens=12), "max_tokens",
-        "The story could go on for pages; the caller allowed only 12 new tokens, so it stops mid-sentence."),
-    LessonPreset(
-        "End-of-sequence ignored", "What is the capital of France?", True,
-        StopSettings(max_new_tokens=28, ignore_eos=True), "max_tokens",
-        "The same question, but the end-of-turn token is ignored. Watch what the model writes after it ends its "
-        "answer: it invents the next turn of a conversation. Only the max-tokens cap stops it."),
-)
+# assets/lesson_presets.json: each preset names the finish reason it makes fire ("fires") and,
+# as "about", what the student should look out for
+PRESETS: tuple[Preset, ...] = load_presets(LESSON_PRESETS_FILE)
 
 STAGES: tuple[str, ...] = (
     "Prompt → tokens",
@@ -68,7 +42,7 @@ PREDICT_PROMPTS: tuple[str, ...] = (
 )
 
 
-def start(lm: LoadedModel, preset: LessonPreset, scheduler: ForwardScheduler | None = None) -> Generation:
+def start(lm: LoadedModel, preset: Preset, scheduler: ForwardScheduler | None = None) -> Generation:
     """A fresh greedy generation for the preset (no forward pass yet); its passes go through
     the server's `scheduler` when given."""
     return Generation(lm, preset.prompt, chat=preset.chat, sampler=GREEDY, stop=preset.stop, scheduler=scheduler)

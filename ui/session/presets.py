@@ -1,6 +1,8 @@
 """Example prompts with the settings that make them teach something: every page's presets, read
 from assets/ in one format (a JSON list of name, about, prompt, chat, sampler and stop settings):
-the Step page's from presets.json, Breaking the chain's from chain_presets.json."""
+the Step page's from presets.json, Breaking the chain's from chain_presets.json, the Lesson's from
+lesson_presets.json (each also names the finish reason it makes fire) and the Sampler lab's from
+lab_presets.json."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from engine import SamplerSettings, StopSettings
+from engine import FINISH_REASONS, SamplerSettings, StopSettings
 from ui.session import settings as keys
 from ui.session.keys import STEP
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 PRESETS_FILE = ASSETS / "presets.json"
 CHAIN_PRESETS_FILE = ASSETS / "chain_presets.json"
+LESSON_PRESETS_FILE = ASSETS / "lesson_presets.json"
+LAB_PRESETS_FILE = ASSETS / "lab_presets.json"
 
 
 @dataclass(frozen=True)
@@ -28,19 +32,26 @@ class Preset:
     chat: bool
     sampler: SamplerSettings
     stop: StopSettings
+    fires: str | None = None  # the finish reason the preset is made to produce (the Lesson's), if any
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)
 def load_presets(path: Path = PRESETS_FILE) -> tuple[Preset, ...]:
     """A page's presets (the Step page's by default), validated by the engine's own settings
-    classes."""
-    entries = json.loads(path.read_text())
-    return tuple(
-        Preset(name=e["name"], about=e["about"], prompt=e["prompt"], chat=bool(e["chat"]),
-               sampler=SamplerSettings(**e.get("sampler", {})),
-               stop=StopSettings(**(e.get("stop", {}) | {"stop_sequences": tuple(e.get("stop", {}).get(
-                   "stop_sequences", ()))})))
-        for e in entries)
+    classes; a finish reason the engine does not know is refused at load, not in class."""
+    return tuple(_preset(entry) for entry in json.loads(path.read_text()))
+
+
+def _preset(entry: dict[str, Any]) -> Preset:
+    stop = entry.get("stop", {})
+    fires = entry.get("fires")
+    if fires is not None and fires not in FINISH_REASONS:
+        raise ValueError(f"Preset {entry['name']!r} fires {fires!r}; "
+                         f"the finish reasons are {', '.join(FINISH_REASONS)}.")
+    return Preset(name=entry["name"], about=entry["about"], prompt=entry["prompt"], chat=bool(entry["chat"]),
+                  sampler=SamplerSettings(**entry.get("sampler", {})),
+                  stop=StopSettings(**(stop | {"stop_sequences": tuple(stop.get("stop_sequences", ()))})),
+                  fires=fires)
 
 
 class Named(Protocol):

@@ -138,7 +138,7 @@ def invite(code: str) -> None:
     with st.expander(f"Invite the class · code {code}", expanded=not P.get(STEP.generation) or
                      not P[STEP.generation].steps):
         qr_col, text_col = st.columns([1, 2], gap="medium")
-        with qr_col:
+        with qr_col, st.container(key=CLASS.qr):
             st.image(views.qr_svg(student_link), width=220, caption="The student link")
         with text_col:
             panels.html(views.CLASS_CSS + f'<div>Join code</div><div class="tbt-class-code">{code}</div>')

@@ -43,6 +43,10 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
     assert re.fullmatch(r"[A-Z2-9]{6}", code)
     settle(presenter)
     assert "key=" not in presenter.url  # the secret is not in the address bar on the projector
+    presenter.get_by_test_id("stImage").first.hover()  # the QR code's full-screen button shows
+    toolbar = presenter.get_by_test_id("stElementToolbar").first.bounding_box()
+    header = presenter.locator("[data-testid='stExpander'] summary").first.bounding_box()
+    assert toolbar["y"] >= header["y"] + header["height"], (toolbar, header)  # not over "Invite the class"
     presenter.screenshot(path=str(ARTIFACTS / "class_presenter_light.png"), full_page=True)
 
     phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
@@ -69,6 +73,12 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
     student.screenshot(path=str(ARTIFACTS / "class_student_phone_light.png"), full_page=True)
     width = student.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"] + 1, width  # nothing wider than the phone
+    box = student.locator(".tbt-class-reveal").first.bounding_box()
+    values = student.locator(".tbt-class-reveal .tbt-bars-value")
+    assert any(text.endswith("100.0%") for text in values.all_inner_texts())  # greedy: the pick's final p
+    for value in values.all():
+        right = value.bounding_box()["x"] + value.bounding_box()["width"]
+        assert right <= box["x"] + box["width"], (value.inner_text(), right, box)  # inside the reveal's box
 
     dark_phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True, color_scheme="dark")
     dark_student = dark_phone.new_page()

@@ -203,3 +203,69 @@ def test_a_chip_window_shows_whole_rows_however_many_lines_the_text_breaks_into(
     finally:
         context.close()
     assert shown == {"cut": 0, "rows": 4}
+
+
+def boxes_overlap(a: dict, b: dict) -> bool:
+    return (a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"]
+            and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"])
+
+
+def test_the_projected_screen_keeps_its_corner_clear_rings_no_whole_screen_and_darkens_its_cells(browser, app_url):
+    """The Pages / Exit bar covers nothing at the top of the screen; a click on an empty spot
+    then a remote's key does not ring the whole projected screen; in dark mode the lens's
+    cells are dark boxes, not light ones."""
+    width, height = SIZES[0]
+    context = browser.new_context(viewport={"width": width, "height": height}, color_scheme="dark")
+    page = context.new_page()
+    try:
+        page.goto(f"{app_url}/lesson")
+        page.get_by_role("heading", name="Prompt → tokens").wait_for(timeout=SLOW)
+        settle(page)
+        presentation_on(page)
+        stage = page.get_by_role("heading", name=re.compile(r"^Stage 1 of"))
+        bar = page.locator(".st-key-app_presentation_bar").bounding_box()
+        assert not boxes_overlap(bar, stage.bounding_box()), (bar, stage.bounding_box())
+        assert bar["y"] + bar["height"] <= stage.bounding_box()["y"]
+
+        page.mouse.click(width * 0.75, height - 40)  # an empty spot, as a teacher's stray click
+        for number in (2, 3):
+            page.keyboard.press("PageDown")
+            page.get_by_role("heading", name=re.compile(f"^Stage {number} of")).wait_for(timeout=SLOW)
+            settle(page)
+        assert page.evaluate("document.activeElement.tagName") == "MAIN"  # the click focused the page itself
+        ring = page.evaluate("""(() => { const main = document.querySelector('main');
+            const before = getComputedStyle(main, '::before');
+            const shadow = before.display === 'none' ? 'none' : before.boxShadow;
+            return [getComputedStyle(main).outlineStyle, shadow]; })()""")
+        assert ring == ["none", "none"], f"the whole projected screen has a focus ring: {ring}"
+
+        page.locator(".tbt-lens-cell").first.wait_for(timeout=SLOW)
+        plain_cell = page.locator(".tbt-lens-cell:not(.tbt-lens-pick)").first
+        background = plain_cell.evaluate("e => getComputedStyle(e).backgroundColor")
+        channels = [int(c) for c in re.findall(r"\d+", background)[:3]]
+        assert max(channels) < 80, f"a light lens cell on the dark page: {background}"
+        page.mouse.move(width - 5, height - 5)
+        page.screenshot(path=str(ARTIFACTS / "presentation_lesson_lens_dark.png"))
+    finally:
+        context.close()
+
+
+def test_the_newest_chip_keeps_its_whole_ring_when_it_starts_a_line(browser, app_url):
+    width, height = SIZES[0]
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    try:
+        page.goto(app_url)
+        page.wait_for_function(f"{STEPS} === 0", timeout=SLOW)
+        presentation_on(page)
+        page.get_by_text("Prompt and settings").click()
+        page.get_by_label("Prompt", exact=True).fill("A list of fruit:\n")  # the first new token starts a line
+        page.get_by_label("Prompt", exact=True).press("Control+Enter")
+        settle(page)
+        page.evaluate("document.activeElement.blur()")
+        press_and_wait(page, "PageDown", 1)
+        window, newest = (page.locator(s).first.bounding_box() for s in (".tbt-chip-window", ".tbt-newest"))
+        ring = 4  # the outline's 3 px and its 1 px offset
+        assert newest["x"] - ring >= window["x"], (newest, window)  # not cut at the window's left edge
+    finally:
+        context.close()

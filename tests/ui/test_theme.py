@@ -28,6 +28,15 @@ def test_the_custom_htmls_text_colours_read_at_4_5_to_1_on_either_background_of_
             assert contrast(PAGE_COLOURS[name][role], background) >= 4.5, (role, background)
 
 
+@pytest.mark.parametrize("name", ["light", "dark"])
+def test_a_boxed_cells_text_reads_on_its_box_and_the_box_is_the_themes_own(name: str) -> None:
+    colours = PAGE_COLOURS[name]
+    assert contrast(colours["cell-ink"], colours["cell"]) >= 4.5
+    page = BACKGROUNDS[name][0]  # a dark theme's cell is dark too: no light box glaring on a dark page
+    assert (contrast(colours["cell"], "#000000") > contrast(colours["cell"], "#ffffff")) == (name == "light")
+    assert contrast(colours["cell"], page) < 1.6
+
+
 def test_theme_css_sets_the_variables_of_the_theme_asked_for() -> None:
     css = theme_css(DARK)
     assert f"--tbt-muted:{PAGE_COLOURS['dark']['muted']}" in css

@@ -246,6 +246,7 @@ class ClassKeys(PageKeys):
     peek_answer: str = "cls_peek_answer"  # the presenter looks at the hidden answer (off: what the projector shows)
     guess_text: str = "cls_guess_text_"  # prefix: one field per context
     guess_pick: str = "cls_guess_pick_"  # prefix: one set of candidate chips per context
+    qr: str = "cls_qr"  # the container of the QR code (its toolbar kept off the expander's header)
     # fragments
     follow: str = "cls_follow"
     workspace: str = "cls_workspace"

@@ -21,7 +21,7 @@ BARS_CSS = """
 .tbt-bars-label{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;white-space:pre;text-align:right;
  padding:.1rem .5rem .1rem .3rem;align-self:center}
 .tbt-bars-track{display:flex;flex-direction:column;justify-content:center;gap:.12rem;padding:.1rem .3rem .1rem 0}
-.tbt-bars-bar{display:flex;align-items:center;height:1.05rem;white-space:nowrap}
+.tbt-bars-bar{display:flex;align-items:center;height:1.05rem;white-space:nowrap;width:calc(100% - 4em)}
 .tbt-bars-fill{display:inline-block;height:100%;border-radius:2px;flex:none}
 .tbt-bars-value{padding-left:.35rem}
 .tbt-bars-pick{background:#fff3bf;color:#212529;font-weight:700}  /* dark text on the light band in either theme */
@@ -29,7 +29,9 @@ BARS_CSS = """
 .tbt-bars-key{display:inline-block;width:1.1rem;height:.8rem;border-radius:2px;margin-right:.3rem}
 </style>
 """
-ROOM_FOR_TEXT = 0.78  # the longest bar takes this share of the track; its value is written after it
+# The longest bar takes this share of its box, and its value is written after it; the box leaves
+# 4em of the track besides, so on a phone's narrow track too "100.0%" fits beside a full bar
+ROOM_FOR_TEXT = 0.78
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """Token chips: the context as the model sees it, one box per token.
 
 Prompt tokens are grey; generated tokens are coloured by the raw probability the model gave
-them (the model's own confidence, before any sampler reshaping); the newest has a ring.
-Special tokens (dashed) and partial UTF-8 bytes (dotted) stay visible, and whitespace is
-drawn (␣ ↵ ⇥). Hovering a chip shows its id, position and probabilities; a screen reader
+them (the model's own confidence, before any sampler reshaping); the newest has a ring, 4 px
+outside it (a row keeps 4 px each side, so the ring is not cut at a scrolled window's edge when
+the newest chip starts a line). Special tokens (dashed) and partial UTF-8 bytes (dotted) stay
+visible, and whitespace is drawn (␣ ↵ ⇥). Hovering a chip shows its id, position and probabilities; a screen reader
 reads each generated chip's probability after it (the shading in words).
 """
 
@@ -22,7 +23,7 @@ ALTERNATIVES_SHOWN = 3
 CHIP_CSS = """
 <style>
 .tbt-chips{display:flex;flex-wrap:wrap;gap:0 3px;align-items:center;font-family:ui-monospace,
- SFMono-Regular,Menlo,Consolas,monospace;font-size:1rem;line-height:1.5}
+ SFMono-Regular,Menlo,Consolas,monospace;font-size:1rem;line-height:1.5;padding:0 4px}
 .tbt-fold{flex-basis:100%;margin:.1rem 0}.tbt-fold[open]{display:flex;flex-wrap:wrap;gap:0 3px}
 .tbt-fold summary{flex-basis:100%;cursor:pointer;font-family:sans-serif;font-size:.9rem}
 .tbt-chip{border:1px solid #c9ced6;border-radius:5px;padding:0 5px;margin:2px 0;white-space:pre;cursor:default}

@@ -28,6 +28,7 @@ from ui.views.records import LINE_CSS, decoded_text_html
 CLASS_COLOUR = "#2b8a3e"  # the class's guesses: green beside the model's blue
 KEPT_VIEWS = 64  # room versions whose student view is kept built
 CLASS_CSS = """<style>
+.st-key-cls_qr [data-testid="stElementToolbar"]{top:0}  /* its full-screen button on the image, not the header */
 .tbt-class-status{font-size:1rem;margin:.2rem 0 .5rem 0}
 .tbt-class-reveal{margin:.6rem 0;padding:.5rem .7rem;border-radius:.5rem;border:1px solid rgba(128,128,128,.4)}
 .tbt-class-reveal table{border-collapse:collapse;margin-top:.3rem;font-size:.9rem}

@@ -205,10 +205,11 @@ def echo_lesson(view: InsideView) -> str:
 LENS_CSS = """<style>
 .tbt-lens{display:grid;grid-template-columns:repeat(auto-fill,minmax(8.4em,1fr));gap:.25rem;margin:.3rem 0 .6rem;
  font-size:max(.95rem,calc(.5rem + .75vw))}  /* larger on a wide projector, never below body text */
-.tbt-lens-cell{border:1px solid #c9ced6;border-radius:5px;padding:.1rem .35rem;background:#f1f3f5;color:#212529;
+.tbt-lens-cell{border:1px solid var(--tbt-cell-rule,#c9ced6);border-radius:5px;padding:.1rem .35rem;
+ background:var(--tbt-cell,#f1f3f5);color:var(--tbt-cell-ink,#212529);
  line-height:1.3;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 .tbt-lens-cell b{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;white-space:pre}
-.tbt-lens-pick{background:#fff3bf;border-color:#e67700}
+.tbt-lens-pick{background:#fff3bf;border-color:#e67700;color:#212529}  /* the pick's light band in either theme */
 .tbt-lens-lead{outline:3px solid #e67700;outline-offset:-1px}
 .tbt-lens-key{font-size:.85rem;margin-bottom:.2rem}
 </style>"""

@@ -42,11 +42,13 @@ DARK = ChartTheme("dark", text="#fafafa", muted="#ced4da", grid="#3a3d4a", zerol
 # notes and legends, accepted / rejected / bonus marks, rules between rows, the slider's values.
 # "ok" is a blue-green, not a green: red and green text look alike to a red-green colour-blind
 # eye (tests/ui/test_colour_vision.py simulates it); the marks carry ✓ and ✗ besides.
+# "cell" and "cell-ink": a small boxed value (the logit lens's layer cells) and its text, a box a
+# step off the page in each theme rather than a light box glaring on a dark page.
 PAGE_COLOURS = {
     "light": {"muted": "#5f5b57", "ok": "#0b7285", "bad": "#b02525", "bonus": "#6741d9", "rule": "#dee2e6",
-              "accent": "#9e303b"},
+              "accent": "#9e303b", "cell": "#f1f3f5", "cell-ink": "#212529", "cell-rule": "#c9ced6"},
     "dark": {"muted": "#b8b3a8", "ok": "#66d9e8", "bad": "#f2919a", "bonus": "#bf8ef7", "rule": "#4a4742",
-             "accent": "#f2919a"},
+             "accent": "#f2919a", "cell": "#2d2b27", "cell-ink": "#fafafa", "cell-rule": "#5c5852"},
 }
 # Streamlit's own pieces under 4.5:1: captions (faded body text, 3.9:1 in either theme), the
 # slider's values and a selected segment's label (its primary colour: 3.6-4.5:1)

@@ -342,14 +342,14 @@ def predict_exercise(lm: LoadedModel) -> None:
                    "of probability.")
         st.markdown(f"**{verdict}** Model: {quoted(guess.model_text)} at {pct(guess.model_prob)}; you: "
                     f"{quoted(guess.guess_text)} at {pct(guess.guess_prob)}.")
-        ranked = step.distribution.top[: len(options)]
-        described_chart(top_values_figure([reveal_label(c, guess) for c in ranked], [c.prob for c in ranked],
-                                          "The model's raw softmax over the choices", "raw probability (0–1)",
-                                          colour=RAW_COLOUR, text=pct, theme=current_theme()), key=LESSON.reveal_chart)
+        # the way on before the chart, so a 720-pixel projector shows it without scrolling
         if generation.finished:
             st.info(f"The text has ended ({generation.finish_reason}). Choose another text to play again.")
         else:
             st.button("Next round ▶", key=LESSON.next_round, type="primary", on_click=lesson.next_round, args=(S,))
+        ranked = step.distribution.top[: len(options)]
+        top_values([reveal_label(c, guess) for c in ranked], [c.prob for c in ranked],
+                   "The model's raw softmax over the choices", "raw probability (0–1)", LESSON.reveal_chart, text=pct)
     if guesses := lesson.guesses(S):
         show_tally(guesses)
 

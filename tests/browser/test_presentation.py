@@ -269,3 +269,48 @@ def test_the_newest_chip_keeps_its_whole_ring_when_it_starts_a_line(browser, app
         assert newest["x"] - ring >= window["x"], (newest, window)  # not cut at the window's left edge
     finally:
         context.close()
+
+
+def test_the_lessons_remote_goes_back_a_token_and_plays_the_prediction_rounds_on_one_screen(browser, app_url):
+    """PageUp from a later token's first screen returns to the token before's screens; in the
+    prediction exercise the remote reveals, then starts the next round, whose button a 720-pixel
+    screen shows without scrolling."""
+    width, height = SIZES[0]
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    try:
+        page.goto(f"{app_url}/lesson")
+        page.get_by_role("heading", name="Prompt → tokens").wait_for(timeout=SLOW)
+        settle(page)
+        presentation_on(page)
+        total = len(STAGES)
+        for number in range(2, total + 2):  # token 1's screens, then token 2's first
+            page.keyboard.press("PageDown")
+            expected = number if number <= total else 2
+            page.get_by_role("heading", name=re.compile(f"^Stage {expected} of {total}")).wait_for(timeout=SLOW)
+            settle(page)
+        page.get_by_role("heading", name=re.compile(f"^Stage 2 of {total}.*token 2$")).wait_for(timeout=SLOW)
+        page.keyboard.press("PageUp")
+        page.get_by_role("heading", name=re.compile(f"^Stage {total} of {total}.*token 1$")).wait_for(timeout=SLOW)
+        settle(page)
+
+        page.get_by_text("Predict the next token").click()
+        choices = page.get_by_role("radiogroup", name="Your prediction for the next token")
+        choices.wait_for(timeout=SLOW)
+        settle(page)
+        choices.locator("label").first.click()
+        settle(page)
+        page.mouse.click(width - 20, height - 20)
+        page.keyboard.press("PageDown")  # the remote's "next": reveal
+        next_round = page.get_by_role("button", name=re.compile("Next round"))
+        next_round.wait_for(timeout=SLOW)
+        settle(page)
+        page.mouse.move(width - 5, height - 5)
+        page.screenshot(path=str(ARTIFACTS / f"presentation_lesson_predict_{width}x{height}.png"))
+        box = next_round.bounding_box()
+        assert box["y"] + box["height"] <= height, f"Next round is below the screen: {box}"
+        page.keyboard.press("PageDown")  # and again: the next round
+        page.get_by_role("button", name="Reveal the model's distribution").wait_for(timeout=SLOW)
+        assert not choices.locator("input").first.is_disabled()
+    finally:
+        context.close()

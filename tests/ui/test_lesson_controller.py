@@ -40,9 +40,27 @@ def test_next_walks_the_seven_screens_and_steps_the_loop_leaving_the_first_and_t
         assert lesson.stage(state) == expected and len(generation.steps) == 1
     lesson.go_next(state)  # from the check screen: the loop goes round again
     assert lesson.stage(state) == 1 and len(generation.steps) == 2
+
+
+def test_previous_goes_back_through_an_earlier_tokens_screens_and_next_makes_the_same_step_again(state, tiny_lm):
+    generation, _ = walking(state, tiny_lm)
+    for _ in range(len(STAGES)):  # token 1's screens, then token 2's first
+        lesson.go_next(state)
+    assert lesson.stage(state) == 1 and len(generation.steps) == 2
+    second = generation.steps[1]
+    lesson.go_previous(state)  # token 1's check screen: its numbers, not token 2's
+    assert lesson.stage(state) == len(STAGES) - 1 and len(generation.steps) == 1
+    for expected in range(len(STAGES) - 2, 0, -1):
+        lesson.go_previous(state)
+        assert lesson.stage(state) == expected and len(generation.steps) == 1
+    lesson.go_previous(state)  # token 1's first screen: back to the prompt's tokens, the step kept
+    assert lesson.stage(state) == 0 and len(generation.steps) == 1
     lesson.go_previous(state)
-    lesson.go_previous(state)
-    assert lesson.stage(state) == 0 and len(generation.steps) == 2
+    assert lesson.stage(state) == 0
+    for _ in range(len(STAGES)):
+        lesson.go_next(state)
+    assert len(generation.steps) == 2 and generation.steps[1].token_id == second.token_id  # greedy: the same step
+    assert generation.steps[1].prob == second.prob
 
 
 def test_the_inside_stage_repeats_the_latest_steps_pass_once_and_says_why_when_it_cannot(state, tiny_lm) -> None:

@@ -119,8 +119,17 @@ def inside(state: State, generation: Generation) -> InsideView | str:
 
 
 def go_previous(state: State) -> None:
-    """Previous screen (the step stays; only the view goes back)."""
-    state[LESSON.stage] = max(0, stage(state) - 1)
+    """Previous screen. From a later token's first screen, back to the token before's last one:
+    its step is taken back (rewound exactly: greedy, so Next makes the same step again), so each
+    screen shows the numbers of the token it names. Otherwise only the view goes back."""
+    shown = stage(state)
+    if shown == 1:
+        generation = keep_walk_open(state, clicked=True)
+        if generation is not None and len(generation.steps) > 1:
+            generation.rewind(len(generation.steps) - 1)
+            state[LESSON.stage] = len(STAGES) - 1
+            return
+    state[LESSON.stage] = max(0, shown - 1)
 
 
 def run_to_end(state: State) -> None:

@@ -19,7 +19,7 @@ ARCHITECTURE.md.
 from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError, TraceError, shown
 from engine.fast import Proof, proof_decisions
-from engine.generation import Candidate, Distribution, Generation, Resampled, StepRecord, Timing
+from engine.generation import Candidate, Distribution, Generation, PromptReading, Resampled, StepRecord, Timing
 from engine.inside import InsideView, LayerView, prepare_inside
 from engine.kvcache import KVGeometry, KVSnapshot
 from engine.limits import Limits
@@ -64,10 +64,10 @@ __all__ = [
     "BUNDLED", "CHAINS", "FINISH_REASONS", "TRACE_FORMAT", "TRACE_VERSION", "Candidate", "ChainOutput", "Decision",
     "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished", "GenerationShell", "InsideView",
     "InverseCdf", "KVGeometry", "KVSnapshot", "LayerView", "Limits", "LoadedModel", "ModelLoadError", "ModelSource",
-    "PassQueue", "PromptError", "PromptLookup", "Proof", "Replay", "Resampled", "RoundRecord", "SamplerSettings",
-    "SettingsError", "SpeculativeGeneration", "StageRecord", "StepRecord", "StopSequenceState", "StopSettings",
-    "Termination", "Timing", "TokenPiece", "TokenTexts", "TraceError", "decide", "draw_uniform", "escape",
-    "first_match", "load_model", "load_trace", "on_sampler_thread", "other_device_note", "parse_trace", "pick_by_cdf",
-    "prepare_inside", "proof_decisions", "replay", "resolve_source", "run_chain", "save_trace", "self_draft", "shown",
-    "stop_sequence_states", "to_trace", "unescape",
+    "PassQueue", "PromptError", "PromptLookup", "PromptReading", "Proof", "Replay", "Resampled", "RoundRecord",
+    "SamplerSettings", "SettingsError", "SpeculativeGeneration", "StageRecord", "StepRecord", "StopSequenceState",
+    "StopSettings", "Termination", "Timing", "TokenPiece", "TokenTexts", "TraceError", "decide", "draw_uniform",
+    "escape", "first_match", "load_model", "load_trace", "on_sampler_thread", "other_device_note", "parse_trace",
+    "pick_by_cdf", "prepare_inside", "proof_decisions", "replay", "resolve_source", "run_chain", "save_trace",
+    "self_draft", "shown", "stop_sequence_states", "to_trace", "unescape",
 ]

@@ -141,6 +141,16 @@ class _PendingLogits:
     forward_ms: float
 
 
+@dataclass(frozen=True)
+class PromptReading:
+    """The prompt's pass read ahead of the first step: how long since it was queued (waiting
+    behind other visitors' passes included), and whether it has finished."""
+
+    tokens: int
+    elapsed_s: float
+    done: bool
+
+
 @dataclass
 class _PromptAhead:
     """The prompt's pass, queued before the first step on a cache of its own (the generation's
@@ -405,6 +415,15 @@ class Generation(GenerationShell):
     def reading_ahead(self) -> bool:
         """Whether the prompt's pass was queued ahead of the first step and not yet adopted."""
         return self._ahead is not None
+
+    def prompt_reading(self) -> PromptReading | None:
+        """The prompt's pass read ahead, while the first step has not adopted it; None otherwise."""
+        ahead = self._ahead
+        if ahead is None:
+            return None
+        done = ahead.future.done()
+        until = ahead.finished if done and ahead.finished is not None else time.perf_counter()
+        return PromptReading(len(self.prompt_ids), until - ahead.started, done)
 
     def stop_reading_ahead(self) -> None:
         """Withdraw the prompt's pass read ahead, if it has not started (a visitor who changed

@@ -348,6 +348,44 @@ def measure_prefill_decode(lm: LoadedModel, prompt_tokens: int = 64, decode_step
     return PrefillDecode(prompt_tokens, prefill_ms, decode_steps, min(step_times))
 
 
+@dataclass(frozen=True)
+class PrefillCost:
+    """What reading a prompt in one pass costs on this machine, from two measured lengths: the
+    linear part (every token through the weights) and the quadratic part (every token attending
+    to every earlier one), t(n) = per_token_ms * n + per_pair_ms * n^2. Reading 1,500 tokens
+    costs more than three times 500: a straight line through one short prompt would promise a
+    long one too soon."""
+
+    lengths: tuple[int, int]
+    measured_ms: tuple[float, float]
+    per_token_ms: float
+    per_pair_ms: float  # >= 0
+
+    def estimate_s(self, tokens: int) -> float:
+        """Seconds to read `tokens` in one pass on an otherwise idle machine."""
+        return (self.per_token_ms * tokens + self.per_pair_ms * tokens * tokens) / 1e3
+
+
+def fit_prefill_cost(lengths: tuple[int, int], measured_ms: tuple[float, float]) -> PrefillCost:
+    """The two-term cost through two (length, time) points; a quadratic part that timing noise
+    makes negative is taken as zero (the line through the longer point)."""
+    (n1, n2), (t1, t2) = lengths, measured_ms
+    if not 0 < n1 < n2:
+        raise SettingsError("prefill lengths", lengths, "two whole numbers, the first smaller, both above 0")
+    per_pair = (t2 / n2 - t1 / n1) / (n2 - n1)
+    if per_pair <= 0:
+        return PrefillCost(lengths, measured_ms, t2 / n2, 0.0)
+    return PrefillCost(lengths, measured_ms, t1 / n1 - per_pair * n1, per_pair)
+
+
+def measure_prefill_cost(lm: LoadedModel, lengths: tuple[int, int] = (128, 512), repeats: int = 1) -> PrefillCost:
+    """Time a prompt read in one pass at two lengths (the fastest of `repeats` each, after a
+    warm-up) and fit `PrefillCost` through them."""
+    _require_repeats(repeats)
+    times = tuple(_best_ms(lambda n=n: prefill(lm, [sample_context(lm, n)]), lm.device, repeats) for n in lengths)
+    return fit_prefill_cost(lengths, times)
+
+
 def measure_kv(lm: LoadedModel, positions: int) -> KVSnapshot:
     """Fill a real cache with `positions` tokens and read its tensors."""
     cache, _ = prefill(lm, [sample_context(lm, positions)])

@@ -25,6 +25,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from engine import CHAINS, Generation, to_trace
+from engine.speed import PrefillCost
 from ui.controllers import step_through as control
 from ui.server import (
     current_deployment,
@@ -32,6 +33,7 @@ from ui.server import (
     current_scheduler,
     current_source,
     downloadable,
+    prefill_cost,
     switch_model,
     upload_problem,
 )
@@ -48,11 +50,12 @@ from ui.session import (
     step_generation,
     widget_range,
 )
-from ui.views import PANEL_CSS, chain_name, plain
+from ui.views import PANEL_CSS, chain_name, long_prompt_warning, plain, reading_progress
 from ui.views import inside as inside_views
 from ui.widgets import BACKWARD, FORWARD, RUN, continue_run, ensure_app_frame, page_style, panels, presenter_keys
 
 S = st.session_state
+PROGRESS_TICK_S = 0.5  # a long prompt's progress bar moves this often
 SAMPLER_CONTROLS = "sampler_controls"  # the controls' container: its CSS class is st-key-sampler_controls
 # Less empty space above the title; room between the branch pills and the detail views' control.
 # The sampler controls' column stays in view while the page scrolls, so a slider and the chart
@@ -262,6 +265,26 @@ def button_row(gen: Generation) -> None:
         st.info(plain(note), icon=":material/history:")
 
 
+def cost_of_prefill(gen: Generation) -> PrefillCost:
+    with st.spinner("Measuring how fast this server reads a prompt (once, for everyone)…"):
+        return prefill_cost(gen.lm)
+
+
+def wait_for_prompt(gen: Generation) -> None:
+    """A long prompt's first Step: its pass's progress, against the estimate, until it has read
+    the prompt; then the Step itself, and the workspace drawn again with its token."""
+    cost = cost_of_prefill(gen)
+    bar = st.progress(0.0)
+    while (reading := control.awaiting_prompt(S, gen)) is not None:
+        share, label = reading_progress(reading, cost)
+        bar.progress(share, text=label)
+        if reading.done:
+            break
+        time.sleep(PROGRESS_TICK_S)
+    control.finish_awaited_step(S)
+    st.rerun(scope="fragment")
+
+
 def status_text(gen: Generation) -> str:
     count = len(gen.steps)
     text = f"**{count}** token{'s' if count != 1 else ''} generated · prompt {len(gen.prompt_ids)} tokens"
@@ -292,6 +315,10 @@ def workspace() -> None:
     if control.is_running(S):
         control.advance_run(S, gen, time.monotonic())
     button_row(gen)
+    if control.awaiting_prompt(S, gen) is not None:
+        wait_for_prompt(gen)
+    elif control.is_long_prompt(gen):
+        st.warning(long_prompt_warning(len(gen.prompt_ids), cost_of_prefill(gen)), icon=":material/hourglass_top:")
     panels.step_announcement(gen)  # a screen reader hears the new token
     if presentation() and S.get(STEP.inside_screen):  # one screen: chips and inside the latest pass
         panels.context_window_panel(gen, control.prompt_html(S, gen))

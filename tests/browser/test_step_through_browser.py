@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.browser.conftest import ARTIFACTS
@@ -92,3 +94,22 @@ def test_step_is_unavailable_while_the_prompt_is_empty(page) -> None:
     page.wait_for_function("[...document.querySelectorAll('button')].some(b => b.innerText.trim() === 'Step' "
                            "&& b.disabled)", timeout=30_000)
     assert step.is_disabled() and page.evaluate(STEPS) == 1
+
+
+def test_a_long_prompt_is_announced_with_its_estimate_and_its_first_step_shows_progress(page) -> None:
+    """A prompt of a few thousand tokens: before Step, a warning with the time this server will
+    take (from its measured prefill speed); on Step, a progress bar while the pass reads; then
+    the first token, with nothing wrong."""
+    text = " ".join(f"Sentence number {i} tells of a river, a town and the people who lived there." for i in range(120))
+    field = page.get_by_label("Prompt", exact=True)
+    field.fill(text)
+    field.press("Control+Enter")
+    warning = page.get_by_text(re.compile(r"^This prompt is 2,\d{3} tokens\. The first Step reads all of them"))
+    warning.wait_for(timeout=120_000)
+    assert re.search(r"about (\d+ min )?\d+ s on this server \(measured here: 128 tokens in", warning.inner_text())
+    page.get_by_role("button", name="Step", exact=True).click()  # at once: the pass is still reading
+    page.get_by_text(re.compile(r"^Reading the 2,\d{3}-token prompt in one forward pass")).wait_for(timeout=60_000)
+    page.wait_for_function(f"{STEPS} === 1", timeout=240_000)
+    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+    assert not page.get_by_text(re.compile(r"^This prompt is")).count()  # said before the first step only
+    assert not page.get_by_test_id("stException").count()

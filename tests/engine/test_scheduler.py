@@ -483,6 +483,30 @@ def test_a_prompt_read_ahead_is_the_first_steps_own_pass_and_the_cache_stays_emp
         scheduler.close()
 
 
+def test_a_prompt_read_ahead_says_how_long_it_has_been_reading_and_when_it_is_done(tiny_lm, monkeypatch) -> None:
+    scheduler = ForwardScheduler(tiny_lm)
+    try:
+        pending = Future()
+        monkeypatch.setattr(scheduler, "submit", lambda token_ids, cache: pending)
+        ahead = Generation(tiny_lm, "hello there", scheduler=scheduler, **AHEAD)
+        assert ahead.prompt_reading() is None  # nothing read ahead yet
+        ahead.read_prompt_ahead()
+        first = ahead.prompt_reading()
+        assert first is not None and not first.done and first.tokens == len(ahead.prompt_ids)
+        time.sleep(0.05)
+        later = ahead.prompt_reading()
+        assert later.elapsed_s >= first.elapsed_s + 0.04 and not later.done
+        pending.set_exception(RuntimeError("the pass failed"))
+        ended = ahead.prompt_reading()
+        assert ended.done
+        time.sleep(0.05)
+        assert ahead.prompt_reading().elapsed_s == ended.elapsed_s  # the clock stopped with the pass
+        ahead.step()  # the first step reads the prompt itself, as without it
+        assert ahead.prompt_reading() is None
+    finally:
+        scheduler.close()
+
+
 def test_a_prompt_read_ahead_that_fails_is_read_again_by_the_first_step(tiny_lm, monkeypatch) -> None:
     scheduler = ForwardScheduler(tiny_lm)
     try:

@@ -15,6 +15,7 @@ from engine.speed import (
     QUICK,
     batch_step_logits,
     decode_flops,
+    fit_prefill_cost,
     loaded_kv_config,
     measure_batching,
     measure_cache_vs_recompute,
@@ -22,6 +23,7 @@ from engine.speed import (
     measure_decode_reads,
     measure_device,
     measure_kv,
+    measure_prefill_cost,
     measure_prefill_decode,
     next_logits_cached,
     next_logits_recomputed,
@@ -149,3 +151,19 @@ def test_measurement_sizes_fit_inside_a_small_context_window():
     tiny = QUICK.fitted(context_window=10)
     assert tiny.cache_lengths == (9,) and tiny.prompt_tokens == 9 and tiny.batch_context == 9
     assert QUICK.fitted(context_window=8192) == QUICK
+
+
+def test_the_prefill_cost_goes_through_both_measured_points_and_grows_faster_than_the_length():
+    cost = fit_prefill_cost((100, 400), (1_000.0, 6_000.0))  # 10 ms a token at 100, 15 at 400: the pairs cost
+    assert cost.estimate_s(100) == pytest.approx(1.0) and cost.estimate_s(400) == pytest.approx(6.0)
+    assert cost.per_pair_ms > 0 and cost.estimate_s(1_600) > 4 * cost.estimate_s(400)
+    noisy = fit_prefill_cost((100, 400), (1_000.0, 3_600.0))  # cheaper per token at 400: noise, not attention
+    assert noisy.per_pair_ms == 0 and noisy.estimate_s(800) == pytest.approx(7.2)  # the line through 400
+    with pytest.raises(SettingsError, match="prefill lengths"):
+        fit_prefill_cost((400, 100), (1.0, 2.0))
+
+
+def test_the_prefill_cost_is_measured_on_the_model_at_the_lengths_asked(tiny_lm):
+    cost = measure_prefill_cost(tiny_lm, (8, 32))
+    assert cost.lengths == (8, 32) and all(ms > 0 for ms in cost.measured_ms)
+    assert cost.estimate_s(32) == pytest.approx(cost.measured_ms[1] / 1e3, rel=1e-6)  # either fit meets it

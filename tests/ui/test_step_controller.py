@@ -4,11 +4,13 @@ tiny random model (tests/tiny.py), so these run in the fast suite."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
 
 from engine import Generation, LoadedModel, SamplerSettings, to_trace
+from engine.serving import ForwardScheduler
 from tests.passes import counted_passes
 from ui.controllers import step_through as control
 from ui.session import idle_rebuild
@@ -355,3 +357,26 @@ def test_a_link_or_trace_made_on_a_gpu_says_so_where_it_is_opened_on_the_cpu(sta
     other: dict[str, Any] = {}  # a visitor reads one link: a bad one comes in another tab
     assert control.link_to_open(other, {**params, "device": ["cu da"]}) is None
     assert "'device' must be a device type" in message(other, "link")
+
+
+def test_a_long_prompts_first_step_is_left_to_the_page_while_its_pass_still_reads(tiny_lm, monkeypatch) -> None:
+    monkeypatch.setattr(control, "LONG_PROMPT_TOKENS", 2)  # the tiny model's window is far below the real one
+    scheduler, pending = ForwardScheduler(tiny_lm), Future()
+    monkeypatch.setattr(scheduler, "submit", lambda token_ids, cache: pending)
+    try:
+        state: dict[str, Any] = {}
+        init_defaults(state)
+        state[STEP.prompt] = PROMPT
+        control.sync_generation(state, tiny_lm, scheduler)
+        gen = generation(state)
+        assert control.is_long_prompt(gen) and control.awaiting_prompt(state, gen) is None
+        control.step(state)  # the pass has not read the prompt yet: no step inside the click
+        reading = control.awaiting_prompt(state, gen)
+        assert reading is not None and not reading.done and gen.steps == ()
+        pending.set_exception(RuntimeError("withdrawn"))  # ended (the step then reads the prompt itself)
+        assert control.awaiting_prompt(state, gen).done
+        control.finish_awaited_step(state)
+        assert len(gen.steps) == 1 and control.awaiting_prompt(state, gen) is None
+        assert not control.is_long_prompt(gen) and message(state, "buttons") is None
+    finally:
+        scheduler.close()

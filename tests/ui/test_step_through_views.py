@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import ui.views.chips as chips
-from engine import Generation, LoadedModel, SamplerSettings, StopSettings, Termination, replay
+from engine import Generation, LoadedModel, PromptReading, SamplerSettings, StopSettings, Termination, replay
 from engine.generation import describe_distribution
 from engine.sampling import InverseCdf, decide
+from engine.speed import fit_prefill_cost
 from engine.stopping import StopSequenceState
 from ui.session.presets import load_presets
 from ui.session.settings import format_stop_sequences, parse_stop_sequences
@@ -22,6 +23,7 @@ from ui.session.share import SharedState, SharedStep, ShareError, from_generatio
 from ui.views.charts import FINAL_NAME, MODES, bar_rows, distribution_figure, kv_figure
 from ui.views.chips import context_html, generated_chip, prompt_chips
 from ui.views.format import esc, pct, quoted, visible
+from ui.views.prefill import duration, long_prompt_warning, reading_progress
 from ui.views.records import (
     cdf_bands,
     cdf_strip_html,
@@ -307,3 +309,17 @@ def test_a_long_prompts_chips_fold_their_middle_and_keep_every_token() -> None:
     assert f"{1_000 - chips.KEEP_HEAD - chips.KEEP_TAIL:,} more prompt tokens (positions 40 to 839)" in html
     short = chips.prompt_chips(pieces[: chips.FOLD_OVER])
     assert "<details" not in short and short.count("tbt-prompt") == chips.FOLD_OVER
+
+
+def test_a_long_prompts_first_step_is_announced_with_its_estimate_and_shows_its_progress() -> None:
+    cost = fit_prefill_cost((128, 512), (1_000.0, 5_000.0))
+    warning = long_prompt_warning(4_250, cost)
+    assert warning.startswith("This prompt is 4,250 tokens.") and duration(cost.estimate_s(4_250)) in warning
+    assert "128 tokens in 1.00 s, 512 in 5.00 s" in warning
+    assert duration(5) == "5 s" and duration(130.4) == "2 min 10 s" and duration(0.2) == "1 s"
+    expected = cost.estimate_s(1_000)
+    share, label = reading_progress(PromptReading(1_000, expected / 2, False), cost)
+    assert share == pytest.approx(0.5) and label.startswith("Reading the 1,000-token prompt")
+    share, label = reading_progress(PromptReading(1_000, expected * 2, False), cost)
+    assert share == 0.99 and "longer than estimated" in label  # never full before the pass is done
+    assert reading_progress(PromptReading(1_000, 3.0, True), cost) == (1.0, "Read 1,000 prompt tokens in 3 s.")

@@ -21,6 +21,7 @@ from engine import (
     InsideView,
     LoadedModel,
     PromptError,
+    PromptReading,
     Resampled,
     SamplerSettings,
     SettingsError,
@@ -44,6 +45,9 @@ from ui.views.chips import prompt_chips
 State = MutableMapping[str, Any]
 
 RUN = RunClock(STEP.running, STEP.run_frame_started)  # a Run: one token per rerun, each on screen for a frame
+# From this many prompt tokens the first Step is announced with its estimated time and shows its
+# progress (docs/teaching.md: how long a prompt's pass takes on the machines seen)
+LONG_PROMPT_TOKENS = 500
 
 
 # ---- the buttons -----------------------------------------------------------------------------
@@ -66,9 +70,36 @@ def step(state: State) -> None:
     reaches the server with the very click that takes the focus from its field: stepping the
     generation as it was would make a token of the old prompt, and the script would then start
     the new prompt's generation with none. So the generation is brought up to the widgets
-    first; while the prompt cannot be read, Step does nothing and says why."""
-    if (gen := current_for_step(state)) is not None:
-        _act(state, gen.step)
+    first; while the prompt cannot be read, Step does nothing and says why.
+
+    A long prompt's first Step does not wait inside this callback (a greyed page for minutes):
+    while its pass is still reading, the Step is left to the page, which shows the pass's
+    progress and then steps (`awaiting_prompt`, `finish_awaited_step`)."""
+    if (gen := current_for_step(state)) is None:
+        return
+    if is_long_prompt(gen):
+        gen.read_prompt_ahead()
+        if (reading := gen.prompt_reading()) is not None and not reading.done:
+            state[STEP.awaiting_prompt] = True
+            return
+    _act(state, gen.step)
+
+
+def is_long_prompt(gen: Generation) -> bool:
+    """Whether the generation has yet to read a prompt long enough to warn about."""
+    return not gen.steps and len(gen.prompt_ids) >= LONG_PROMPT_TOKENS
+
+
+def awaiting_prompt(state: State, gen: Generation) -> PromptReading | None:
+    """The pass the visitor pressed Step for while it still reads the prompt, or None (no Step
+    waits, or the pass was withdrawn: Step then reads the prompt itself)."""
+    return gen.prompt_reading() if state.get(STEP.awaiting_prompt) else None
+
+
+def finish_awaited_step(state: State) -> None:
+    """The Step the visitor pressed while the prompt was reading, now that it has been read."""
+    state.pop(STEP.awaiting_prompt, None)
+    step(state)
 
 
 def current_for_step(state: State) -> Generation | None:

@@ -86,6 +86,7 @@ class StepKeys(PageKeys):
     generation: str = "st_generation"  # the visitor's Generation: read it with ui.session.settings.step_generation
     messages: str = "st_messages"  # control name -> message shown beside that control
     running: str = "st_running"
+    awaiting_prompt: str = "st_awaiting_prompt"  # Step pressed while a long prompt's pass is still reading
     run_frame_started: str = "st_run_frame_started"  # when the Run's current token began
     link_read: str = "st_link_read"  # the share link in the address was read (first run only)
     memo: str = "st_memo"  # ui/session/memo.py store: prompt chips, re-sampled steps, inside views

@@ -20,6 +20,7 @@ __getattr__, __all__ = room_exports(__name__, {
     "format": ("chain_name", "esc", "nbytes", "pct", "plain", "quoted"),
     "inside": (),
     "kv_speed": (),
+    "prefill": ("long_prompt_warning", "reading_progress"),
     "records": ("FINISH_LABELS", "LINE_CSS", "PANEL_CSS"),
     "teaching_charts": (
         "batch_figure", "cache_figure", "chains_figure", "cut_figure", "draws_figure", "kv_memory_figure",

@@ -47,6 +47,7 @@ class IdleReleaser:
         self._clock = clock
         self._lock = threading.Lock()
         self._last: dict[int, tuple[weakref.ref, float]] = {}  # id -> (generation, last touched)
+        self._exempt: weakref.WeakSet = weakref.WeakSet()  # owned elsewhere: never closed here
         self._stopped = threading.Event()
         if check_every_s is not None:
             threading.Thread(target=self._sweep_every, args=(check_every_s,), name="idle-releaser",
@@ -55,7 +56,16 @@ class IdleReleaser:
     def touch(self, generation: Closable) -> None:
         """Note that a visitor is using `generation` now (registering it the first time)."""
         with self._lock:
-            self._last[id(generation)] = (weakref.ref(generation), self._clock())
+            if generation not in self._exempt:
+                self._last[id(generation)] = (weakref.ref(generation), self._clock())
+
+    def exempt(self, generation: Closable) -> None:
+        """Never close `generation`: something else bounds its life (a class room's generation,
+        closed with its room, which a whole class steps on after any pause). A touch no longer
+        registers it."""
+        with self._lock:
+            self._exempt.add(generation)
+            self._last.pop(id(generation), None)
 
     def sweep(self) -> int:
         """Close every generation idle for `idle_s` or longer; returns how many were closed."""

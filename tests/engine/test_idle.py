@@ -101,3 +101,15 @@ def test_the_deployment_sets_the_idle_minutes() -> None:
     for bad in ("0", "-1", "soon", "inf"):
         with pytest.raises(SettingsError, match="TBT_IDLE_MINUTES"):
             deployment_from_env({"TBT_IDLE_MINUTES": bad})
+
+
+def test_an_exempt_generation_is_never_closed_and_a_touch_does_not_register_it_again(tiny_lm, clock) -> None:
+    releaser = IdleReleaser(60, clock=clock, check_every_s=None)
+    room, tab = generation(tiny_lm, steps=1), generation(tiny_lm, steps=1)
+    releaser.touch(room)
+    releaser.touch(tab)
+    releaser.exempt(room)  # its owner closes it (a class room's generation)
+    releaser.touch(room)
+    assert releaser.tracked() == 1
+    clock.now += 3600
+    assert releaser.sweep() == 1 and tab.closed and not room.closed

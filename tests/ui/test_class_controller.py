@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from classroom import WrongCodeThrottle
+from engine import Generation
 from tests.classroom.test_hall import make_hall
 from ui.controllers import class_room as control
+from ui.session import idle_rebuild
 from ui.session.keys import CLASS
 
 TEACHER, STUDENT_BROWSER = "cookie:teacher", "cookie:student"
@@ -99,3 +101,24 @@ def test_a_student_link_made_from_localhost_is_flagged_and_a_network_address_is_
         assert "network address" in control.link_warning(url), url
     for url in ("http://192.168.1.20:8501/class", "https://tokens.example.org/class", "http://teacher-laptop:8501"):
         assert control.link_warning(url) is None, url
+
+
+def test_the_rooms_generation_is_not_put_away_in_an_idle_spell_so_the_next_step_is_one_pass(
+        tiny_lm, tmp_path, idle_server) -> None:
+    """A class pauses (a discussion, a break): the first Step after it costs what any Step costs,
+    not a replay of every step so far. The room's generation lives as long as the room."""
+    from tests.passes import counted_passes
+    from ui.controllers import step_through as stepper
+    hall = make_hall(tiny_lm, tmp_path / "rooms.sqlite3")
+    presenter: dict = {}
+    control.start_class(presenter, hall, tiny_lm, None, TEACHER)
+    room = control.current_room(presenter, hall)
+    for _ in range(3):
+        assert control.as_presenter(presenter, hall, stepper.step)
+    tab_alone = Generation(tiny_lm, "a visitor's own tab")  # a Step page's generation, for comparison
+    idle_rebuild.touch((tab_alone,))
+    assert idle_server.away(3600) == 1 and tab_alone.closed  # an hour: the tab's is put away, the room's not
+    assert not room.generation.closed
+    with counted_passes(tiny_lm) as passes:
+        assert control.as_presenter(presenter, hall, stepper.step)
+    assert len(room.generation.steps) == 4 and len(passes) == 1

@@ -21,6 +21,7 @@ from classroom import AccessRefused, ClassHall, LiveRoom, RoomFull, Snapshot, St
 from engine import Generation, LoadedModel, PromptError, SettingsError, TraceError
 from engine.serving import ForwardScheduler
 from ui.controllers import step_through as step_controller
+from ui.session import idle_rebuild
 from ui.session.keys import CLASS, STEP
 from ui.session.settings import init_defaults, message, set_message, write_generation
 
@@ -231,6 +232,9 @@ def as_presenter(state: State, hall: ClassHall, action: Callable[[State], object
         action(presenter)
         if (generation := presenter.get(STEP.generation)) is not None:
             hall.publish(room, generation)
+            # the room's generation lives as long as the room (the hall closes it): a tab's
+            # idle release would make the first Step after a pause replay every step first
+            idle_rebuild.exempt(room.generation)
     return True
 
 

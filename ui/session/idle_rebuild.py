@@ -43,6 +43,11 @@ def touch(generations: Iterable[Closable]) -> None:
         idle_releaser().touch(generation)
 
 
+def exempt(generation: Closable) -> None:
+    """Leave `generation` out of idle release: its owner bounds its life (a class room's)."""
+    idle_releaser().exempt(generation)
+
+
 def keep_open(state: State, key: str, *, generations: Callable[[Held], Iterable[Closable]],
               rebuild: Callable[[Held], Held], subject: str, rebuilt_from: Callable[[Held], str], messages: str,
               again: str = "Press Reset to start again.", clicked: bool = False) -> Held | None:

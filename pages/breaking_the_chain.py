@@ -12,8 +12,9 @@ import time
 import streamlit as st
 
 from engine import LoadedModel, self_draft
-from engine.speculative import GO_ON, K_MAX, K_MIN, DraftMethod, RaceRow, speculative_to_trace
+from engine.speculative import GO_ON, K_MAX, K_MIN, DraftMethod, last_race_times, speculative_to_trace
 from ui.controllers import breaking_the_chain as bc
+from ui.domain import plain_ms_per_token
 from ui.server import current_deployment, current_model, downloadable
 from ui.session import CHAIN
 from ui.views import (
@@ -22,8 +23,9 @@ from ui.views import (
     context_html,
     counted,
     plain,
-    race_slower_note,
+    race_cost_text,
     race_table,
+    race_verdict,
     round_line_html,
     speculative_chips_html,
 )
@@ -39,6 +41,7 @@ from ui.widgets import (
 )
 
 S = st.session_state
+RACE_POLL_S = 1.0  # a race under way is redrawn this often
 CHIP_LINES = 3  # presentation mode: rows of chips shown per lane (the newest), so a round fits 1280x720
 
 
@@ -264,16 +267,16 @@ those tokens one pass of the big model settles.
 
 - **Speculative decoding with a draft model** (this page): any smaller model with the same tokenizer guesses; the
   output is exactly the big model's. It pays when the draft is much cheaper than the target and agrees with it
-  often. Here the only draft on hand is a copy of the same 135 M model, so drafting costs nearly as much as
-  verifying: it shows the mechanics, and it is slower.
+  often. Here the only drafts on hand are bfloat16 and int8 copies of the same model, so a draft token costs a
+  large share of a step: whether that pays on this server, the Race below measures.
 - **Prompt lookup** (this page): guesses copied from the context itself; no extra model, no training. It pays
   only when the output repeats the input: edits, quotes, code, retrieval answers.
 - **Lookahead decoding** (this page): no draft model and no training. The verify pass's own predictions past a
   rejected guess are the next guesses (a Jacobi iteration, whose fixed point is greedy decoding), and every run
   of tokens the passes predicted goes into an n-gram pool to guess from later. Exact, greedy or sampled.
 - **Early exit** (this page): the model's own first layers, its final norm and head draft (the logit lens used
-  as a draft); all the layers verify. It pays only for a model trained to exit early: this one's shallow
-  layers rarely agree with its last, and each draft token still reads the whole LM head.
+  as a draft); all the layers verify. It is made for models trained to exit early; each draft token still
+  reads the whole LM head, and the Race below shows how often this model's shallow layers agree with its last.
 - **Parallel decoding heads** (Medusa and similar): extra output heads on the model itself predict tokens 2, 3, …
   ahead from the same hidden state, and a tree of their guesses is verified in one pass. The heads must be
   trained (the base model can stay frozen).
@@ -312,28 +315,47 @@ def main() -> None:
 
 
 def race_section() -> None:
-    """Every method on the visitor's prompt, greedy, one after another: the same tokens, measured here."""
+    """Every method on the visitor's prompt, greedy, one after another on a thread of their own:
+    the cost said before, a live row per run, then who won and why, and the texts."""
     st.markdown("### Race every method on this prompt")
-    st.caption(f"Plain decoding, then each method, greedy, {bc.RACE_TOKENS} new tokens each, on the prompt above, "
-               "one after another on this server (a few seconds each). Each row's text is checked against plain "
-               "decoding's, token for token.")
-    lanes = bc.current_lanes(S)
-    if st.button("Race", key=CHAIN.race, disabled=lanes is None):
-        bar, live, rows = st.progress(0.0, text="Plain decoding…"), st.empty(), []
-
-        def progress(done: int, total: int, row: RaceRow | None) -> None:  # each row shown as it comes
-            rows.extend([row] if row else [])
-            bar.progress(done / max(1, total), text=f"{done} of {total} methods")
-            live.dataframe(race_table(rows), hide_index=True)
-
-        S[CHAIN.race_rows] = bc.race(current_model(), lanes.speculative.prompt, lanes.speculative.chat, make_draft,
-                                     progress=progress)
-        bar.empty()
-        live.empty()
-    if rows := S.get(CHAIN.race_rows):
+    lanes, job = bc.current_lanes(S), bc.race_job(S)
+    if job is None:
+        lm = current_model()
+        cost = race_cost_text(len(bc.RACE_METHODS) + 1, bc.RACE_TOKENS, last_race_times(lm.name, bc.RACE_TOKENS),
+                              plain_ms_per_token(lanes))
+        st.caption(plain(cost + " Each row's text is checked against plain decoding's, token for token."))
+        st.button("Race", key=CHAIN.race, disabled=lanes is None, on_click=bc.start_race_job,
+                  args=(S, lm, make_draft))
+    else:
+        race_live()
+    if problem := bc.message(S, "race"):
+        st.error(plain(problem), icon=":material/error:")
+    if (rows := S.get(CHAIN.race_rows)) and job is None:
         st.dataframe(race_table(rows), hide_index=True, key=CHAIN.race_table)
-        if note := race_slower_note(rows):
-            st.caption(plain(note))
+        st.markdown(race_verdict(rows))
+        with st.expander("The texts"):
+            texts = {row.label: current_model().tokenizer.decode(list(row.ids)) for row in rows}
+            same = all(row.same_text for row in rows)
+            st.markdown("Every method wrote exactly this:" if same else "Each method's text:")
+            for label, text in (list(texts.items())[:1] if same else texts.items()):
+                st.code(text, language=None, wrap_lines=True)
+                if not same:
+                    st.caption(label)
+
+
+@st.fragment(run_every=RACE_POLL_S)
+def race_live() -> None:
+    """The race under way, redrawn every RACE_POLL_S: which run goes on, every row so far."""
+    job = bc.race_job(S)
+    if job is None:  # it has just ended: the whole section again, with the result
+        st.rerun()
+        return
+    done = len(job.rows)
+    now = ("waiting for another visitor's race on this server to end" if job.waiting else
+           f"running {job.running}" if job.running else "starting")
+    st.progress(done / len(job.labels), text=f"{done} of {len(job.labels)} runs done · {now} · "
+                                              f"{job.elapsed_s:.0f} s so far")
+    st.dataframe(race_table(job.rows, job.running), hide_index=True)
 
 
 if __name__ == "__main__":

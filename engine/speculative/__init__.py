@@ -22,7 +22,16 @@ from engine.speculative.generation import KVChange, PositionView, Rejection, Rou
 from engine.speculative.heads import GO_ON, MedusaHeads, MtpDraft, TrainedDraft, load_trained
 from engine.speculative.lookahead import Lookahead, LookaheadGuess
 from engine.speculative.methods import DRAFT_METHODS, chosen_exit, draft_for
-from engine.speculative.race import Entrant, RaceResult, RaceRow, Skipped, run_race
+from engine.speculative.race import (
+    Entrant,
+    RaceJob,
+    RaceResult,
+    RaceRow,
+    Skipped,
+    last_race_times,
+    run_race,
+    start_race,
+)
 from engine.speculative.rule import K_MAX, K_MIN, Check, Verdict, check_k, expected_tokens_per_round, judge
 from engine.speculative.trace import (
     SpeculativeReplay,
@@ -52,6 +61,7 @@ __all__ = [
     "MtpDraft",
     "PositionView",
     "PromptLookup",
+    "RaceJob",
     "RaceResult",
     "RaceRow",
     "Rejection",
@@ -68,6 +78,7 @@ __all__ = [
     "draft_for",
     "expected_tokens_per_round",
     "judge",
+    "last_race_times",
     "layer_agreement",
     "load_trained",
     "replay_speculative",
@@ -75,5 +86,6 @@ __all__ = [
     "save_speculative_trace",
     "self_draft",
     "speculative_to_trace",
+    "start_race",
     "verify_pass_decision",
 ]

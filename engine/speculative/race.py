@@ -3,14 +3,20 @@
 The Breaking the chain page races every method on the visitor's prompt, and
 bench/speculative_bench.py races them over several prompts and draft lengths; both call `run_race`.
 Every run is greedy with the same stop settings, so every method must give plain decoding's
-tokens exactly: each row says whether it did. The runs go one after another on the caller's
-thread (a race measures each alone), and each is timed twice: the whole run, and the run after
-its first pass (the first pass reads the prompt too, so it is not a decode step).
+tokens exactly: each row says whether it did. The runs go one after another (a race measures
+each alone), and each is timed twice: the whole run, and the run after its first pass (the
+first pass reads the prompt too, so it is not a decode step).
+
+`start_race` runs a race on a thread of its own, for a page that stays usable while it runs and
+shows each row as it comes: a `RaceJob` is read while it runs. Races on one server take turns
+(each would slow the other's measurement), and the server remembers each finished race's times
+per model and length, so the next visitor is told what a race costs before starting one.
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -100,16 +106,20 @@ Progress = Callable[[int, int, RaceRow | None], None]
 
 
 def run_race(lm: LoadedModel, prompt: str, chat: bool, entrants: Sequence[Entrant], tokens: int,
-         progress: Progress | None = None) -> RaceResult:
+             progress: Progress | None = None, starting: Callable[[str], None] | None = None) -> RaceResult:
     """Plain greedy decoding of `tokens` new tokens, then each entrant on the same prompt and
-    settings, one after another."""
+    settings, one after another; `starting(label)` is told before each run begins."""
     stop = StopSettings(max_new_tokens=tokens)
+    if starting is not None:
+        starting(PLAIN_LABEL)
     plain = _timed(Generation(lm, prompt, chat=chat, sampler=GREEDY, stop=stop))
     plain_row = _plain_row(*plain)
     if progress is not None:
         progress(0, len(entrants), plain_row)
     rows, skipped = [], []
     for done, entrant in enumerate(entrants, start=1):
+        if starting is not None:
+            starting(entrant.label)
         try:
             draft = entrant.make_draft()
         except (ModelLoadError, SettingsError) as exc:
@@ -122,6 +132,113 @@ def run_race(lm: LoadedModel, prompt: str, chat: bool, entrants: Sequence[Entran
         if progress is not None:
             progress(done, len(entrants), row)
     return RaceResult(plain_row, tuple(rows), tuple(skipped))
+
+
+# ---- a race on a thread of its own -----------------------------------------------------------
+
+_ONE_RACE_AT_A_TIME = threading.Lock()  # two races at once would each slow the other's measurement
+_LAST_TIMES: dict[tuple[str, int], tuple[tuple[str, float], ...]] = {}  # (model, tokens) -> (label, s) per run
+_LAST_LOCK = threading.Lock()
+
+
+class RaceJob:
+    """A race running on its own thread: what it has measured so far, what runs now, and its
+    end (the result, or the error that stopped it). Read from any thread."""
+
+    def __init__(self, lm: LoadedModel, prompt: str, chat: bool, entrants: Sequence[Entrant], tokens: int) -> None:
+        self.labels = (PLAIN_LABEL, *(entrant.label for entrant in entrants))
+        self.tokens = tokens
+        self._key = (lm.name, tokens)
+        self._lock = threading.Lock()
+        self._rows: list[RaceRow] = []
+        self._running: str | None = None
+        self._waiting = True
+        self._result: RaceResult | None = None
+        self._error: str | None = None
+        self._started = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, args=(lm, prompt, chat, tuple(entrants)),
+                                        name="race", daemon=True)
+        self._thread.start()
+
+    @property
+    def rows(self) -> tuple[RaceRow, ...]:
+        with self._lock:
+            return tuple(self._rows)
+
+    @property
+    def running(self) -> str | None:
+        """The label of the run under way (None before the first and after the last)."""
+        with self._lock:
+            return self._running
+
+    @property
+    def waiting(self) -> bool:
+        """Whether it waits for another race on this server to finish."""
+        with self._lock:
+            return self._waiting
+
+    @property
+    def done(self) -> bool:
+        with self._lock:
+            return self._result is not None or self._error is not None
+
+    @property
+    def result(self) -> RaceResult | None:
+        with self._lock:
+            return self._result
+
+    @property
+    def error(self) -> str | None:
+        with self._lock:
+            return self._error
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self._started
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the end; whether it came."""
+        self._thread.join(timeout)
+        return self.done
+
+    def _run(self, lm: LoadedModel, prompt: str, chat: bool, entrants: tuple[Entrant, ...]) -> None:
+        times: list[tuple[str, float]] = []
+
+        def starting(label: str) -> None:
+            with self._lock:
+                self._running = label
+
+        def progress(done: int, total: int, row: RaceRow | None) -> None:
+            with self._lock:
+                if row is not None:
+                    self._rows.append(row)
+                    times.append((row.label, row.seconds))
+
+        try:
+            with _ONE_RACE_AT_A_TIME:
+                with self._lock:
+                    self._waiting = False
+                result = run_race(lm, prompt, chat, entrants, self.tokens, progress, starting)
+        except Exception as exc:  # any: the page says why (a thread that dies leaves no word)
+            with self._lock:
+                self._error, self._running, self._waiting = f"The race stopped: {exc}", None, False
+            return
+        with _LAST_LOCK:
+            _LAST_TIMES[self._key] = tuple(times)
+        with self._lock:
+            self._result, self._running = result, None
+
+
+def start_race(lm: LoadedModel, prompt: str, chat: bool, entrants: Sequence[Entrant], tokens: int) -> RaceJob:
+    """`run_race` on a thread of its own (after any other race on this server has finished)."""
+    return RaceJob(lm, prompt, chat, entrants, tokens)
+
+
+def last_race_times(model: str, tokens: int) -> tuple[tuple[str, float], ...]:
+    """Each run's seconds in the last race this server finished for `model` at `tokens` new
+    tokens, in order (empty before the first)."""
+    with _LAST_LOCK:
+        return _LAST_TIMES.get((model, tokens), ())
 
 
 @dataclass(frozen=True)

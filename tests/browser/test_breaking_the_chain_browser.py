@@ -39,6 +39,37 @@ def test_steps_then_run_show_rounds_beside_plain_decoding(page):
     shoot(page, "breaking_the_chain_finished", height=2600)
 
 
+def test_the_race_says_its_cost_runs_in_the_background_with_a_live_row_and_names_the_winner(browser, app_url):
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    try:
+        page.goto(f"{app_url}/breaking_the_chain")
+        race = page.get_by_role("button", name="Race", exact=True)
+        race.wait_for(timeout=SLOW)
+        settle(page)
+        race.scroll_into_view_if_needed()
+        assert page.get_by_text(re.compile(r"^8 runs of 48 new tokens, one after another")).count() == 1  # cost first
+        race.click()
+        running = page.get_by_text(re.compile(r"of 8 runs done · running (lookahead|parallel|multi-token|early exit)"))
+        running.first.wait_for(timeout=SLOW)  # the progress names the method under way
+        assert page.locator("[data-testid='stDataFrame']").count() >= 1  # its rows so far, live
+        verdict = page.get_by_text(re.compile("was fastest here|No method beat plain decoding"))
+        verdict.wait_for(timeout=600_000)
+        settle(page)
+        header = page.locator("[data-testid='stDataFrame']").last
+        header.scroll_into_view_if_needed()
+        same = page.get_by_role("columnheader", name="same text")
+        if same.count():  # the grid's header cells, where the browser exposes them
+            box = same.first.bounding_box()
+            assert box["x"] + box["width"] <= 1280, "the 'same text' column is off-screen at 1,280 px"
+        page.get_by_text("The texts").click()
+        page.get_by_text("Every method wrote exactly this:").wait_for(timeout=SLOW)
+        assert page.get_by_text(re.compile(r"about \d+ s, what the last race here took")).count() == 1  # the next cost
+        shoot(page, "breaking_the_chain_race", height=2000)
+    finally:
+        context.close()
+
+
 # what in an accept / reject card reaches past its border, or a number wider than its cell
 CARD_OVERFLOW = """() => [...document.querySelectorAll('.bc-pos')].flatMap(card => {
   const edge = card.getBoundingClientRect().right + 0.5;

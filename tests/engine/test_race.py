@@ -8,8 +8,17 @@ from types import SimpleNamespace
 import pytest
 
 from engine import SettingsError
-from engine.speculative import EarlyExit, Entrant, Lookahead, PromptLookup, RaceRow, run_race
-from engine.speculative.race import PLAIN, by_position
+from engine.speculative import (
+    EarlyExit,
+    Entrant,
+    Lookahead,
+    PromptLookup,
+    RaceRow,
+    last_race_times,
+    run_race,
+    start_race,
+)
+from engine.speculative.race import PLAIN, PLAIN_LABEL, by_position
 
 COPYING = "Repeat after me: the cat sat on the mat. the cat sat on the mat."
 
@@ -67,3 +76,31 @@ def test_on_the_real_model_prompt_lookup_needs_fewer_passes_than_tokens_for_a_co
     row = result.rows[0]
     assert row.same_text and row.tokens == result.plain.tokens
     assert row.passes < row.tokens and row.acceptance is not None and row.acceptance > 0.5
+
+
+def test_a_race_on_its_own_thread_names_each_run_as_it_starts_and_the_server_remembers_its_times(tiny_lm) -> None:
+    started: list[str] = []
+    slow_lookup = Entrant("lookup", lambda: started.append("built") or PromptLookup(tiny_lm.eos_ids), k=4)
+    job = start_race(tiny_lm, COPYING, False, [slow_lookup, Entrant("refused", refused)], tokens=6)
+    assert job.labels == (PLAIN_LABEL, "lookup", "refused")
+    assert job.wait(60) and job.error is None and job.running is None and not job.waiting
+    result = job.result
+    assert job.rows == (result.plain, *result.rows) and [row.label for row in result.rows] == ["lookup"]
+    times = last_race_times(tiny_lm.name, 6)
+    assert [label for label, _ in times] == [PLAIN_LABEL, "lookup"]  # the refused one never ran
+    assert [seconds for _, seconds in times] == [row.seconds for row in job.rows]
+    assert last_race_times(tiny_lm.name, 7) == ()
+
+
+def test_run_race_tells_each_run_before_it_starts(tiny_lm) -> None:
+    seen: list[str] = []
+    run_race(tiny_lm, COPYING, False, entrants(tiny_lm)[:2], tokens=4, starting=seen.append)
+    assert seen == [PLAIN_LABEL, "lookup", "refused"]
+
+
+def test_a_race_that_fails_says_why_and_ends(tiny_lm) -> None:
+    def broken() -> PromptLookup:
+        raise RuntimeError("the draft broke")
+
+    job = start_race(tiny_lm, COPYING, False, [Entrant("broken", broken)], tokens=4)
+    assert job.wait(60) and job.result is None and job.error == "The race stopped: the draft broke"

@@ -317,10 +317,22 @@ def test_each_new_method_drafts_on_the_page_and_says_how_it_guessed(at: AppTest,
 def test_the_race_runs_every_method_on_the_prompt_and_checks_each_text(at: AppTest, monkeypatch) -> None:
     monkeypatch.setattr(bc, "RACE_TOKENS", 8)
     monkeypatch.setattr(bc, "RACE_METHODS", (bc.PROMPT_LOOKUP, bc.LOOKAHEAD, bc.EARLY_EXIT))
+    at.run()
+    assert "4 runs of 8 new tokens" in " ".join(as_read(c.value) for c in at.caption)  # its cost, said first
     click(at, CHAIN.race)
     assert not at.exception
+    job = at.session_state[CHAIN.race_job]  # on its own thread: the page is drawn meanwhile
+    assert job.labels[1:] == (bc.PROMPT_LOOKUP, bc.LOOKAHEAD, bc.EARLY_EXIT)
+    assert at.get("progress") or job.done  # the live view (unless the race already ended)
+    assert job.wait(300)
+    at.run()
+    assert not at.exception and CHAIN.race_job not in at.session_state
     rows = at.session_state[CHAIN.race_rows]
     assert [row.label for row in rows][1:] == [bc.PROMPT_LOOKUP, bc.LOOKAHEAD, bc.EARLY_EXIT]
     assert all(row.same_text for row in rows) and all(row.tokens == rows[0].tokens for row in rows)
     table = at.dataframe[-1].value
     assert list(table["same text"]) == ["✓"] * 4 and table["speed-up"].iloc[0] == "1.00×"
+    assert list(table["k"]) == ["–", "4", "4", "4"]
+    verdict = next(m.value for m in at.markdown if "fastest here" in m.value or "No method beat" in m.value)
+    assert all(row.label in verdict for row in rows[1:] if row.ms_per_token > rows[0].ms_per_token)
+    assert "8 new tokens" in " ".join(as_read(c.value) for c in at.caption)  # the next race's cost: this one's

@@ -11,6 +11,7 @@ import re
 import pytest
 
 from engine import Generation, PromptLookup, SamplerSettings, SpeculativeGeneration
+from engine.speculative import RaceRow
 from ui.controllers import breaking_the_chain as bc
 from ui.views.breaking_the_chain import (
     KIND_COLOURS,
@@ -26,6 +27,7 @@ from ui.views.breaking_the_chain import (
     verify_cost_text,
     verify_path_text,
 )
+from ui.views.chain_story import race_cost_text, race_table, race_verdict
 from ui.views.format import pct
 
 NO_REPEAT = "xyzw"  # no token occurs twice: prompt lookup finds nothing to copy
@@ -130,3 +132,45 @@ def test_the_verify_path_says_which_pass_this_server_takes_and_why() -> None:
     assert "bit for bit" in verify_path_text(True, "probed equal") and "last bit" in verify_path_text(True, "x")
     slow = verify_path_text(False, "the lone pass is not in use (TBT_LONE_PASS=eager)")
     assert "transformers' multi-token pass" in slow and "TBT_LONE_PASS=eager" in slow and "float rounding" in slow
+
+
+def race_row(label: str, ms: float, tokens_per_pass: float, acceptance: float | None, k: int | None = 4,
+             same: bool = True) -> RaceRow:
+    """A row of 48 tokens at `ms` a token after the first pass, made in 48 / tokens_per_pass passes."""
+    passes = round(48 / tokens_per_pass)
+    checked = 0 if acceptance is None else 100
+    return RaceRow("m", label, k, 48, passes, checked, 0 if acceptance is None else round(100 * acceptance), 1.0,
+                   47 * ms / 1e3, 47, 0.1, (), (1,) * 48, same)
+
+
+def test_the_race_table_puts_k_and_the_text_check_beside_the_method_and_shows_the_run_under_way() -> None:
+    rows = [race_row("plain decoding", 40.0, 1.0, None, k=None), race_row("prompt lookup", 20.0, 2.5, 0.6)]
+    table = race_table(rows, running="early exit")
+    assert list(table[0])[:4] == ["method", "k", "same text", "ms / token"]
+    assert [r["k"] for r in table] == ["–", "4", ""] and [r["speed-up"] for r in table[:2]] == ["1.00×", "2.00×"]
+    assert table[-1]["method"] == "early exit" and table[-1]["same text"] == "running…"
+
+
+def test_the_race_verdict_names_the_winner_and_says_why_each_slower_method_was_slower_in_its_figures() -> None:
+    rows = [race_row("plain decoding", 40.0, 1.0, None, k=None), race_row("prompt lookup", 20.0, 2.4, 0.6),
+            race_row("early exit", 80.0, 1.05, 0.1, k=2), race_row("bfloat16 draft", 50.0, 1.8, 0.7)]
+    verdict = race_verdict(rows)
+    assert verdict.startswith("**prompt lookup** (k = 4) was fastest here: 20.0 ms a token against plain "
+                              "decoding's 40.0, 2.40 tokens a pass, 60% of its guesses kept.")
+    assert ("\n\nSlower than plain decoding:\n- early exit (0.50× its speed): its guesses were seldom kept "
+            "(1.04 tokens a pass, 10% of its guesses kept).\n") in verdict
+    assert "- bfloat16 draft (0.80× its speed): its guesses were kept, but making them cost more than" in verdict
+    all_slower = race_verdict([rows[0], rows[2]])
+    assert all_slower.startswith("No method beat plain decoding here (40.0 ms a token).")
+    wrong = race_verdict([rows[0], race_row("broken", 10.0, 3.0, 0.9, same=False)])
+    assert wrong.startswith("Not plain decoding's text: broken.")
+
+
+def test_the_race_says_what_it_will_cost_before_it_starts() -> None:
+    last = (("plain decoding", 8.0), ("early exit", 47.0), ("prompt lookup", 5.0))
+    assert race_cost_text(3, 48, last, 40.0).startswith(
+        "3 runs of 48 new tokens, one after another on this server: about 60 s, what the last race here took "
+        "(the longest run: early exit, 47 s).")
+    floor = race_cost_text(3, 48, (), 40.0)
+    assert "at least 6 s (plain decoding takes 40 ms a token here, in your plain lane)" in floor
+    assert race_cost_text(3, 48, (), None).startswith("3 runs of 48 new tokens, one after another on this server.")

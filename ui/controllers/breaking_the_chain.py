@@ -13,7 +13,7 @@ never escape: they become the message shown beside the control that caused them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any, Protocol
 
 from engine import (
@@ -31,11 +31,11 @@ from engine import (
 from engine.speculative import (
     DraftMethod,
     Entrant,
-    RaceRow,
+    RaceJob,
     check_k,
     replay_speculative,
-    run_race,
     speculative_to_trace,
+    start_race,
     verify_pass_decision,
 )
 from engine.speed import measure_prefill_decode
@@ -423,17 +423,26 @@ def _rebuilt(lanes: Lanes, make_draft: MakeDraft) -> Lanes:
 
 # ---- the race: every method on one prompt ------------------------------------------------------
 
-RACE_METHODS = (PROMPT_LOOKUP, LOOKAHEAD, HEADS, MTP, EARLY_EXIT, SELF_BF16)  # int8 drafts as bf16, slower
+RACE_METHODS = (PROMPT_LOOKUP, LOOKAHEAD, HEADS, MTP, EARLY_EXIT, SELF_BF16, SELF_INT8)
 RACE_TOKENS = 48
-RaceProgress = Callable[[int, int, RaceRow | None], None]
 
 
-def race(lm: LoadedModel, prompt: str, chat: bool, make_draft: MakeDraft, k: int = 4, tokens: int | None = None,
-         methods: tuple[str, ...] | None = None, progress: RaceProgress | None = None) -> list[RaceRow]:
-    """Plain greedy decoding, then each method (RACE_METHODS unless told) on the same prompt, the
-    engine's race (engine/speculative/race.py): plain decoding's row first, then each method's
-    that could be built on `lm` (trained heads on another model are not in the race). The
-    race's drafts keep no pictures, so their times are the methods' own."""
-    entrants = [Entrant(method, lambda method=method: make_draft(lm, method), k)
-                for method in (RACE_METHODS if methods is None else methods)]
-    return list(run_race(lm, prompt, chat, entrants, RACE_TOKENS if tokens is None else tokens, progress).all_rows)
+def start_race_job(state: MutableMapping[str, Any], lm: LoadedModel, make_draft: MakeDraft, k: int = 4) -> None:
+    """Race: plain greedy decoding, then each of RACE_METHODS on the lanes' prompt, on a thread
+    of its own (engine/speculative/race.py): the page stays usable and shows each row as it comes.
+    One race per visitor at a time; its drafts keep no pictures, so the times are the methods'."""
+    lanes, job = current_lanes(state), state.get(CHAIN.race_job)
+    if lanes is not None and (job is None or job.done):
+        entrants = [Entrant(method, lambda method=method: make_draft(lm, method), k) for method in RACE_METHODS]
+        spec = lanes.speculative
+        state[CHAIN.race_job] = start_race(lm, spec.prompt, spec.chat, entrants, RACE_TOKENS)
+
+
+def race_job(state: MutableMapping[str, Any]) -> RaceJob | None:
+    """The race under way; once it has ended, its rows (or why it stopped) are kept for the page."""
+    if (job := state.get(CHAIN.race_job)) is None or not job.done:
+        return job
+    del state[CHAIN.race_job]
+    state.update({CHAIN.race_rows: list(job.result.all_rows)} if job.result is not None else {})
+    set_message(state, "race", job.error)
+    return None

@@ -5,6 +5,7 @@ running totals, and the averages its cost section states. No Streamlit here.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -209,3 +210,9 @@ def round_yield(spec: SpeculativeGeneration) -> RoundYield | None:
         return None
     return RoundYield(alpha, spec.k, expected_tokens_per_round(alpha, spec.k),
                       sum(len(r.emitted) for r in full) / len(full), len(full))
+
+
+def plain_ms_per_token(lanes: Lanes | None) -> float | None:
+    """The visitor's plain lane's median step time after the prompt's pass, if it has one."""
+    steps = lanes.plain.steps[1:] if lanes is not None else ()
+    return statistics.median(s.timing.step_ms for s in steps) if steps else None

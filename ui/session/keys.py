@@ -210,6 +210,7 @@ class ChainKeys(PageKeys):
     trace_upload: str = "bc_trace_upload"
     race: str = "bc_race"  # every method on the prompt, one after another
     race_rows: str = "bc_race_rows"  # the race's measured rows (engine/speculative/race.py RaceRow)
+    race_job: str = "bc_race_job"  # the race running on its own thread (engine/speculative/race.py RaceJob)
     race_table: str = "bc_race_table"
     # fragments
     workspace: str = "bc_workspace"

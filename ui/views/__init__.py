@@ -12,7 +12,7 @@ __getattr__, __all__ = room_exports(__name__, {
         "round_line_html", "rounds_table_html", "speculative_chips_html", "speed_verdict", "verify_cost_text",
         "verify_path_text",
     ),
-    "chain_story": ("CostSummary", "RoundStory", "race_slower_note", "race_table"),
+    "chain_story": ("CostSummary", "RoundStory", "race_cost_text", "race_table", "race_verdict"),
     "charts": ("RAW_COLOUR",),
     "chips": ("chip_window", "context_html", "prompt_chips"),
     "class_room": (),

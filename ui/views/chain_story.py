@@ -165,21 +165,65 @@ def measured_words(measured: PrefillDecode) -> str:
 # ---- the race ------------------------------------------------------------------------------------
 
 
-def race_table(rows: Sequence[RaceRow]) -> list[dict[str, object]]:
-    """The race's rows as the page's table, each speed-up against plain decoding (the first row)."""
-    base = rows[0].ms_per_token
-    return [{"method": row.label, "tokens / pass": round(row.tokens_per_pass, 2), "passes": row.passes,
-             "ms / token": round(row.ms_per_token, 1), "speed-up": f"{base / row.ms_per_token:.2f}×",
-             "kept": "–" if row.acceptance is None else pct(row.acceptance, 0),
-             "kept by position": " · ".join(pct(a, 0) for a in row.by_position) or "–",
-             "same text": "✓" if row.same_text else "✗"} for row in rows]
+def race_table(rows: Sequence[RaceRow], running: str | None = None) -> list[dict[str, object]]:
+    """The race's rows as the page's table, each speed-up against plain decoding (the first row);
+    `running`: the run under way, shown as a row of its own. The checks first, so that a 1,280-px
+    screen shows them beside the method."""
+    base = rows[0].ms_per_token if rows else None
+    table: list[dict[str, object]] = [
+        {"method": row.label, "k": "–" if row.k is None else str(row.k), "same text": "✓" if row.same_text else "✗",
+         "ms / token": round(row.ms_per_token, 1), "speed-up": f"{base / row.ms_per_token:.2f}×",
+         "tokens / pass": round(row.tokens_per_pass, 2),
+         "kept": "–" if row.acceptance is None else pct(row.acceptance, 0),
+         "kept by position": " · ".join(pct(a, 0) for a in row.by_position) or "–", "passes": row.passes}
+        for row in rows]
+    if running is not None:
+        table.append({"method": running, "k": "", "same text": "running…", "ms / token": None, "speed-up": "",
+                      "tokens / pass": None, "kept": "", "kept by position": "", "passes": None})
+    return table
 
 
-def race_slower_note(rows: Sequence[RaceRow]) -> str | None:
-    """Which methods were slower than plain decoding here, and why a guess may not pay."""
-    slower = [row.label for row in rows[1:] if row.ms_per_token > rows[0].ms_per_token]
-    if not slower:
-        return None
-    return ("Slower than plain decoding here: " + "; ".join(slower) + ". A guess pays only when it is kept often "
-            "and cheap to make: a draft token that reads the whole LM head (early exit, a copy of the model) costs "
-            "most of a step on this CPU.")
+def race_verdict(rows: Sequence[RaceRow]) -> str:
+    """Which method won here and why, and why each slower one was slower, in the race's own
+    figures: every sentence follows what was just measured."""
+    plain_row, entrants = rows[0], rows[1:]
+    if wrong := [row.label for row in entrants if not row.same_text]:
+        return f"Not plain decoding's text: {', '.join(wrong)}. Speculative decoding must not change a token: a bug."
+    if not entrants:
+        return "No method could run on this model."
+    best = min(entrants, key=lambda row: row.ms_per_token)
+    said = [f"**{best.label}** (k = {best.k}) was fastest here: {best.ms_per_token:.1f} ms a token against plain "
+            f"decoding's {plain_row.ms_per_token:.1f}, {_kept_words(best)}."
+            if best.ms_per_token < plain_row.ms_per_token else
+            f"No method beat plain decoding here ({plain_row.ms_per_token:.1f} ms a token)."]
+    slower = [row for row in entrants if row.ms_per_token > plain_row.ms_per_token]
+    if slower:
+        said.append("Slower than plain decoding:\n" + "\n".join(
+            f"- {row.label} ({plain_row.ms_per_token / row.ms_per_token:.2f}× its speed): "
+            + ("its guesses were seldom kept" if row.tokens_per_pass < SELDOM_KEPT else
+               "its guesses were kept, but making them cost more than the passes saved")
+            + f" ({_kept_words(row)})." for row in slower))
+    return "\n\n".join(said)
+
+
+SELDOM_KEPT = 1.2  # tokens a pass below which a method's passes hardly made more than plain decoding's
+
+
+def _kept_words(row: RaceRow) -> str:
+    kept = "no guesses" if row.acceptance is None else f"{pct(row.acceptance, 0)} of its guesses kept"
+    return f"{row.tokens_per_pass:.2f} tokens a pass, {kept}"
+
+
+def race_cost_text(runs: int, tokens: int, last: Sequence[tuple[str, float]], plain_ms: float | None) -> str:
+    """What a race will cost, said before it starts: the last race on this server where there is
+    one, else a floor from the visitor's own plain lane."""
+    work = f"{runs} runs of {tokens} new tokens, one after another on this server"
+    if last:
+        total, (slowest, longest) = sum(s for _, s in last), max(last, key=lambda pair: pair[1])
+        return (f"{work}: about {total:.0f} s, what the last race here took (the longest run: {slowest}, "
+                f"{longest:.0f} s). It runs in the background, each row shown as it comes.")
+    if plain_ms is not None:
+        return (f"{work}: at least {runs * tokens * plain_ms / 1e3:.0f} s (plain decoding takes {plain_ms:.0f} ms a "
+                "token here, in your plain lane); a method whose guesses cost a pass of their own takes longer. "
+                "It runs in the background, each row shown as it comes.")
+    return f"{work}. It runs in the background, each row shown as it comes."

@@ -190,7 +190,7 @@ def sampler_controls() -> None:
 def button_row(gen) -> None:
     running, finished, unusable = stepper.is_running(P), gen.finished, stepper.prompt_problem(P)
     row = st.container(horizontal=True, vertical_alignment="center")
-    row.button("Step", key=P.key(STEP.step), type="primary", on_click=presenter_does, args=(stepper.step,),
+    row.button("Step", key=P.key(STEP.step), type="primary", on_click=presenter_does, args=(stepper.step_now,),
                disabled=running or finished or bool(unusable), help="Reveal the next token to the class.")
     row.button("Stop" if running else "Run", key=P.key(STEP.run), args=(stepper.stop_run if running else
                                                                          stepper.start_run,),

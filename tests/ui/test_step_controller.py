@@ -380,3 +380,22 @@ def test_a_long_prompts_first_step_is_left_to_the_page_while_its_pass_still_read
         assert not control.is_long_prompt(gen) and message(state, "buttons") is None
     finally:
         scheduler.close()
+
+
+def test_the_class_presenters_step_waits_for_a_long_prompts_pass_inside_the_click(tiny_lm, monkeypatch) -> None:
+    import threading
+
+    monkeypatch.setattr(control, "LONG_PROMPT_TOKENS", 2)
+    scheduler, pending = ForwardScheduler(tiny_lm), Future()
+    monkeypatch.setattr(scheduler, "submit", lambda token_ids, cache: pending)
+    try:
+        state: dict[str, Any] = {}
+        init_defaults(state)
+        state[STEP.prompt] = PROMPT
+        control.sync_generation(state, tiny_lm, scheduler)
+        generation(state).read_prompt_ahead()
+        threading.Timer(0.2, lambda: pending.set_exception(RuntimeError("withdrawn"))).start()
+        control.step_now(state)  # waits for the pass to end, then steps
+        assert len(generation(state).steps) == 1 and STEP.awaiting_prompt not in state
+    finally:
+        scheduler.close()

@@ -85,6 +85,13 @@ def step(state: State) -> None:
     _act(state, gen.step)
 
 
+def step_now(state: State) -> None:
+    """Step, waiting inside the click for a long prompt's pass: the Class presenter's Step, whose
+    redrawn screen goes to the whole room (and whose page has no progress view of its own)."""
+    if (gen := current_for_step(state)) is not None:
+        _act(state, gen.step)
+
+
 def is_long_prompt(gen: Generation) -> bool:
     """Whether the generation has yet to read a prompt long enough to warn about."""
     return not gen.steps and len(gen.prompt_ids) >= LONG_PROMPT_TOKENS

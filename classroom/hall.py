@@ -311,6 +311,8 @@ class ClassHall:
             record = generation.step()
         except (GenerationFinished, SettingsError):
             return None
+        except RuntimeError:  # the server's scheduler has shut down under a peek on its own thread
+            return None
         probs = torch.softmax(generation.raw_logits(), dim=-1)  # [vocab]
         generation.rewind(len(generation.steps) - 1)
         room.peek = Peek(snapshot.context, record.distribution, probs)

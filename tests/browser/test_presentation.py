@@ -4,6 +4,8 @@ presenter remote sends PageDown / PageUp). Screenshots go to test-artifacts/ for
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -205,6 +207,19 @@ def test_a_chip_window_shows_whole_rows_however_many_lines_the_text_breaks_into(
     assert shown == {"cut": 0, "rows": 4}
 
 
+@contextmanager
+def projector_page(browser, url: str, scheme: str = "light") -> Iterator:
+    """A tab at the projector's 1280x720 (its own visitor) opened on `url`, closed afterwards."""
+    width, height = SIZES[0]
+    context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=scheme)
+    try:
+        page = context.new_page()
+        page.goto(url)
+        yield page
+    finally:
+        context.close()
+
+
 def boxes_overlap(a: dict, b: dict) -> bool:
     return (a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"]
             and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"])
@@ -215,10 +230,7 @@ def test_the_projected_screen_keeps_its_corner_clear_rings_no_whole_screen_and_d
     then a remote's key does not ring the whole projected screen; in dark mode the lens's
     cells are dark boxes, not light ones."""
     width, height = SIZES[0]
-    context = browser.new_context(viewport={"width": width, "height": height}, color_scheme="dark")
-    page = context.new_page()
-    try:
-        page.goto(f"{app_url}/lesson")
+    with projector_page(browser, f"{app_url}/lesson", "dark") as page:
         page.get_by_role("heading", name="Prompt → tokens").wait_for(timeout=SLOW)
         settle(page)
         presentation_on(page)
@@ -246,16 +258,10 @@ def test_the_projected_screen_keeps_its_corner_clear_rings_no_whole_screen_and_d
         assert max(channels) < 80, f"a light lens cell on the dark page: {background}"
         page.mouse.move(width - 5, height - 5)
         page.screenshot(path=str(ARTIFACTS / "presentation_lesson_lens_dark.png"))
-    finally:
-        context.close()
 
 
 def test_the_newest_chip_keeps_its_whole_ring_when_it_starts_a_line(browser, app_url):
-    width, height = SIZES[0]
-    context = browser.new_context(viewport={"width": width, "height": height})
-    page = context.new_page()
-    try:
-        page.goto(app_url)
+    with projector_page(browser, app_url) as page:
         page.wait_for_function(f"{STEPS} === 0", timeout=SLOW)
         presentation_on(page)
         page.get_by_text("Prompt and settings").click()
@@ -267,8 +273,6 @@ def test_the_newest_chip_keeps_its_whole_ring_when_it_starts_a_line(browser, app
         window, newest = (page.locator(s).first.bounding_box() for s in (".tbt-chip-window", ".tbt-newest"))
         ring = 4  # the outline's 3 px and its 1 px offset
         assert newest["x"] - ring >= window["x"], (newest, window)  # not cut at the window's left edge
-    finally:
-        context.close()
 
 
 def test_the_lessons_remote_goes_back_a_token_and_plays_the_prediction_rounds_on_one_screen(browser, app_url):
@@ -276,10 +280,7 @@ def test_the_lessons_remote_goes_back_a_token_and_plays_the_prediction_rounds_on
     prediction exercise the remote reveals, then starts the next round, whose button a 720-pixel
     screen shows without scrolling."""
     width, height = SIZES[0]
-    context = browser.new_context(viewport={"width": width, "height": height})
-    page = context.new_page()
-    try:
-        page.goto(f"{app_url}/lesson")
+    with projector_page(browser, f"{app_url}/lesson") as page:
         page.get_by_role("heading", name="Prompt → tokens").wait_for(timeout=SLOW)
         settle(page)
         presentation_on(page)
@@ -312,5 +313,3 @@ def test_the_lessons_remote_goes_back_a_token_and_plays_the_prediction_rounds_on
         page.keyboard.press("PageDown")  # and again: the next round
         page.get_by_role("button", name="Reveal the model's distribution").wait_for(timeout=SLOW)
         assert not choices.locator("input").first.is_disabled()
-    finally:
-        context.close()

@@ -4,6 +4,8 @@ tiny random model (tests/tiny.py), so these run in the fast suite."""
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -359,43 +361,40 @@ def test_a_link_or_trace_made_on_a_gpu_says_so_where_it_is_opened_on_the_cpu(sta
     assert "'device' must be a device type" in message(other, "link")
 
 
-def test_a_long_prompts_first_step_is_left_to_the_page_while_its_pass_still_reads(tiny_lm, monkeypatch) -> None:
-    monkeypatch.setattr(control, "LONG_PROMPT_TOKENS", 2)  # the tiny model's window is far below the real one
-    scheduler, pending = ForwardScheduler(tiny_lm), Future()
-    monkeypatch.setattr(scheduler, "submit", lambda token_ids, cache: pending)
-    try:
-        state: dict[str, Any] = {}
-        init_defaults(state)
-        state[STEP.prompt] = PROMPT
-        control.sync_generation(state, tiny_lm, scheduler)
-        gen = generation(state)
-        assert control.is_long_prompt(gen) and control.awaiting_prompt(state, gen) is None
-        control.step(state)  # the pass has not read the prompt yet: no step inside the click
-        reading = control.awaiting_prompt(state, gen)
-        assert reading is not None and not reading.done and gen.steps == ()
-        pending.set_exception(RuntimeError("withdrawn"))  # ended (the step then reads the prompt itself)
-        assert control.awaiting_prompt(state, gen).done
-        control.finish_awaited_step(state)
-        assert len(gen.steps) == 1 and control.awaiting_prompt(state, gen) is None
-        assert not control.is_long_prompt(gen) and message(state, "buttons") is None
-    finally:
-        scheduler.close()
-
-
-def test_the_class_presenters_step_waits_for_a_long_prompts_pass_inside_the_click(tiny_lm, monkeypatch) -> None:
-    import threading
-
+@pytest.fixture()
+def long_prompt(tiny_lm: LoadedModel, monkeypatch) -> Iterator[tuple[dict[str, Any], Future]]:
+    """A visitor whose prompt counts as long, on a scheduler whose prompt pass ends only when the
+    test ends it (the Future); the tiny model's window is far below the real one's threshold."""
     monkeypatch.setattr(control, "LONG_PROMPT_TOKENS", 2)
     scheduler, pending = ForwardScheduler(tiny_lm), Future()
     monkeypatch.setattr(scheduler, "submit", lambda token_ids, cache: pending)
+    state: dict[str, Any] = {}
+    init_defaults(state)
+    state[STEP.prompt] = PROMPT
+    control.sync_generation(state, tiny_lm, scheduler)
     try:
-        state: dict[str, Any] = {}
-        init_defaults(state)
-        state[STEP.prompt] = PROMPT
-        control.sync_generation(state, tiny_lm, scheduler)
-        generation(state).read_prompt_ahead()
-        threading.Timer(0.2, lambda: pending.set_exception(RuntimeError("withdrawn"))).start()
-        control.step_now(state)  # waits for the pass to end, then steps
-        assert len(generation(state).steps) == 1 and STEP.awaiting_prompt not in state
+        yield state, pending
     finally:
         scheduler.close()
+
+
+def test_a_long_prompts_first_step_is_left_to_the_page_while_its_pass_still_reads(long_prompt) -> None:
+    state, pending = long_prompt
+    gen = generation(state)
+    assert control.is_long_prompt(gen) and control.awaiting_prompt(state, gen) is None
+    control.step(state)  # the pass has not read the prompt yet: no step inside the click
+    reading = control.awaiting_prompt(state, gen)
+    assert reading is not None and not reading.done and gen.steps == ()
+    pending.set_exception(RuntimeError("withdrawn"))  # ended (the step then reads the prompt itself)
+    assert control.awaiting_prompt(state, gen).done
+    control.finish_awaited_step(state)
+    assert len(gen.steps) == 1 and control.awaiting_prompt(state, gen) is None
+    assert not control.is_long_prompt(gen) and message(state, "buttons") is None
+
+
+def test_the_class_presenters_step_waits_for_a_long_prompts_pass_inside_the_click(long_prompt) -> None:
+    state, pending = long_prompt
+    generation(state).read_prompt_ahead()
+    threading.Timer(0.2, lambda: pending.set_exception(RuntimeError("withdrawn"))).start()
+    control.step_now(state)  # waits for the pass to end, then steps
+    assert len(generation(state).steps) == 1 and STEP.awaiting_prompt not in state

@@ -25,11 +25,15 @@ from ui.server import REFRESH_AFTER_S, current_model, shared_board, tokens_serve
 from ui.session import KV
 from ui.views import (
     batch_figure,
+    batch_one_text,
+    bound_text,
     cache_figure,
     kv_memory_figure,
+    memory_bound,
     nbytes,
     prefill_decode_figure,
     ratio_figure,
+    reads_text,
     roofline_figure,
 )
 from ui.widgets import current_theme, described_chart, ensure_app_frame, page_style, server_batching
@@ -131,8 +135,9 @@ def memory_section(lm: LoadedModel) -> None:
                "with every sequence in a batch: 16 sequences need 16 times this.")
 
 
-def intensity_section(lm: LoadedModel, sizes: Sizes) -> None:
-    """The decode step's FLOPs per byte against the device's measured balance point."""
+def intensity_section(lm: LoadedModel, sizes: Sizes) -> bool:
+    """The decode step's FLOPs per byte against the device's measured balance point; whether the
+    measured step spends its time reading (the batching section says why batch 1 costs what it does)."""
     st.header("4 · What bounds a decode step: compute or memory?")
     device = measured(lm, "device compute and bandwidth", lambda: measure_device(lm.device, lm.dtype))
     step = measured(lm, "one decode step",
@@ -155,13 +160,9 @@ def intensity_section(lm: LoadedModel, sizes: Sizes) -> None:
                    delta_color="off", delta_arrow="off",
                    help=f"bytes read ÷ measured step time ({step.step_ms:.1f} ms)")
     described_chart(roofline_figure(device, step, theme=current_theme()), key=KV.roofline_chart)
-    bound = "memory bandwidth" if step.flops_per_byte < device.ridge_flops_per_byte else "compute"
-    st.markdown(
-        f"A decode step at batch 1 does about **{step.flops_per_byte:.2f} FLOPs for every byte** it reads: each "
-        f"weight is fetched once, used for one multiply and one add, and dropped. That is below the device's "
-        f"{device.ridge_flops_per_byte:.1f}, so the step is bound by **{bound}**: the arithmetic units mostly wait for "
-        "weights to arrive.")
+    st.markdown(bound_text(device, step))
     reads_section(lm, step, sizes)
+    return memory_bound(device, step)
 
 
 def reads_section(lm: LoadedModel, step: DecodeIntensity, sizes: Sizes) -> None:
@@ -179,14 +180,7 @@ def reads_section(lm: LoadedModel, step: DecodeIntensity, sizes: Sizes) -> None:
                    delta=f"{100 * reads.achieved_fraction:.0f}% of the plain read", delta_color="off",
                    delta_arrow="off", help=f"bytes read ÷ the step's {step.step_ms:.1f} ms")
     st.dataframe(kv.step_parts(reads, step), hide_index=True)
-    st.markdown(
-        f"Measured the way the step reads, the weights come in at **{reads.products_bytes_per_s / 1e9:.1f} GB/s**: "
-        f"{100 * reads.products_bytes_per_s / reads.read_bytes_per_s:.0f}% of a plain read, where one long read "
-        f"streams on; the step reads them in {reads.product_calls} separate products, each started, shared out "
-        "among the CPU's threads and finished before the next can begin. The whole step "
-        f"reaches **{100 * reads.achieved_fraction:.0f}%** of the plain read; the rest of its {step.step_ms:.1f} ms "
-        f"is attention ({reads.attention_ms:.2f} ms) and **{reads.other_ms:.1f} ms** of everything else, each part "
-        "measured above.")
+    st.markdown(reads_text(reads, step, lm.device.type))
     st.caption(f"This server's lone decode steps take **{reads.path}**: {reads.reason}.")
     with st.expander("Every fast path this server has checked, and why it is used or not"):
         st.caption("Each fast path gives transformers' own numbers bit for bit, and is used only after a probe on "
@@ -194,8 +188,9 @@ def reads_section(lm: LoadedModel, step: DecodeIntensity, sizes: Sizes) -> None:
         st.dataframe(kv.proof_table(lm), hide_index=True)
 
 
-def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
-    """Time per token at batch 1, 4 and 16, and why batching helps."""
+def batch_section(lm: LoadedModel, sizes: Sizes, reading_bound: bool) -> None:
+    """Time per token at batch 1, 4 and 16, and why batching helps (`reading_bound`: what section 4
+    measured bounds a step here)."""
     st.header("5 · Batching: many sequences, one pass over the weights")
     points = measured(lm, "batched decode",
                       lambda: measure_batching(lm, (1, 4, 16), sizes.batch_context, sizes.repeats))
@@ -208,11 +203,7 @@ def batch_section(lm: LoadedModel, sizes: Sizes) -> None:
     change = kv.batch_saving(one.per_token_ms, most.per_token_ms)
     st.markdown(
         f"Measured: **{one.per_token_ms:.1f} ms per token** at batch {one.batch}, **{most.per_token_ms:.1f} ms** at "
-        f"batch {most.batch} ({change}). "
-        "At batch 1 a decode step's cost is mostly **reading the weights**: each one is fetched from memory to "
-        "make a single token, so the step is bound by memory bandwidth. With several sequences in the batch, "
-        "each weight is read once and used for every sequence's token: the matrix–vector product becomes a "
-        "skinny matrix–matrix product with more FLOPs per byte, so the time per token falls. One sequence cannot "
+        f"batch {most.batch} ({change}). " + batch_one_text(reading_bound) + " One sequence cannot "
         "do this for itself, because its next token needs the token before it; servers batch different "
         "requests together (continuous batching). Each sequence still needs its own KV cache, so memory, and "
         "once the FLOPs per byte pass the device's balance point, compute, set the limit.")
@@ -229,8 +220,8 @@ def main() -> None:
     cache_section(lm, sizes)
     prefill_section(lm, sizes)
     memory_section(lm)
-    intensity_section(lm, sizes)
-    batch_section(lm, sizes)
+    reading_bound = intensity_section(lm, sizes)
+    batch_section(lm, sizes, reading_bound)
     if note := kv.provenance(S.get(KV.taken, {})):
         taken_note.caption(note)
 

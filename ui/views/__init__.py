@@ -19,7 +19,7 @@ __getattr__, __all__ = room_exports(__name__, {
     "draft_pictures": ("draft_picture_html",),
     "format": ("chain_name", "esc", "nbytes", "pct", "plain", "quoted"),
     "inside": (),
-    "kv_speed": (),
+    "kv_speed": ("batch_one_text", "bound_text", "memory_bound", "reads_text"),
     "prefill": ("long_prompt_warning", "reading_progress"),
     "records": ("FINISH_LABELS", "LINE_CSS", "PANEL_CSS"),
     "teaching_charts": (

@@ -1,5 +1,6 @@
-"""The KV cache & speed page's pure pieces about this server's batching: the chart of its latest
-forward passes and the words for each way of batching. No Streamlit here."""
+"""The KV cache & speed page's pure pieces: the chart of this server's latest forward passes,
+the words for each way of batching, and what bounds a decode step in words that follow what was
+measured on this device (a CPU's lesson is not a GPU's). No Streamlit here."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import plotly.graph_objects as go
 
 from engine import LoadedModel
 from engine.serving import SchedulerStats, exact_rows_kernel_in_use, packed_pass_path
+from engine.speed import DecodeIntensity, DecodeReads, DeviceSpeed
 from ui.views.theme import LIGHT, ChartTheme, axis_colours, layout_colours
 
 
@@ -45,3 +47,61 @@ def how_exact_adds_up(lm: LoadedModel) -> str:
                 "running sums, then combines them, and the exact batching adds up every row of the batch in that "
                 "same order (checked bit for bit when the server started).")
     return "The exact batching multiplies each row on its own, through the very kernel a lone pass uses."
+
+
+# ---- what bounds a decode step: words that follow the measurement ----------------------------
+
+# Below this share of the device's measured bandwidth the step is not waiting on memory: on a CPU
+# a batch-1 step reads at most of its memory speed; on a GPU a small model's step reaches a few
+# per cent, its time spent launching and finishing many small kernels (docs/gpu.md)
+MEMORY_BOUND_SHARE = 0.25
+
+
+def memory_bound(device: DeviceSpeed, step: DecodeIntensity) -> bool:
+    """Whether the measured step spends its time reading: it reaches a good share of the bandwidth
+    the device was measured at, not merely a low FLOPs-per-byte ratio."""
+    return step.achieved_bytes_per_s >= MEMORY_BOUND_SHARE * device.bytes_per_s
+
+
+def bound_text(device: DeviceSpeed, step: DecodeIntensity) -> str:
+    """What bounds the step, said from its FLOPs per byte and from how fast it actually read."""
+    ratio = (f"A decode step at batch 1 does about **{step.flops_per_byte:.2f} FLOPs for every byte** it reads: each "
+             f"weight is fetched once, used for one multiply and one add, and dropped. That is below the device's "
+             f"{device.ridge_flops_per_byte:.1f}, ")
+    if step.flops_per_byte >= device.ridge_flops_per_byte:
+        return ratio.replace("That is below", "That is above") + "so the step is bound by **compute**."
+    reading_ms = step.bytes / device.bytes_per_s * 1e3
+    if memory_bound(device, step):
+        return (ratio + "so the step is bound by **memory bandwidth**: the arithmetic units mostly wait for weights "
+                "to arrive.")
+    return (ratio + "so by its arithmetic it would wait on memory. **It does not, here**: reading its "
+            f"{step.bytes / 2**20:,.0f} MiB at the device's measured {device.bytes_per_s / 1e9:,.0f} GB/s would take "
+            f"{reading_ms:.2f} ms, and the step takes **{step.step_ms:.1f} ms**, "
+            f"{100 * step.achieved_bytes_per_s / device.bytes_per_s:.0f}% of that speed. Its time goes to the work "
+            "around the reads: starting each of its many small operations and waiting for each to finish (below).")
+
+
+def reads_text(reads: DecodeReads, step: DecodeIntensity, device_type: str) -> str:
+    """How the step reads, against a plain read, in the device's own terms."""
+    each = ("each launched as a kernel of its own on the GPU and finished before the next can begin"
+            if device_type == "cuda" else
+            "each started, shared out among the CPU's threads and finished before the next can begin")
+    return (f"Measured the way the step reads, the weights come in at **{reads.products_bytes_per_s / 1e9:.1f} GB/s**: "
+            f"{100 * reads.products_bytes_per_s / reads.read_bytes_per_s:.0f}% of a plain read, where one long read "
+            f"streams on; the step reads them in {reads.product_calls} separate products, {each}. The whole step "
+            f"reaches **{100 * reads.achieved_fraction:.0f}%** of the plain read; the rest of its "
+            f"{step.step_ms:.1f} ms is attention ({reads.attention_ms:.2f} ms) and **{reads.other_ms:.1f} ms** of "
+            "everything else, each part measured above.")
+
+
+def batch_one_text(reading_bound: bool) -> str:
+    """Why batch 1 costs what it does, as this device's measured step says."""
+    if reading_bound:
+        return ("At batch 1 a decode step's cost is mostly **reading the weights**: each one is fetched from memory "
+                "to make a single token, so the step is bound by memory bandwidth. With several sequences in the "
+                "batch, each weight is read once and used for every sequence's token: the matrix–vector product "
+                "becomes a skinny matrix–matrix product with more FLOPs per byte, so the time per token falls.")
+    return ("At batch 1 a decode step's cost here is mostly **the work around the reads** (section 4): launching and "
+            "finishing its many small operations, whatever their size. With several sequences in the batch that "
+            "cost is paid once for all of them, and each weight is read once for every sequence's token, so the "
+            "time per token falls almost in proportion to the batch.")

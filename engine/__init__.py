@@ -24,6 +24,7 @@ from engine.inside import InsideView, LayerView, prepare_inside
 from engine.kvcache import KVGeometry, KVSnapshot
 from engine.limits import Limits
 from engine.loading import BUNDLED, LoadedModel, ModelSource, load_model, resolve_source
+from engine.recording import recording_html, trace_from_recording
 from engine.sampling import (
     ChainOutput,
     Decision,
@@ -52,10 +53,12 @@ from engine.trace import (
     TRACE_FORMAT,
     TRACE_VERSION,
     Replay,
+    generation_recording,
     load_trace,
     other_device_note,
     parse_trace,
     replay,
+    save_recording,
     save_trace,
     to_trace,
 )
@@ -67,7 +70,8 @@ __all__ = [
     "PassQueue", "PromptError", "PromptLookup", "PromptReading", "Proof", "Replay", "Resampled", "RoundRecord",
     "SamplerSettings", "SettingsError", "SpeculativeGeneration", "StageRecord", "StepRecord", "StopSequenceState",
     "StopSettings", "Termination", "Timing", "TokenPiece", "TokenTexts", "TraceError", "decide", "draw_uniform",
-    "escape", "first_match", "load_model", "load_trace", "on_sampler_thread", "other_device_note", "parse_trace",
-    "pick_by_cdf", "prepare_inside", "proof_decisions", "replay", "resolve_source", "run_chain", "save_trace",
-    "self_draft", "shown", "stop_sequence_states", "to_trace", "unescape",
+    "escape", "first_match", "generation_recording", "load_model", "load_trace", "on_sampler_thread",
+    "other_device_note", "parse_trace", "pick_by_cdf", "prepare_inside", "proof_decisions", "recording_html",
+    "replay", "resolve_source", "run_chain", "save_recording", "save_trace", "self_draft", "shown",
+    "stop_sequence_states", "to_trace", "trace_from_recording", "unescape",
 ]

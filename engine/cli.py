@@ -26,7 +26,7 @@ from engine.speculative.generation import RoundRecord, SpeculativeGeneration
 from engine.speculative.methods import DRAFT_METHODS, draft_for
 from engine.speculative.trace import save_speculative_trace
 from engine.stopping import unescape
-from engine.trace import to_trace, write_json
+from engine.trace import generation_recording, to_trace, write_json
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -50,6 +50,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--allow-special-tokens", action="store_true",
                         help="with --chat: typed special-token text becomes special tokens (prompt-injection demo)")
     parser.add_argument("--json", metavar="PATH", help="write the full trace as JSON")
+    parser.add_argument("--html", metavar="PATH", help="write a recording: one web page that replays the generation "
+                        "step by step with no server (it carries the trace; the app reads it back)")
     parser.add_argument("--inside", action="store_true",
                         help="look inside each step's forward pass: the logit lens, attention and time per layer "
                              "(in the trace, each step's \"inside\")")
@@ -134,8 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   chain=args.chain)
         stop = StopSettings(max_new_tokens=args.max_new_tokens, stop_sequences=tuple(unescape(s) for s in args.stop),
                             ignore_eos=args.ignore_eos)
-        if args.json:
-            check_writable(Path(args.json))  # before the generation, not after it
+        for option, path in (("--json", args.json), ("--html", args.html)):
+            if path:
+                check_writable(Path(path), option)  # before the generation, not after it
         lm = load_model(args.model)
         if args.speculative:
             return run_speculative(args, lm, sampler, stop)
@@ -159,16 +162,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GenerationFinished:  # pragma: no cover - run() stops before this
         pass
     print(f"finish_reason: {generation.finish_reason}\ntext: {generation.text!r}")
-    if args.json:
+    trace = to_trace(generation)
+    for step_dict, view in zip(trace["steps"], inside, strict=False):
+        step_dict["inside"] = view
+    for kind, path, write in (("trace", args.json, lambda target: write_json(trace, target)),
+                              ("recording", args.html, lambda target: write_recording(generation, trace, target))):
+        if not path:
+            continue
         try:
-            trace = to_trace(generation)
-            for step_dict, view in zip(trace["steps"], inside, strict=False):
-                step_dict["inside"] = view
-            print(f"trace: {write_json(trace, args.json)}")
+            print(f"{kind}: {write(path)}")
         except OSError as exc:
-            print(f"error: cannot write the trace to {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            print(f"error: cannot write the {kind} to {path}: {exc.strerror or exc}", file=sys.stderr)
             return 2
     return 0
+
+
+def write_recording(generation: Generation, trace: dict, path: str) -> Path:
+    """The recording's web page, with the trace as written (each step's look inside included)."""
+    target = Path(path)
+    target.write_text(generation_recording(generation, trace), encoding="utf-8")
+    return target
 
 
 def format_inside(view: InsideView) -> str:
@@ -179,13 +192,13 @@ def format_inside(view: InsideView) -> str:
     return f"      inside: {lead}; {lens}"
 
 
-def check_writable(path: Path) -> None:
-    """Refuse a trace path whose folder does not exist or cannot be written."""
+def check_writable(path: Path, option: str = "--json") -> None:
+    """Refuse an output path whose folder does not exist or cannot be written."""
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
-        raise SettingsError("--json", str(path), f"a file in an existing folder ({folder} does not exist)")
+        raise SettingsError(option, str(path), f"a file in an existing folder ({folder} does not exist)")
     if path.is_dir() or not os.access(folder, os.W_OK):
-        raise SettingsError("--json", str(path), "a file this user can write")
+        raise SettingsError(option, str(path), "a file this user can write")
 
 
 PROOF_COLUMNS = ("path", "model", "threads", "proven", "why")

@@ -24,6 +24,7 @@ from engine.errors import GenerationFinished, SettingsError, TraceError, shown
 from engine.generation import Generation, StepRecord
 from engine.limits import Limits
 from engine.loading import LoadedModel
+from engine.recording import recording_html, trace_from_recording
 from engine.settings import SamplerSettings, StopSettings
 from engine.shell import GenerationShell, PassQueue
 
@@ -128,6 +129,21 @@ def write_json(trace: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
+def generation_recording(generation: Generation, trace: dict[str, Any] | None = None,
+                         share_query: str | None = None) -> str:
+    """A Generation's recording, one web page (engine/recording.py): its trace unless one is
+    given (paths hidden, each step's look inside added)."""
+    pieces = [{"text": piece.text, "special": piece.special} for piece in generation.prompt_pieces]
+    return recording_html(trace if trace is not None else to_trace(generation), pieces, share_query)
+
+
+def save_recording(generation: Generation, path: str | Path, share_query: str | None = None) -> Path:
+    """Write a Generation's recording to `path` and return the path."""
+    target = Path(path)
+    target.write_text(generation_recording(generation, share_query=share_query), encoding="utf-8")
+    return target
+
+
 def parse_trace(data: str | bytes | dict[str, Any], limits: Limits | None = None) -> dict[str, Any]:
     """Check a trace (JSON text or an already parsed dict) and return it as a dict.
 
@@ -190,12 +206,15 @@ def _is_a(value: object, kind: type) -> bool:
 
 
 def _json(data: str | bytes) -> Any:
-    """Parse JSON text; bytes must be UTF-8 (what this app writes)."""
+    """Parse JSON text, or take the trace a recording's web page carries (engine/recording.py);
+    bytes must be UTF-8 (what this app writes)."""
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError as exc:
         raise TraceError(f"The trace is not UTF-8 text (byte {exc.start} cannot be read): save it as UTF-8 "
                          "JSON.") from exc
+    if text.lstrip()[:1] == "<":  # a web page: a recording carries its trace, any other page none
+        return trace_from_recording(text)
     try:
         return json.loads(text)
     except ValueError as exc:

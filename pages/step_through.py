@@ -33,6 +33,7 @@ from ui.server import (
     current_scheduler,
     current_source,
     downloadable,
+    downloadable_recording,
     prefill_cost,
     switch_model,
     upload_problem,
@@ -476,12 +477,21 @@ def share_panel(gen: Generation) -> None:
     st.markdown("**Share link**: opens this exact state (model, prompt, settings, seed, every step and "
                 "forced token); the address bar always holds it.")
     st.code(f"{base}?{urlencode(params, doseq=True)}", language=None, wrap_lines=True)
-    st.download_button("Download trace (JSON)", data=lambda: downloadable(to_trace(gen)),
-                       file_name="token-by-token-trace.json", mime="application/json", key=STEP.trace_download,
-                       on_click="ignore")
-    st.file_uploader("Load a trace", type=["json"], key=STEP.trace_upload, on_change=on_trace_upload,
+    query = urlencode(params, doseq=True)
+    with st.container(horizontal=True):
+        st.download_button("Download trace (JSON)", data=lambda: downloadable(to_trace(gen)),
+                           file_name="token-by-token-trace.json", mime="application/json", key=STEP.trace_download,
+                           on_click="ignore")
+        st.download_button("Download as a web page", data=lambda: downloadable_recording(gen, query),
+                           file_name="token-by-token-recording.html", mime="text/html", key=STEP.recording_download,
+                           on_click="ignore", help="One file that replays these steps in any browser, with no server "
+                           "and no network: for a handout, a course page or a slide. It carries the trace, so this "
+                           "app loads it back.")
+    st.file_uploader("Load a trace or a recording", type=["json", "html"], key=STEP.trace_upload,
+                     on_change=on_trace_upload,
                      max_upload_size=max(1, current_deployment().limits.max_upload_bytes // 2**20),
-                     help="A trace downloaded from this app; its steps are replayed on the current model.")
+                     help="A trace (JSON) or a recording (web page) downloaded from this app; its steps are "
+                          "replayed on the current model.")
     if problem := message(S, "trace_error"):
         st.error(plain(problem), icon=":material/back_hand:")
     elif note := message(S, "trace"):

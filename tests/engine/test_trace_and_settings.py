@@ -122,10 +122,10 @@ def test_special_and_partial_byte_tokens_are_shown_visibly(lm) -> None:
 
 @pytest.mark.model  # the command line loads the real model in its own process
 def test_cli_prints_a_step_table_and_writes_the_trace(tmp_path) -> None:
-    path = tmp_path / "cli.json"
+    path, page = tmp_path / "cli.json", tmp_path / "cli.html"
     out = subprocess.run(
         [sys.executable, "-m", "engine", "--prompt", "The capital of France is", "--temperature", "0",
-         "--max-new-tokens", "5", "--stop", "\\n", "--json", str(path)],
+         "--max-new-tokens", "5", "--stop", "\\n", "--json", str(path), "--html", str(page)],
         capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -133,6 +133,7 @@ def test_cli_prints_a_step_table_and_writes_the_trace(tmp_path) -> None:
     assert "finish_reason: stop_sequence" in out.stdout
     trace = parse_trace(path.read_text())
     assert trace["text"] == " Paris." and trace["finish_reason"] == "stop_sequence"
+    assert f"recording: {page}" in out.stdout and parse_trace(page.read_text()) == trace  # the page carries it
 
 
 def test_cli_rejects_bad_settings_with_the_reason(tmp_path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine import Generation, LoadedModel, SamplerSettings, to_trace
+from engine import Generation, LoadedModel, SamplerSettings, generation_recording, to_trace
 from engine.serving import ForwardScheduler
 from tests.passes import counted_passes
 from ui.controllers import step_through as control
@@ -398,3 +398,19 @@ def test_the_class_presenters_step_waits_for_a_long_prompts_pass_inside_the_clic
     threading.Timer(0.2, lambda: pending.set_exception(RuntimeError("withdrawn"))).start()
     control.step_now(state)  # waits for the pass to end, then steps
     assert len(generation(state).steps) == 1 and STEP.awaiting_prompt not in state
+
+
+def test_a_recording_dropped_on_the_page_replays_its_generation(state, tiny_lm) -> None:
+    control.step(state)
+    control.step(state)
+    recorded = generation(state)
+    page = generation_recording(recorded, share_query="prompt=Hello")
+    visitor: dict[str, Any] = {}
+    init_defaults(visitor)
+    control.load_trace(visitor, tiny_lm, "lesson.html", page.encode())
+    assert message(visitor, "trace_error") is None
+    assert generation(visitor).generated_ids == recorded.generated_ids
+    assert message(visitor, "trace").startswith("Loaded lesson.html: 2 steps replayed.")
+    control.load_trace(visitor, tiny_lm, "other.html", b"<!doctype html><html><body>a page</body></html>")
+    assert message(visitor, "trace_error") == ("other.html: This web page carries no Token by Token recording (no "
+                                               "trace inside it).")

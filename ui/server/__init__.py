@@ -7,7 +7,7 @@ from ui import room_exports
 
 __getattr__, __all__ = room_exports(__name__, {
     "class_room": ("browser_key", "current_hall", "store_problem", "wrong_codes"),
-    "deployment": ("current_deployment", "downloadable", "upload_problem"),
+    "deployment": ("current_deployment", "downloadable", "downloadable_recording", "upload_problem"),
     "measurement_board": ("REFRESH_AFTER_S",),
     "measurements": ("prefill_cost", "shared_board", "tokens_served"),
     "model": ("current_model", "current_scheduler", "current_source", "switch_model"),

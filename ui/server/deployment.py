@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from classroom import ClassLimits
-from engine import Limits, SettingsError, TraceError
+from engine import Generation, Limits, SettingsError, TraceError, generation_recording, to_trace
 from engine.serving import Deployment, IdleReleaser, deployment_from_env
 from ui.views.format import duration
 
@@ -26,6 +26,12 @@ def downloadable(trace: dict[str, Any]) -> str:
     """A trace as the visitor downloads it: JSON, without the server's paths where the
     deployment hides them."""
     return json.dumps(current_deployment().shareable_trace(trace), indent=1, ensure_ascii=False)
+
+
+def downloadable_recording(generation: Generation, share_query: str) -> str:
+    """A generation's recording (engine/recording.py) as the visitor downloads it: its trace
+    without the server's paths where the deployment hides them, and the share link's query."""
+    return generation_recording(generation, current_deployment().shareable_trace(to_trace(generation)), share_query)
 
 
 @cache

@@ -375,6 +375,9 @@ def main() -> None:
                     "next token, **pick** one, **append** it, **check** whether to stop. Walk through it on the real "
                     "model.")
     lm = current_model()
+    lesson.open_link(S, lm, {key: st.query_params[key] for key in st.query_params}, current_scheduler())
+    if problem := lesson.walk_message(S, "link"):
+        st.warning(plain(problem), icon=":material/link:")
     # on a projector the part switch sits at the bottom, under the screen it chose
     mode = (S.get(LESSON.mode) or PARTS[0]) if presenting() else part_switch()
     if mode == PARTS[0]:

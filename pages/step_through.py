@@ -39,7 +39,6 @@ from ui.server import (
     upload_problem,
 )
 from ui.session import (
-    APP,
     DETAIL_VIEWS,
     STEP,
     init_defaults,
@@ -53,9 +52,21 @@ from ui.session import (
 )
 from ui.views import PANEL_CSS, chain_name, long_prompt_warning, plain, reading_progress
 from ui.views import inside as inside_views
-from ui.widgets import BACKWARD, FORWARD, RUN, continue_run, ensure_app_frame, page_style, panels, presenter_keys
+from ui.widgets import (
+    BACKWARD,
+    FORWARD,
+    RUN,
+    continue_run,
+    embedded,
+    ensure_app_frame,
+    page_style,
+    panels,
+    presenter_keys,
+    presenting,
+)
 
 S = st.session_state
+EMBED_ROWS = 3  # candidates shown in an embed's 450-pixel frame, with the pick and all the others
 PROGRESS_TICK_S = 0.5  # a long prompt's progress bar moves this often
 SAMPLER_CONTROLS = "sampler_controls"  # the controls' container: its CSS class is st-key-sampler_controls
 # Less empty space above the title; room between the branch pills and the detail views' control.
@@ -158,11 +169,18 @@ def publish_link(gen: Generation) -> dict[str, str | list[str]]:
 # ---- setup: prompt, presets, stop settings (full reruns) -------------------------------------
 
 
-def setup_controls() -> None:
+def prompt_field() -> None:
+    st.text_area("Prompt", key=STEP.prompt, height=68, persist_state="session",
+                 label_visibility="collapsed" if embedded() else "visible", placeholder="Prompt",
+                 help="The text the model continues. Changing it (or chat, or the seed) starts over.")
+
+
+def setup_controls(with_prompt: bool = True) -> None:
+    """Prompt, presets, chat, seed and stop settings (the prompt drawn above instead in an embed)."""
     prompt_col, preset_col, more_col = st.columns([5, 3, 2], gap="small")
     with prompt_col:
-        st.text_area("Prompt", key=STEP.prompt, height=68, persist_state="session",
-                     help="The text the model continues. Changing it (or chat, or the seed) starts over.")
+        if with_prompt:
+            prompt_field()
     with preset_col:
         presets = load_presets()
         st.selectbox("Presets", [p.name for p in presets], index=None, key=STEP.preset,
@@ -322,11 +340,11 @@ def workspace() -> None:
         st.warning(long_prompt_warning(len(gen.prompt_ids), cost_of_prefill(gen)), icon=":material/hourglass_top:")
     panels.step_announcement(gen)  # a screen reader hears the new token
     if presentation() and S.get(STEP.inside_screen):  # one screen: chips and inside the latest pass
-        panels.context_window_panel(gen, control.prompt_html(S, gen))
+        panels.context_window_panel(gen, control.prompt_html(S, gen), 2 if embedded() else 3)
         projector_inside(gen)
     elif presentation():  # one screen: chips, chart, decision and check; the rest below the fold
         control.look_inside(S, gen, open_=False)  # closed: no pass is captured
-        panels.context_window_panel(gen, control.prompt_html(S, gen))
+        panels.context_window_panel(gen, control.prompt_html(S, gen), 2 if embedded() else 3)
         sampler_view()
         panels.html(panels.decoded_text(gen))
         left, right = st.columns(2, gap="medium")
@@ -365,7 +383,8 @@ def projector_inside(gen: Generation) -> None:
 
 
 def presentation() -> bool:
-    return bool(S.get(APP.presentation))
+    """The one-screen layout: on a projector, and inside another page (an embed's small frame)."""
+    return presenting()
 
 
 # ---- sampler controls, distribution, decision, candidates (nested fragment) ------------------
@@ -432,7 +451,7 @@ def projector_sampler_view(gen: Generation, view: control.SamplerView) -> None:
         if record is None:
             st.info(FIRST_STEP_NOTE)
         else:
-            panels.distribution_bars_panel(record, view.decision, view.distribution)
+            panels.distribution_bars_panel(record, view.decision, view.distribution, EMBED_ROWS if embedded() else 8)
     with control_col:
         if record is not None:
             panels.decision_line_panel(view.decision, view.distribution, gen.lm.texts)
@@ -510,6 +529,8 @@ def main() -> None:
     st.html(PAGE_CSS + PANEL_CSS)
     page_style()
     presenter_keys({STEP.step: FORWARD, STEP.back: BACKWARD, STEP.run: RUN})
+    if embedded():  # a course page's frame: the prompt first, then the generation; settings below
+        prompt_field()
     if not presentation():  # a projector's screen goes to the generation
         st.header("Step through", anchor=False)
         st.caption("One click = one token. Each step runs the model on the context, turns its scores into a "
@@ -522,8 +543,8 @@ def main() -> None:
     control.sync_generation(S, lm, current_scheduler())
     if presentation():  # on a projector the setup folds away under the generation
         workspace()
-    with st.expander("Prompt and settings") if presentation() else st.container():
-        setup_controls()
+    with st.expander("Settings" if embedded() else "Prompt and settings") if presentation() else st.container():
+        setup_controls(with_prompt=not embedded())
         templated_text()
     if not presentation():
         main_col, controls_col = st.columns([3, 1.1], gap="medium")

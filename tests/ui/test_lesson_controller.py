@@ -161,3 +161,17 @@ def test_the_exercise_is_registered_for_idle_release_and_rebuilt_on_the_next_rou
     assert rebuilt.generated_ids[:1] == generation.generated_ids and len(lesson.guesses(state)) == 1
     assert lesson.predict_message(state, "idle").startswith("Welcome back. Your generation was put away")
     assert idle_server.away(61) == 1
+
+
+def test_a_link_opens_the_lesson_at_a_preset_and_a_stage_once_and_says_what_it_could_not_read(state, tiny_lm):
+    lesson.open_link(state, tiny_lm, {"preset": "2", "stage": "4", "other": "x"})
+    generation, shown = walking(state, tiny_lm, PRESETS[1].name)
+    assert shown == 3 and len(generation.steps) == 1  # the fourth screen: the first token's softmax
+    lesson.go_next(state)
+    lesson.open_link(state, tiny_lm, {"preset": "1", "stage": "1"})  # read on the first run only
+    assert lesson.stage(state) == 4 and state[LESSON.preset] == PRESETS[1].name
+    fresh: dict = {}
+    lesson.open_link(fresh, tiny_lm, {"stage": "9"})
+    assert lesson.walk_message(fresh, "link") == ("The link's stage '9' is not one of 1 to 7: the lesson opens at "
+                                                  "its start.")
+    assert LESSON.walk not in fresh

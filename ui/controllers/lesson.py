@@ -12,7 +12,7 @@ Lesson's content (presets, stages, scoring) is ui/domain/lesson.py.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from engine import Generation, GenerationFinished, InsideView, LoadedModel, PromptError, SettingsError, StepRecord
@@ -50,7 +50,7 @@ def _held(state: State, key: str, made_for: tuple[str, str]) -> Generation | Non
 
 
 def walk_message(state: State, control: str) -> str | None:
-    """The message beside the guided walk's `control`: "start", "buttons" or "idle"."""
+    """The message beside the guided walk's `control`: "start", "buttons", "idle" or "link"."""
     return message(state, control, LESSON.walk_messages)
 
 
@@ -83,6 +83,31 @@ def walk(state: State, lm: LoadedModel, name: str, scheduler: ForwardScheduler |
         state[LESSON.stage] = 0
     keep_walk_open(state)
     return state[LESSON.walk][1], stage(state)
+
+
+def open_link(state: State, lm: LoadedModel, params: Mapping[str, str], scheduler: ForwardScheduler | None = None
+              ) -> None:
+    """A link's preset and stage, read once (`?preset=2&stage=4`: the second preset's walk at its
+    fourth screen, its first token made): a course page opens the lesson where its text is. A
+    value out of range is said ("link"), and the lesson opens at its start."""
+    if state.get(LESSON.link_read):
+        return
+    state[LESSON.link_read] = True
+    wanted = {key: params[key] for key in ("preset", "stage") if key in params}
+    if not wanted:
+        return
+    choices = {"preset": len(PRESETS), "stage": len(STAGES)}
+    numbers = {key: int(value) if value.isdigit() else 0 for key, value in wanted.items()}
+    for key, number in numbers.items():
+        if not 1 <= number <= choices[key]:
+            set_message(state, "link", f"The link's {key} {wanted[key]!r} is not one of 1 to {choices[key]}: the "
+                        "lesson opens at its start.", LESSON.walk_messages)
+            return
+    name = PRESETS[numbers.get("preset", 1) - 1].name
+    state[LESSON.preset] = name
+    if walk(state, lm, name, scheduler) is not None:
+        while stage(state) < numbers.get("stage", 1) - 1:
+            go_next(state)
 
 
 def stage(state: State) -> int:

@@ -161,6 +161,7 @@ class LessonKeys(PageKeys):
     # the guided walk
     preset: str = "lesson_preset"
     walk: str = "lesson_walk"  # ((preset name, model name), Generation)
+    link_read: str = "lesson_link_read"  # the address's preset and stage were read (first run only)
     stage: str = "lesson_stage"  # the screen shown
     previous: str = "lesson_previous"
     next: str = "lesson_next"

@@ -12,5 +12,5 @@ __getattr__, __all__ = room_exports(__name__, {
     "panels": ("described_chart",),
     "run": ("continue_run",),
     "theme": ("current_theme",),
-    "presentation": ("BACKWARD", "FORWARD", "RUN", "page_style", "presenter_keys", "presenting"),
+    "presentation": ("BACKWARD", "FORWARD", "RUN", "embedded", "page_style", "presenter_keys", "presenting"),
 })

@@ -90,10 +90,10 @@ def context_panel(gen: Generation, prompt_html: str, legend: bool = True) -> Non
         html(context_html(prompt_html, gen.steps, legend=legend) + decoded_text(gen))
 
 
-def context_window_panel(gen: Generation, prompt_html: str) -> None:
-    """Presentation mode: the chips in a window three lines high that shows the newest ones."""
+def context_window_panel(gen: Generation, prompt_html: str, lines: int = 3) -> None:
+    """Presentation mode: the chips in a window `lines` high that shows the newest ones."""
     with st.container(border=True):
-        html(chip_window(context_html(prompt_html, gen.steps, legend=False)))
+        html(chip_window(context_html(prompt_html, gen.steps, legend=False), lines))
 
 
 def heading(title: str, caption: str, words: str = "") -> None:
@@ -134,11 +134,12 @@ def distribution_panel(record: StepRecord, decision: Decision, distribution: Dis
     st.segmented_control("Scale", list(MODES), key=mode_key, label_visibility="collapsed", persist_state="session")
 
 
-def distribution_bars_panel(record: StepRecord, decision: Decision, distribution: Distribution) -> None:
-    """Presentation mode: the distribution as viewport-sized bars, the top 8 and the rest."""
+def distribution_bars_panel(record: StepRecord, decision: Decision, distribution: Distribution, top_n: int = 8
+                            ) -> None:
+    """Presentation mode: the distribution as viewport-sized bars, the top `top_n` and the rest."""
     html(LINE_CSS + f'<div class="tbt-title">Next-token distribution at step {record.index} · entropy raw '
          f"{distribution.raw_entropy_bits:.2f}, final {distribution.final_entropy_bits:.2f} bits</div>"
-         + distribution_bars_html(distribution, decision.token_id))
+         + distribution_bars_html(distribution, decision.token_id, top_n))
 
 
 def decision_line_panel(decision: Decision, distribution: Distribution, texts: TokenTexts) -> None:

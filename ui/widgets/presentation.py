@@ -149,8 +149,30 @@ KEY_HANDLER = """<script>
 </script>"""
 
 
+# Inside another page (Streamlit's ?embed=true: a course page's iframe, about 850x450): no sidebar
+# and no header, little padding, so a page's working part fills the frame (the pages use their
+# one-screen projector layout there, see `embedded`)
+EMBED_CSS = """<style>
+[data-testid="stSidebar"],[data-testid="stSidebarCollapsedControl"],[data-testid="stExpandSidebarButton"],
+header[data-testid="stHeader"]{display:none}
+[data-testid="stMainBlockContainer"]{padding:.5rem .8rem 1rem .8rem;max-width:none}
+[data-testid="stVerticalBlock"]{gap:.5rem}
+</style>"""
+
+
+def embedded() -> bool:
+    """Whether the page is shown inside another page (the address has Streamlit's embed=true)."""
+    return bool(st.context.is_embedded)
+
+
 def presenting() -> bool:
-    """Whether this visitor has presentation mode on."""
+    """Whether the page takes its one-screen layout: presentation mode is on, or the page is
+    inside another page (an embed's small frame wants the same one screen)."""
+    return projecting() or embedded()
+
+
+def projecting() -> bool:
+    """Whether presentation mode (the sidebar toggle) is on: a projector and its remote's keys."""
     return bool(st.session_state.get(APP.presentation))
 
 
@@ -161,10 +183,14 @@ def leave_presentation() -> None:
 
 def page_style() -> None:
     """Apply presentation mode (the sidebar toggle) to the page being drawn: viewport-sized type,
-    the sidebar hidden, and a button in the top right corner that turns the mode off."""
+    the sidebar hidden, and a button in the top right corner that turns the mode off. Inside
+    another page (embed), the sidebar and the header go and the padding shrinks."""
     if not presenting():
         return
     st.html(PRESENTATION_CSS)
+    if embedded():  # no way out of the frame's layout, and no room for a bar in its corner
+        st.html(EMBED_CSS)
+        return
     with st.container(key=APP.presentation_bar, horizontal=True, gap="small"):
         with st.popover("Pages", icon=":material/menu:", help="Go to another page; presentation mode stays on."):
             for page in app_pages():
@@ -185,7 +211,7 @@ def key_hints_css(buttons: Mapping[str, Sequence[PresenterKey]]) -> str:
 def presenter_keys(buttons: Mapping[str, Sequence[PresenterKey]]) -> None:
     """In presentation mode, let the keys (a presenter remote's among them) press the page's
     buttons, given by key (ui/session/keys.py), and name the keys on the buttons."""
-    if not presenting():
+    if not projecting():  # an embed has the layout, not the remote
         return
     by_key = {k.event_key: button for button, keys in buttons.items() for k in keys}
     st.html(f'<div class="tbt-keys" data-keys="{esc(json.dumps(by_key))}"></div>' + KEY_HANDLER

@@ -17,8 +17,9 @@ ENV PIP_EXTRA_INDEX_URL=${PIP_EXTRA_INDEX_URL} \
     STREAMLIT_SERVER_ADDRESS=0.0.0.0 \
     STREAMLIT_SERVER_MAX_UPLOAD_SIZE=1
 
-# a C++ compiler and ninja: the exact rows kernel is built on the first start (engine/fast/exact_rows_kernel.py)
-RUN apt-get update && apt-get install -y --no-install-recommends g++ ninja-build && rm -rf /var/lib/apt/lists/*
+# a C++ compiler and ninja: the exact rows kernel is built on the first start (engine/fast/exact_rows_kernel.py);
+# DejaVu: the slides' font, with the glyphs the chips use (engine/slide.py)
+RUN apt-get update && apt-get install -y --no-install-recommends g++ ninja-build fonts-dejavu-core && rm -rf /var/lib/apt/lists/*
 RUN useradd --create-home --uid 1000 app && mkdir /cache && chown app /cache
 WORKDIR /app
 

@@ -38,6 +38,7 @@ from engine.sampling import (
 )
 from engine.settings import CHAINS, SamplerSettings, StopSettings
 from engine.shell import GenerationShell, PassQueue
+from engine.slide import SLIDE_SIZES, step_slide
 from engine.speculative import DraftModel, PromptLookup, RoundRecord, SpeculativeGeneration, self_draft
 from engine.stopping import (
     FINISH_REASONS,
@@ -54,6 +55,7 @@ from engine.trace import (
     TRACE_VERSION,
     Replay,
     generation_recording,
+    generation_slide,
     load_trace,
     other_device_note,
     parse_trace,
@@ -64,14 +66,14 @@ from engine.trace import (
 )
 
 __all__ = [
-    "BUNDLED", "CHAINS", "FINISH_REASONS", "TRACE_FORMAT", "TRACE_VERSION", "Candidate", "ChainOutput", "Decision",
-    "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished", "GenerationShell", "InsideView",
-    "InverseCdf", "KVGeometry", "KVSnapshot", "LayerView", "Limits", "LoadedModel", "ModelLoadError", "ModelSource",
-    "PassQueue", "PromptError", "PromptLookup", "PromptReading", "Proof", "Replay", "Resampled", "RoundRecord",
-    "SamplerSettings", "SettingsError", "SpeculativeGeneration", "StageRecord", "StepRecord", "StopSequenceState",
-    "StopSettings", "Termination", "Timing", "TokenPiece", "TokenTexts", "TraceError", "decide", "draw_uniform",
-    "escape", "first_match", "generation_recording", "load_model", "load_trace", "on_sampler_thread",
-    "other_device_note", "parse_trace", "pick_by_cdf", "prepare_inside", "proof_decisions", "recording_html",
-    "replay", "resolve_source", "run_chain", "save_recording", "save_trace", "self_draft", "shown",
-    "stop_sequence_states", "to_trace", "trace_from_recording", "unescape",
+    "BUNDLED", "CHAINS", "FINISH_REASONS", "SLIDE_SIZES", "TRACE_FORMAT", "TRACE_VERSION", "Candidate", "ChainOutput",
+    "Decision", "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished", "GenerationShell",
+    "InsideView", "InverseCdf", "KVGeometry", "KVSnapshot", "LayerView", "Limits", "LoadedModel", "ModelLoadError",
+    "ModelSource", "PassQueue", "PromptError", "PromptLookup", "PromptReading", "Proof", "Replay", "Resampled",
+    "RoundRecord", "SamplerSettings", "SettingsError", "SpeculativeGeneration", "StageRecord", "StepRecord",
+    "StopSequenceState", "StopSettings", "Termination", "Timing", "TokenPiece", "TokenTexts", "TraceError", "decide",
+    "draw_uniform", "escape", "first_match", "generation_recording", "generation_slide", "load_model", "load_trace",
+    "on_sampler_thread", "other_device_note", "parse_trace", "pick_by_cdf", "prepare_inside", "proof_decisions",
+    "recording_html", "replay", "resolve_source", "run_chain", "save_recording", "save_trace", "self_draft", "shown",
+    "step_slide", "stop_sequence_states", "to_trace", "trace_from_recording", "unescape",
 ]

@@ -21,12 +21,13 @@ from engine.generation import Generation, StepRecord
 from engine.inside import InsideView
 from engine.loading import LoadedModel, load_model
 from engine.settings import CHAINS, SamplerSettings, StopSettings
+from engine.slide import SLIDE_SIZES
 from engine.speculative.drafting import DraftMethod, DraftModel
 from engine.speculative.generation import RoundRecord, SpeculativeGeneration
 from engine.speculative.methods import DRAFT_METHODS, draft_for
 from engine.speculative.trace import save_speculative_trace
 from engine.stopping import unescape
-from engine.trace import generation_recording, to_trace, write_json
+from engine.trace import generation_recording, generation_slide, to_trace, write_json
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -52,6 +53,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", metavar="PATH", help="write the full trace as JSON")
     parser.add_argument("--html", metavar="PATH", help="write a recording: one web page that replays the generation "
                         "step by step with no server (it carries the trace; the app reads it back)")
+    parser.add_argument("--slide", metavar="PATH", help="write the last step (or --slide-step) as a PNG for a slide: "
+                        "the chips, the distribution with the pick and the sampler's decision")
+    parser.add_argument("--slide-step", type=int, help="the step the slide shows (default: the last)")
+    parser.add_argument("--slide-size", default="1920x1080", choices=sorted(SLIDE_SIZES), help="the slide's pixels")
+    parser.add_argument("--slide-theme", default="light", choices=["light", "dark"])
     parser.add_argument("--inside", action="store_true",
                         help="look inside each step's forward pass: the logit lens, attention and time per layer "
                              "(in the trace, each step's \"inside\")")
@@ -136,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   chain=args.chain)
         stop = StopSettings(max_new_tokens=args.max_new_tokens, stop_sequences=tuple(unescape(s) for s in args.stop),
                             ignore_eos=args.ignore_eos)
-        for option, path in (("--json", args.json), ("--html", args.html)):
+        for option, path in (("--json", args.json), ("--html", args.html), ("--slide", args.slide)):
             if path:
                 check_writable(Path(path), option)  # before the generation, not after it
         lm = load_model(args.model)
@@ -166,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for step_dict, view in zip(trace["steps"], inside, strict=False):
         step_dict["inside"] = view
     for kind, path, write in (("trace", args.json, lambda target: write_json(trace, target)),
-                              ("recording", args.html, lambda target: write_recording(generation, trace, target))):
+                              ("recording", args.html, lambda target: write_recording(generation, trace, target)),
+                              ("slide", args.slide, lambda target: write_slide(generation, trace, args, target))):
         if not path:
             continue
         try:
@@ -174,7 +181,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as exc:
             print(f"error: cannot write the {kind} to {path}: {exc.strerror or exc}", file=sys.stderr)
             return 2
+        except SettingsError as exc:  # a --slide-step the generation does not have
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     return 0
+
+
+def write_slide(generation: Generation, trace: dict, args: argparse.Namespace, path: str) -> Path:
+    """The slide of a step as a PNG; a step this generation does not have is refused by name."""
+    png = generation_slide(generation, args.slide_step, SLIDE_SIZES[args.slide_size], args.slide_theme, trace)
+    target = Path(path)
+    target.write_bytes(png)
+    return target
 
 
 def write_recording(generation: Generation, trace: dict, path: str) -> Path:

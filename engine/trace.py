@@ -27,6 +27,7 @@ from engine.loading import LoadedModel
 from engine.recording import recording_html, trace_from_recording
 from engine.settings import SamplerSettings, StopSettings
 from engine.shell import GenerationShell, PassQueue
+from engine.slide import step_slide
 
 TRACE_FORMAT = "token-by-token/trace"
 TRACE_VERSION = 1
@@ -135,6 +136,13 @@ def generation_recording(generation: Generation, trace: dict[str, Any] | None = 
     given (paths hidden, each step's look inside added)."""
     pieces = [{"text": piece.text, "special": piece.special} for piece in generation.prompt_pieces]
     return recording_html(trace if trace is not None else to_trace(generation), pieces, share_query)
+
+
+def generation_slide(generation: Generation, step: int | None = None, size: tuple[int, int] = (1920, 1080),
+                     theme: str = "light", trace: dict[str, Any] | None = None) -> bytes:
+    """One step of a Generation (the latest when None) as a PNG for a slide (engine/slide.py)."""
+    pieces = [{"text": piece.text, "special": piece.special} for piece in generation.prompt_pieces]
+    return step_slide(trace if trace is not None else to_trace(generation), pieces, step, size, theme)
 
 
 def save_recording(generation: Generation, path: str | Path, share_query: str | None = None) -> Path:

@@ -24,7 +24,7 @@ from urllib.parse import urlencode
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from engine import CHAINS, Generation, to_trace
+from engine import CHAINS, SLIDE_SIZES, Generation, generation_slide, to_trace
 from engine.speed import PrefillCost
 from ui.controllers import step_through as control
 from ui.server import (
@@ -57,6 +57,7 @@ from ui.widgets import (
     FORWARD,
     RUN,
     continue_run,
+    current_theme,
     embedded,
     ensure_app_frame,
     page_style,
@@ -506,6 +507,16 @@ def share_panel(gen: Generation) -> None:
                            on_click="ignore", help="One file that replays these steps in any browser, with no server "
                            "and no network: for a handout, a course page or a slide. It carries the trace, so this "
                            "app loads it back.")
+    if gen.steps:
+        theme = current_theme().name
+        with st.container(horizontal=True):
+            for name, size in SLIDE_SIZES.items():
+                st.download_button(f"Step {len(gen.steps)} as a slide ({name.replace('x', '×')})",
+                                   data=lambda size=size: generation_slide(gen, None, size, theme),
+                                   file_name=f"token-by-token-step-{len(gen.steps)}-{name}.png", mime="image/png",
+                                   key=f"{STEP.slide_download}{name}", on_click="ignore", icon=":material/slideshow:",
+                                   help=f"The chips, the distribution with the pick and the sampler's decision as "
+                                        f"a picture for a slide, in the {theme} theme.")
     st.file_uploader("Load a trace or a recording", type=["json", "html"], key=STEP.trace_upload,
                      on_change=on_trace_upload,
                      max_upload_size=max(1, current_deployment().limits.max_upload_bytes // 2**20),

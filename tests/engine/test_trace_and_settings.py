@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from engine import (
     Generation,
@@ -122,10 +123,11 @@ def test_special_and_partial_byte_tokens_are_shown_visibly(lm) -> None:
 
 @pytest.mark.model  # the command line loads the real model in its own process
 def test_cli_prints_a_step_table_and_writes_the_trace(tmp_path) -> None:
-    path, page = tmp_path / "cli.json", tmp_path / "cli.html"
+    path, page, slide = tmp_path / "cli.json", tmp_path / "cli.html", tmp_path / "cli.png"
     out = subprocess.run(
         [sys.executable, "-m", "engine", "--prompt", "The capital of France is", "--temperature", "0",
-         "--max-new-tokens", "5", "--stop", "\\n", "--json", str(path), "--html", str(page)],
+         "--max-new-tokens", "5", "--stop", "\\n", "--json", str(path), "--html", str(page), "--slide", str(slide),
+         "--slide-size", "1280x720", "--slide-theme", "dark"],
         capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -134,6 +136,8 @@ def test_cli_prints_a_step_table_and_writes_the_trace(tmp_path) -> None:
     trace = parse_trace(path.read_text())
     assert trace["text"] == " Paris." and trace["finish_reason"] == "stop_sequence"
     assert f"recording: {page}" in out.stdout and parse_trace(page.read_text()) == trace  # the page carries it
+    with Image.open(slide) as picture:  # the last step, for a 720p slide, dark
+        assert picture.size == (1280, 720) and picture.getpixel((5, 5)) == (23, 22, 20)
 
 
 def test_cli_rejects_bad_settings_with_the_reason(tmp_path) -> None:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from engine import Generation, to_trace
+from engine import Generation, generation_recording, to_trace
 from tests.ui.apptest import APP as APP_SCRIPT
 from tests.ui.apptest import as_read
 from ui.session import run_clock
@@ -339,6 +339,17 @@ def test_trace_download_then_upload_replays_the_same_steps(at: AppTest) -> None:
     other.file_uploader(key=STEP.trace_upload).set_value(("trace.json", trace, "application/json")).run()
     assert [s.token_id for s in generation(other).steps] == tokens
     assert any("2 steps replayed" in as_read(s.value) for s in other.success)
+    at.session_state[STEP.tabs] = "Share"
+    at.run()
+    labels = [button.proto.label for button in at.get("download_button")]
+    assert labels == ["Download trace (JSON)", "Download as a web page", "Step 2 as a slide (1920×1080)",
+                      "Step 2 as a slide (1280×720)"]
+    page = generation_recording(generation(at)).encode()  # the web page, dropped on another visitor's app
+    third = open_app()
+    third.session_state[STEP.tabs] = "Share"
+    third.run()
+    third.file_uploader(key=STEP.trace_upload).set_value(("lesson.html", page, "text/html")).run()
+    assert [s.token_id for s in generation(third).steps] == tokens
 
 
 def test_malformed_trace_file_shows_a_message_and_keeps_the_generation(at: AppTest) -> None:

@@ -78,6 +78,7 @@ class StepKeys(PageKeys):
     force_prefix: str = "st_force_"  # + step index _ pick: the branch pills (a new widget for each pick)
     trace_download: str = "st_trace_download"
     recording_download: str = "st_recording_download"
+    slide_download: str = "st_slide_download_"  # prefix: one button per slide size
     trace_upload: str = "st_trace_upload"
     replay_stop: str = "st_replay_stop"  # shown while a link or a trace replays: any click cancels it
     # fragments (a branch or a re-pick reruns the workspace; a sampler control the sampler view)

@@ -149,14 +149,15 @@ KEY_HANDLER = """<script>
 </script>"""
 
 
-# Inside another page (Streamlit's ?embed=true: a course page's iframe, about 850x450): no sidebar
-# and no header, little padding, so a page's working part fills the frame (the pages use their
-# one-screen projector layout there, see `embedded`)
+# Inside another page (Streamlit's ?embed=true: a course page's iframe, about 850x450): no sidebar,
+# no header and no page title (the course page has its own), little padding, so a page's working
+# part fills the frame (the pages use their one-screen projector layout there, see `embedded`)
 EMBED_CSS = """<style>
 [data-testid="stSidebar"],[data-testid="stSidebarCollapsedControl"],[data-testid="stExpandSidebarButton"],
 header[data-testid="stHeader"]{display:none}
 [data-testid="stMainBlockContainer"]{padding:.5rem .8rem 1rem .8rem;max-width:none}
 [data-testid="stVerticalBlock"]{gap:.5rem}
+[data-testid="stHeading"]:has(h1){display:none}
 </style>"""
 
 

@@ -1,10 +1,12 @@
 """The teacher's lesson plan, start to end, in one browser session per person: a class with a
 presenter at the projector (1280x720, presentation mode, driven by the remote's keys) and three
 students (a laptop, a phone at 390x844, a laptop in dark mode) who give their names and guess
-three tokens; the projector never shows the answer or a name before the reveal; the presenter
-visits another page and comes back to the room. Then, as a student at home: Step through with a
-French prompt and an emoji, Inside the pass, a share link opened in another tab, the Sampler lab,
-the Lesson by keyboard only and a very long prompt. No page shows an exception at any point."""
+three tokens, typed or picked from the candidate chips; the projector never shows the model's
+answer, a guess or a name before the reveal (only while the presenter peeks), and every screen
+shows the reveal after it; the presenter visits another page and comes back to the room. Then,
+as a student at home: Step through with a French prompt and an emoji, Inside the pass, a share
+link opened in another tab, the Sampler lab, the Lesson by keyboard only and a very long prompt.
+No page shows an exception at any point."""
 
 from __future__ import annotations
 
@@ -16,14 +18,19 @@ import pytest
 from bench.appserver import served_app_process
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.test_presentation import presentation_on
+from ui.domain.lesson import STAGES
 
 pytestmark = pytest.mark.browser
-SLOW = 240_000
+SLOW = 240_000  # ms: the first visit loads the model on 2 CPU cores
+PROJECTOR = {"width": 1280, "height": 720}
+LAPTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 SHOWN = "Number(document.querySelector('.tbt-class-status')?.dataset.steps ?? -1)"
 STEPS = "Number(document.querySelector('.tbt-chips')?.dataset.steps ?? -1)"
 NAMES = ("Ana", "Ben", "Chloé 😀")
-GUESSES = ("Paris", " the", "London")
+TYPED = {0: ("London", "Lyon", "Rome"), 2: ("banana", "violin", "tulip")}  # student → a guess a round
+VISIBLE = {"␣": " ", "↵": "\n", "⇥": "\t", "␍": "\r"}  # how a token's text is drawn (ui/views/format.py)
+PILLS = "[data-testid='stButtonGroup'] button"
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +53,19 @@ def assert_no_exception(*pages) -> None:
         assert "Traceback" not in page.locator("body").inner_text(), page.url
 
 
+def token_text(drawn: str) -> str:
+    """A token as the app draws it in quotes ('␣Paris') back to its text (' Paris')."""
+    drawn = drawn.strip()
+    inner = drawn[1:-1] if len(drawn) >= 2 and drawn[0] == drawn[-1] == "'" else drawn
+    return "".join(VISIBLE.get(ch, ch) for ch in inner)
+
+
+def class_panel(presenter):
+    """The presenter's panel of the class's guesses for the next token (a bordered container)."""
+    heading = presenter.get_by_role("heading", name=re.compile("guesses? for the next token"))
+    return heading.locator("xpath=ancestor::div[@data-testid='stVerticalBlock'][1]")
+
+
 def test_the_teachers_lesson_plan_runs_start_to_end(browser, plan_url) -> None:
     contexts = []
 
@@ -55,61 +75,119 @@ def test_the_teachers_lesson_plan_runs_start_to_end(browser, plan_url) -> None:
 
     try:
         # ---- the class: a presenter at the projector, three students ---------------------------
-        presenter = person(viewport={"width": 1280, "height": 720})
+        presenter = person(viewport=PROJECTOR)
         presenter.goto(f"{plan_url}/class")
         presenter.get_by_role("button", name="Start a class").click(timeout=SLOW)
         presenter.locator(".tbt-class-code").wait_for(timeout=SLOW)
         code = presenter.locator(".tbt-class-code").inner_text().strip()
+        assert re.fullmatch(r"[A-Z2-9]{6}", code)
         settle(presenter)
         presentation_on(presenter)
-        students = [person(viewport={"width": 1280, "height": 800}),
+        assert "key=" not in presenter.url
+        students = [person(viewport=LAPTOP),
                     person(viewport=PHONE, is_mobile=True, has_touch=True),
-                    person(viewport={"width": 1280, "height": 800}, color_scheme="dark")]
+                    person(viewport=LAPTOP, color_scheme="dark")]
+        phone = students[1]
         for student, name in zip(students, NAMES, strict=True):
             student.goto(f"{plan_url}/class?room={code}")
             student.wait_for_function(f"{SHOWN} === 0", timeout=SLOW)
+            assert not student.get_by_role("button", name="Step").count()  # no control that changes the room
             field = student.get_by_label("Your name (optional, shown to the presenter)")
             field.fill(name)
             field.press("Enter")
             student.get_by_text(f"The presenter sees you as {name}.").wait_for(state="attached", timeout=SLOW)
+        presenter.get_by_text(re.compile(r"The class · 3 connected")).wait_for(timeout=SLOW)
+        assert_no_exception(presenter, *students)
+
         for number in (1, 2, 3):
-            for student, guess in zip(students, GUESSES, strict=True):
-                field = student.get_by_label(re.compile("type your guess"))
-                field.fill(guess)
+            # the guesses: the laptops type one, the phone taps a candidate chip
+            pills = phone.locator(PILLS)
+            pills.first.wait_for(timeout=SLOW)  # the candidates come once the room has peeked
+            drawn = [token_text(text).strip().lower() for text in pills.all_inner_texts()]
+            assert drawn == sorted(drawn), f"the candidates' order gives the answer away: {drawn}"
+            pills.first.tap()
+            for index, guesses in TYPED.items():
+                field = students[index].get_by_label(re.compile("type your guess"))
+                field.fill(guesses[number - 1])
                 field.press("Enter")
+            for student in students:
                 student.get_by_text(re.compile("Your guess:")).wait_for(timeout=SLOW)
             presenter.get_by_text(re.compile(r"3 guesses for the next token")).wait_for(timeout=SLOW)
-            # the class's panel for the next token: who guessed what, and the model's answer, stay hidden
-            # (the box of the token revealed last names its guesses: that token is out)
-            heading = presenter.get_by_role("heading", name=re.compile("guesses for the next token"))
-            panel = heading.locator("xpath=ancestor::div[@data-testid='stVerticalBlock'][1]").inner_text()
-            assert "3 guesses for the next token" in panel
-            assert not [name for name in NAMES if name in panel], f"a name on the projector before the reveal: {panel}"
-            assert "hidden from the class" not in panel, "the model's answer on the projector before the reveal"
-            presenter.keyboard.press("PageDown")  # the remote: the next token, which reveals this one
+
+            # the projector before the reveal: the count of guesses, nothing of what or whose, nor the answer
+            panel = class_panel(presenter)
+            shown = panel.inner_text()
+            assert "3 guesses for the next token" in shown
+            assert not [name for name in NAMES if name in shown], f"a name on the projector before the reveal: {shown}"
+            assert not [g for g in (TYPED[0][number - 1], TYPED[2][number - 1]) if g in shown], shown
+            assert "hidden from the class" not in shown, "the model's answer on the projector before the reveal"
+            assert panel.locator(".tbt-bars").count() == 0, "a distribution in the class panel before the reveal"
+            if number == 1:  # nothing revealed yet: no name anywhere on the projector, in view or not
+                page_text = presenter.locator("body").inner_text()
+                assert not [name for name in NAMES if name in page_text], page_text
+                assert not [name for name in NAMES if name in presenter.content()]
+                # a student's screen shows no other student's guess either
+                assert not [name for name in NAMES[1:] if name in students[0].locator("body").inner_text()]
+
+                # the presenter's Peek shows what was hidden (so the checks above are not vacuous), then hides it
+                toggle = presenter.get_by_text("Peek at the guesses and the model's answer")
+                toggle.click()
+                answer_title = presenter.get_by_text(re.compile("hidden from the class"))
+                answer_title.wait_for(timeout=SLOW)
+                peeked = class_panel(presenter).inner_text()
+                assert all(name in peeked for name in NAMES), peeked
+                assert class_panel(presenter).locator(".tbt-bars").count() >= 1
+                toggle.click()
+                answer_title.wait_for(state="detached", timeout=SLOW)
+                presenter.get_by_text(re.compile("stay hidden until the reveal")).wait_for(timeout=SLOW)
+                settle(presenter)
+                before = presenter.content()
+            presenter.evaluate("document.activeElement?.blur()")
+            presenter.keyboard.press("PageDown")  # the remote: Step, which reveals the next token
+
+            # the reveal, on the projector and on every student's screen
+            revealed = presenter.locator(".tbt-class-reveal", has_text=f"Step {number} revealed")
+            revealed.wait_for(timeout=SLOW)
+            title = revealed.locator(".tbt-title").first.inner_text()
+            wrote = re.search(r"the model wrote '.*?' \(raw", title, re.S).group(0)  # the answer, as drawn
+            answer = token_text(wrote.removeprefix("the model wrote ").removesuffix(" (raw"))
+            assert re.search(r"\d of 3\s+guesses named it", revealed.inner_text()), revealed.inner_text()
             for student in students:
                 student.wait_for_function(f"{SHOWN} === {number}", timeout=SLOW)
-                student.locator(".tbt-class-reveal").wait_for(timeout=SLOW)
+                reveal = student.locator(".tbt-class-reveal", has_text=f"Step {number} revealed")
+                reveal.wait_for(timeout=SLOW)
+                assert wrote in reveal.inner_text(), (reveal.inner_text(), wrote)  # the same answer
             settle(presenter)
-        assert students[1].evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1
+            text = presenter.locator(".tbt-class-reveal").first.inner_text()
+            assert all(name in text for name in NAMES), f"the reveal names who guessed what: {text}"
+            if number == 1:
+                word = answer.strip()
+                assert len(word) >= 3 and word not in "The capital of France is", answer  # a word to look for
+                assert word not in before, f"the answer {answer!r} was in the projector's page before the reveal"
+            width = phone.evaluate("document.documentElement.scrollWidth")
+            assert width <= PHONE["width"] + 1, f"the phone's page is {width} px wide"
+            assert_no_exception(presenter, *students)
         presenter.screenshot(path=str(ARTIFACTS / "lesson_plan_projector.png"))
-        students[1].screenshot(path=str(ARTIFACTS / "lesson_plan_phone.png"), full_page=True)
+        phone.screenshot(path=str(ARTIFACTS / "lesson_plan_phone.png"), full_page=True)
         students[2].screenshot(path=str(ARTIFACTS / "lesson_plan_dark_student.png"), full_page=True)
-        assert_no_exception(presenter, *students)
 
         # the presenter leaves for another page through the Pages menu and comes back to the room
         presenter.get_by_role("button", name=re.compile("Pages")).click()
         presenter.get_by_role("link", name="Step through").click()
-        presenter.wait_for_function(f"{STEPS} >= 0", timeout=SLOW)
+        presenter.wait_for_function(f"{STEPS} >= 0 && !location.pathname.endsWith('/class')", timeout=SLOW)
         settle(presenter)
+        assert_no_exception(presenter)
         presenter.get_by_role("button", name=re.compile("Pages")).click()
         presenter.get_by_role("link", name="Class").click()
         presenter.get_by_text(re.compile(r"The class · \d+ connected")).wait_for(timeout=SLOW)
+        settle(presenter)
         assert presenter.evaluate(STEPS) == 3  # the same room, at its three tokens
-        assert_no_exception(presenter)
+        assert code in presenter.locator("body").inner_text()
+        presenter.locator(".tbt-class-reveal", has_text="Step 3 revealed").wait_for(timeout=SLOW)
+        assert_no_exception(presenter, *students)
 
         # ---- at home: Step through, Inside the pass, a share link --------------------------------
-        laptop = person(viewport={"width": 1280, "height": 800})
+        laptop = person(viewport=LAPTOP)
         laptop.goto(plan_url)
         laptop.wait_for_function(f"{STEPS} === 0", timeout=SLOW)
         prompt = laptop.get_by_label("Prompt", exact=True)
@@ -119,38 +197,67 @@ def test_the_teachers_lesson_plan_runs_start_to_end(browser, plan_url) -> None:
         for number in (1, 2):
             laptop.get_by_role("button", name="Step", exact=True).click()
             laptop.wait_for_function(f"{STEPS} === {number}", timeout=SLOW)
+        assert "chat" in laptop.locator(".tbt-chips").inner_text()  # the French prompt's chips
         laptop.get_by_role("radio", name="Inside the pass", exact=True).click()
         laptop.get_by_text("went through 30 layers").wait_for(timeout=SLOW)
         settle(laptop)
+        # off the projector the lens is a table, a row a layer (its cells are the projector's and the Lesson's)
+        laptop.wait_for_function("[...document.querySelectorAll(\"[data-testid='stDataFrame'] [aria-rowcount]\")]"
+                                 ".some(g => Number(g.getAttribute('aria-rowcount')) >= 30)", timeout=SLOW)
+        laptop.screenshot(path=str(ARTIFACTS / "lesson_plan_inside_the_pass.png"))
+        laptop.wait_for_function("location.search.includes('tokens=')", timeout=SLOW)
         newest, link = laptop.locator(".tbt-newest[title]").inner_text(), laptop.url
         assert "tokens=" in link and "%F0%9F%90%B1" in link  # the emoji travels in the link
-        again = person(viewport={"width": 1280, "height": 800})
+        again = laptop.context.new_page()  # the share link in a new tab
         again.goto(link)
         again.wait_for_function(f"{STEPS} === 2", timeout=SLOW)
+        settle(again)
         assert again.locator(".tbt-newest[title]").inner_text() == newest
+        assert again.locator(".tbt-chips").inner_text() == laptop.locator(".tbt-chips").inner_text()
         assert_no_exception(laptop, again)
+        again.close()
 
         # ---- the Sampler lab ----------------------------------------------------------------------
-        laptop.get_by_role("link", name="Sampler lab").click()
+        laptop.get_by_test_id("stSidebar").get_by_role("link", name="Sampler lab").click()
         laptop.get_by_role("heading", name=re.compile("Three samplers on the same logits")).wait_for(timeout=SLOW)
+        picks = laptop.locator("[data-testid='stMetricLabel']", has_text="picks")
+        picks.nth(2).wait_for(timeout=SLOW)
         settle(laptop)
+        slider = laptop.get_by_test_id("stSlider").filter(has_text="temperature").first
+        before_value = slider.inner_text()
+        slider.get_by_role("slider").focus()
+        for _ in range(4):  # 0.05 a press
+            slider.get_by_role("slider").press("ArrowRight")
+        settle(laptop)
+        assert slider.inner_text() != before_value, before_value  # the slider moved (its value shows on it)
+        assert picks.count() == 3
+        assert laptop.get_by_test_id("stDataFrame").count() >= 1  # the kept sets, token by token
         assert_no_exception(laptop)
 
         # ---- the Lesson by keyboard only ------------------------------------------------------------
-        laptop.get_by_role("link", name="Lesson").click()
+        laptop.get_by_test_id("stSidebar").get_by_role("link", name="Lesson").click()
         laptop.get_by_role("heading", name="Prompt → tokens").wait_for(timeout=SLOW)
         settle(laptop)
         presentation_on(laptop)
+        total = len(STAGES)
+        laptop.get_by_role("heading", name=re.compile(f"^Stage 1 of {total}")).wait_for(timeout=SLOW)
         for number in (2, 3, 4):
             laptop.keyboard.press("PageDown")
-            laptop.get_by_role("heading", name=re.compile(f"^Stage {number} of 7")).wait_for(timeout=SLOW)
+            laptop.get_by_role("heading", name=re.compile(f"^Stage {number} of {total}")).wait_for(timeout=SLOW)
             settle(laptop)
         laptop.keyboard.press("PageUp")
-        laptop.get_by_role("heading", name=re.compile("^Stage 3 of 7")).wait_for(timeout=SLOW)
+        laptop.get_by_role("heading", name=re.compile(f"^Stage 3 of {total}")).wait_for(timeout=SLOW)
+        laptop.locator(".tbt-lens-cell").first.wait_for(timeout=SLOW)  # inside the pass: each layer's guess
+        settle(laptop)
+        assert laptop.locator(".tbt-lens-cell").count() > 2
+        laptop.keyboard.press("PageUp")
+        laptop.get_by_role("heading", name=re.compile(f"^Stage 2 of {total}")).wait_for(timeout=SLOW)
+        settle(laptop)
+        laptop.screenshot(path=str(ARTIFACTS / "lesson_plan_lesson_stage2.png"))
         assert_no_exception(laptop)
 
         # ---- a very long prompt -------------------------------------------------------------------
-        home = person(viewport={"width": 1280, "height": 800})
+        home = person(viewport=LAPTOP)
         home.goto(plan_url)
         home.wait_for_function(f"{STEPS} === 0", timeout=SLOW)
         long_prompt = " ".join(f"Sentence {i} tells of a river, a town and the people who lived there."
@@ -162,7 +269,8 @@ def test_the_teachers_lesson_plan_runs_start_to_end(browser, plan_url) -> None:
         home.get_by_role("button", name="Step", exact=True).click()
         home.wait_for_function(f"{STEPS} === 1", timeout=SLOW)
         settle(home)
-        assert_no_exception(home, presenter, *students)
+        assert not home.get_by_text(re.compile(r"^This prompt is")).count()  # said before the first step only
+        assert_no_exception(home, laptop, presenter, *students)
     finally:
         for context in contexts:
             context.close()

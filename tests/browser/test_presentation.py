@@ -240,11 +240,11 @@ def test_the_projected_screen_keeps_its_corner_clear_rings_no_whole_screen_and_d
         assert bar["y"] + bar["height"] <= stage.bounding_box()["y"]
 
         page.mouse.click(width * 0.75, height - 40)  # an empty spot, as a teacher's stray click
+        assert page.evaluate("document.activeElement.tagName") == "MAIN"  # the click focused the page itself
         for number in (2, 3):
             page.keyboard.press("PageDown")
             page.get_by_role("heading", name=re.compile(f"^Stage {number} of")).wait_for(timeout=SLOW)
             settle(page)
-        assert page.evaluate("document.activeElement.tagName") == "MAIN"  # the click focused the page itself
         ring = page.evaluate("""(() => { const main = document.querySelector('main');
             const before = getComputedStyle(main, '::before');
             const shadow = before.display === 'none' ? 'none' : before.boxShadow;

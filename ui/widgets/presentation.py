@@ -27,10 +27,7 @@ from ui.widgets.frame import app_pages
 # The root font follows the viewport (rem-sized things follow it): 24 px at 1920x1080, 16 px at
 # 1280x720; the width term keeps a tall, narrow window from getting type too wide for it.
 # The Pages / Exit bar stays in the top right corner, in a strip the page's top padding keeps
-# free, so it never covers a heading or a notice. The main area loses its focus ring here (our
-# outline and Streamlit's own, an inset shadow on its ::before): after a click on the page it is
-# the focused element, and the next key from a remote would ring the whole projected screen
-# (Chromium shows focus once a key is pressed); the buttons keep theirs.
+# free, so it never covers a heading or a notice.
 PRESENTATION_CSS = """<style>
 html{font-size:clamp(16px,min(2.25vh,1.3vw),40px)}
 [data-testid="stSidebar"],[data-testid="stSidebarCollapsedControl"],[data-testid="stExpandSidebarButton"],
@@ -38,7 +35,6 @@ header[data-testid="stHeader"],[data-testid="stElementContainer"]:has(.tbt-keys)
 [data-testid="stMainBlockContainer"]{padding:1.5rem 1.2rem 3rem 1.2rem;max-width:none}
 .st-key-app_presentation_bar{position:fixed;top:.25rem;right:.6rem;z-index:999990;width:auto}
 .st-key-app_presentation_bar button{min-height:2rem;padding:.1rem .6rem}
-html main:focus-visible{outline:none!important}html main:focus-visible::before{display:none!important}
 [data-testid="stButton"] button p,[data-testid="stWidgetLabel"] p,[data-testid="stMetricLabel"] p,
 [data-testid="stTable"] table{font-size:1.05rem}
 .tbt-chips{font-size:1.3rem}
@@ -139,6 +135,10 @@ KEY_HANDLER = """<script>
     if (event.key.startsWith("Arrow") && focus && focus.closest(USES_ARROWS)) return;
     if (event.key === " " && focus && focus.closest(USES_SPACE)) return;
     if (!buttonFor(target)) return;
+    // a click on an empty spot focuses the page's scrolling area, and a key then shows its focus
+    // ring round the whole projected screen: a remote's key takes the focus off it first (a Tab
+    // still rings it, for a keyboard's reader)
+    if (focus && focus.matches("main, [data-testid=stMain]")) focus.blur();
     event.preventDefault();
     event.stopPropagation();
     queue.push(target);

@@ -135,8 +135,11 @@ def invite(code: str) -> None:
     student_link = f"{base}?room={code}"
     if warning := control.link_warning(base):
         st.warning(plain(warning), icon=":material/wifi_off:")
-    with st.expander(f"Invite the class · code {code}", expanded=not P.get(STEP.generation) or
-                     not P[STEP.generation].steps):
+    # open until the first token, then folded: the reveal must fill the projector's screen (a new key
+    # then, because the browser keeps an expander as it last drew it whatever `expanded` says)
+    underway = bool(P.get(STEP.generation) and P[STEP.generation].steps)
+    with st.expander(f"Invite the class · code {code}", expanded=not underway,
+                     key=CLASS.invite + ("underway" if underway else "lobby")):
         qr_col, text_col = st.columns([1, 2], gap="medium")
         with qr_col, st.container(key=CLASS.qr):
             st.image(views.qr_svg(student_link), width=220, caption="The student link")

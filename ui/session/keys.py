@@ -252,6 +252,7 @@ class ClassKeys(PageKeys):
     guess_text: str = "cls_guess_text_"  # prefix: one field per context
     guess_pick: str = "cls_guess_pick_"  # prefix: one set of candidate chips per context
     qr: str = "cls_qr"  # the container of the QR code (its toolbar kept off the expander's header)
+    invite: str = "cls_invite_"  # prefix: the invite panel, one key before the first token and one after
     # fragments
     follow: str = "cls_follow"
     workspace: str = "cls_workspace"

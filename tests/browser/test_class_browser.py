@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -19,11 +20,17 @@ PHONE = {"width": 390, "height": 844}
 SHOWN = "Number(document.querySelector('.tbt-class-status')?.dataset.steps ?? -1)"
 
 
+@contextmanager
+def class_server(tmp_path_factory, name: str) -> Iterator[str]:
+    """A server of its own, with its own rooms database; its log is test-artifacts/<name>_streamlit.log."""
+    db = tmp_path_factory.mktemp(name) / "class.sqlite3"
+    with served_app_process(ARTIFACTS / f"{name}_streamlit.log", env={"TBT_CLASS_DB": str(db)}) as (url, _pid):
+        yield url
+
+
 @pytest.fixture(scope="module")
 def class_url(tmp_path_factory) -> Iterator[str]:
-    """A server of its own, with its own rooms database."""
-    db = tmp_path_factory.mktemp("class") / "class.sqlite3"
-    with served_app_process(ARTIFACTS / "class_streamlit.log", env={"TBT_CLASS_DB": str(db)}) as (url, _pid):
+    with class_server(tmp_path_factory, "class") as url:
         yield url
 
 
@@ -99,10 +106,13 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
     presenter_link = presenter.evaluate(
         "[...document.querySelectorAll('code')].map(c => c.innerText).find(t => t.includes('&key=')) ?? ''")
     if not presenter_link:  # the link sits in a popover, in the invite panel (folded once a token is out)
-        if not presenter.get_by_role("button", name=re.compile("Presenter link")).is_visible():
+        popover = presenter.get_by_role("button", name=re.compile("Presenter link"))
+        if not popover.is_visible():
             presenter.get_by_text(re.compile("Invite the class")).click()
-        presenter.get_by_role("button", name=re.compile("Presenter link")).click()
-        presenter.locator("code", has_text="&key=").first.wait_for(timeout=10_000)
+            popover.wait_for(timeout=30_000)
+        settle(presenter)
+        popover.click()
+        presenter.locator("code", has_text="&key=").first.wait_for(timeout=30_000)
         presenter_link = presenter.locator("code", has_text="&key=").first.inner_text()
     dark = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="dark")
     dark_presenter = dark.new_page()

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from bench.appserver import served_app_process
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.test_class_browser import class_server, settle
 from tests.browser.test_presentation import presentation_on
 from ui.domain.lesson import STAGES
 
@@ -36,16 +36,8 @@ PILLS = "[data-testid='stButtonGroup'] button"
 
 @pytest.fixture(scope="module")
 def plan_url(tmp_path_factory) -> Iterator[str]:
-    """A server of its own, with its own rooms database."""
-    db = tmp_path_factory.mktemp("plan") / "class.sqlite3"
-    with served_app_process(ARTIFACTS / "lesson_plan_streamlit.log", env={"TBT_CLASS_DB": str(db)}) as (url, _pid):
+    with class_server(tmp_path_factory, "lesson_plan") as url:
         yield url
-
-
-def settle(page) -> None:
-    page.wait_for_timeout(400)
-    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
-    page.wait_for_timeout(300)
 
 
 def give_name(student, name: str, tries: int = 3) -> None:

@@ -49,7 +49,7 @@ from engine.stopping import (
     stop_sequence_states,
     unescape,
 )
-from engine.tokens import TokenPiece, TokenTexts
+from engine.tokens import VISIBLE, TokenPiece, TokenTexts, visible
 from engine.trace import (
     TRACE_FORMAT,
     TRACE_VERSION,
@@ -66,14 +66,15 @@ from engine.trace import (
 )
 
 __all__ = [
-    "BUNDLED", "CHAINS", "FINISH_REASONS", "SLIDE_SIZES", "TRACE_FORMAT", "TRACE_VERSION", "Candidate", "ChainOutput",
-    "Decision", "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished", "GenerationShell",
-    "InsideView", "InverseCdf", "KVGeometry", "KVSnapshot", "LayerView", "Limits", "LoadedModel", "ModelLoadError",
-    "ModelSource", "PassQueue", "PromptError", "PromptLookup", "PromptReading", "Proof", "Replay", "Resampled",
-    "RoundRecord", "SamplerSettings", "SettingsError", "SpeculativeGeneration", "StageRecord", "StepRecord",
-    "StopSequenceState", "StopSettings", "Termination", "Timing", "TokenPiece", "TokenTexts", "TraceError", "decide",
-    "draw_uniform", "escape", "first_match", "generation_recording", "generation_slide", "load_model", "load_trace",
-    "on_sampler_thread", "other_device_note", "parse_trace", "pick_by_cdf", "prepare_inside", "proof_decisions",
-    "recording_html", "replay", "resolve_source", "run_chain", "save_recording", "save_trace", "self_draft", "shown",
-    "step_slide", "stop_sequence_states", "to_trace", "trace_from_recording", "unescape",
+    "BUNDLED", "CHAINS", "FINISH_REASONS", "SLIDE_SIZES", "TRACE_FORMAT", "TRACE_VERSION", "VISIBLE", "Candidate",
+    "ChainOutput", "Decision", "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished",
+    "GenerationShell", "InsideView", "InverseCdf", "KVGeometry", "KVSnapshot", "LayerView", "Limits", "LoadedModel",
+    "ModelLoadError", "ModelSource", "PassQueue", "PromptError", "PromptLookup", "PromptReading", "Proof", "Replay",
+    "Resampled", "RoundRecord", "SamplerSettings", "SettingsError", "SpeculativeGeneration", "StageRecord",
+    "StepRecord", "StopSequenceState", "StopSettings", "Termination", "Timing", "TokenPiece", "TokenTexts",
+    "TraceError", "decide", "draw_uniform", "escape", "first_match", "generation_recording", "generation_slide",
+    "load_model", "load_trace", "on_sampler_thread", "other_device_note", "parse_trace", "pick_by_cdf",
+    "prepare_inside", "proof_decisions", "recording_html", "replay", "resolve_source", "run_chain", "save_recording",
+    "save_trace", "self_draft", "shown", "step_slide", "stop_sequence_states", "to_trace", "trace_from_recording",
+    "unescape", "visible",
 ]

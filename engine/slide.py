@@ -18,6 +18,7 @@ from typing import Any
 from PIL import Image, ImageDraw, ImageFont
 
 from engine.errors import SettingsError
+from engine.tokens import visible
 
 SLIDE_SIZES: dict[str, tuple[int, int]] = {"1920x1080": (1920, 1080), "1280x720": (1280, 720)}
 ROWS = 8  # candidates drawn, then the pick if it is further down, then all the others
@@ -56,11 +57,6 @@ def font(kind: str, size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
         except OSError:
             continue
     return ImageFont.load_default(size)
-
-
-def visible(text: str) -> str:
-    """A token's text as a chip shows it: spaces, newlines and tabs drawn."""
-    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
 
 
 def percent(p: float) -> str:

@@ -8,6 +8,15 @@ from functools import lru_cache
 
 from transformers import PreTrainedTokenizerBase
 
+# Whitespace drawn as visible glyphs so a student can see that " Paris" starts with a space
+# (the pages' chips and labels, and the slides)
+VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def visible(text: str) -> str:
+    """Token text with spaces, newlines, tabs and returns drawn as ␣ ↵ ⇥ ␍ (plain text, not HTML)."""
+    return "".join(VISIBLE.get(ch, ch) for ch in text) if text else "∅"
+
 
 @dataclass(frozen=True)
 class TokenPiece:

@@ -134,15 +134,20 @@ def generation_recording(generation: Generation, trace: dict[str, Any] | None = 
                          share_query: str | None = None) -> str:
     """A Generation's recording, one web page (engine/recording.py): its trace unless one is
     given (paths hidden, each step's look inside added)."""
-    pieces = [{"text": piece.text, "special": piece.special} for piece in generation.prompt_pieces]
-    return recording_html(trace if trace is not None else to_trace(generation), pieces, share_query)
+    return recording_html(trace if trace is not None else to_trace(generation), _prompt_pieces(generation),
+                          share_query)
 
 
 def generation_slide(generation: Generation, step: int | None = None, size: tuple[int, int] = (1920, 1080),
                      theme: str = "light", trace: dict[str, Any] | None = None) -> bytes:
     """One step of a Generation (the latest when None) as a PNG for a slide (engine/slide.py)."""
-    pieces = [{"text": piece.text, "special": piece.special} for piece in generation.prompt_pieces]
-    return step_slide(trace if trace is not None else to_trace(generation), pieces, step, size, theme)
+    return step_slide(trace if trace is not None else to_trace(generation), _prompt_pieces(generation), step, size,
+                      theme)
+
+
+def _prompt_pieces(generation: Generation) -> list[dict[str, Any]]:
+    """The prompt's tokens as a recording and a slide draw them (the trace keeps their ids only)."""
+    return [{"text": piece.text, "special": piece.special} for piece in generation.prompt_pieces]
 
 
 def save_recording(generation: Generation, path: str | Path, share_query: str | None = None) -> Path:

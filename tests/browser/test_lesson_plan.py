@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from engine import VISIBLE
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.test_class_browser import class_server, settle
 from tests.browser.test_presentation import presentation_on
@@ -30,7 +31,7 @@ SHOWN = "Number(document.querySelector('.tbt-class-status')?.dataset.steps ?? -1
 STEPS = "Number(document.querySelector('.tbt-chips')?.dataset.steps ?? -1)"
 NAMES = ("Ana", "Ben", "Chloé 😀")
 TYPED = {0: ("London", "Lyon", "Rome"), 2: ("banana", "violin", "tulip")}  # student → a guess a round
-VISIBLE = {"␣": " ", "↵": "\n", "⇥": "\t", "␍": "\r"}  # how a token's text is drawn (ui/views/format.py)
+UNDRAWN = {glyph: ch for ch, glyph in VISIBLE.items()}  # a drawn token's text back to its characters
 PILLS = "[data-testid='stButtonGroup'] button"
 
 
@@ -72,7 +73,7 @@ def token_text(drawn: str) -> str:
     """A token as the app draws it in quotes ('␣Paris') back to its text (' Paris')."""
     drawn = drawn.strip()
     inner = drawn[1:-1] if len(drawn) >= 2 and drawn[0] == drawn[-1] == "'" else drawn
-    return "".join(VISIBLE.get(ch, ch) for ch in inner)
+    return "".join(UNDRAWN.get(ch, ch) for ch in inner)
 
 
 def class_panel(presenter):

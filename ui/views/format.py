@@ -6,13 +6,7 @@ import html
 import math
 import re
 
-# Whitespace drawn as visible glyphs so a student can see that " Paris" starts with a space.
-_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
-
-
-def visible(text: str) -> str:
-    """Token text with spaces, newlines and tabs drawn as ␣ ↵ ⇥ (plain text, not HTML)."""
-    return "".join(_VISIBLE.get(ch, ch) for ch in text) if text else "∅"
+from engine import visible  # one drawing of whitespace, the slides' too
 
 
 def quoted(text: str) -> str:

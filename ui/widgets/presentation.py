@@ -156,7 +156,6 @@ EMBED_CSS = """<style>
 [data-testid="stSidebar"],[data-testid="stSidebarCollapsedControl"],[data-testid="stExpandSidebarButton"],
 header[data-testid="stHeader"]{display:none}
 [data-testid="stMainBlockContainer"]{padding:.5rem .8rem 1rem .8rem;max-width:none}
-[data-testid="stVerticalBlock"]{gap:.5rem}
 [data-testid="stHeading"]:has(h1){display:none}
 </style>"""
 

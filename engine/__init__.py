@@ -19,7 +19,16 @@ ARCHITECTURE.md.
 from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError, TraceError, shown
 from engine.fast import Proof, proof_decisions
-from engine.generation import Candidate, Distribution, Generation, PromptReading, Resampled, StepRecord, Timing
+from engine.generation import (
+    Candidate,
+    Distribution,
+    Generation,
+    PromptReading,
+    Resampled,
+    StepRecord,
+    Timing,
+    describe_distribution,
+)
 from engine.inside import InsideView, LayerView, prepare_inside
 from engine.kvcache import KVGeometry, KVSnapshot
 from engine.limits import Limits
@@ -72,9 +81,9 @@ __all__ = [
     "ModelLoadError", "ModelSource", "PassQueue", "PromptError", "PromptLookup", "PromptReading", "Proof", "Replay",
     "Resampled", "RoundRecord", "SamplerSettings", "SettingsError", "SpeculativeGeneration", "StageRecord",
     "StepRecord", "StopSequenceState", "StopSettings", "Termination", "Timing", "TokenPiece", "TokenTexts",
-    "TraceError", "decide", "draw_uniform", "escape", "first_match", "generation_recording", "generation_slide",
-    "load_model", "load_trace", "on_sampler_thread", "other_device_note", "parse_trace", "pick_by_cdf",
-    "prepare_inside", "proof_decisions", "recording_html", "replay", "resolve_source", "run_chain", "save_recording",
-    "save_trace", "self_draft", "shown", "step_slide", "stop_sequence_states", "to_trace", "trace_from_recording",
-    "unescape", "visible",
+    "TraceError", "decide", "describe_distribution", "draw_uniform", "escape", "first_match", "generation_recording",
+    "generation_slide", "load_model", "load_trace", "on_sampler_thread", "other_device_note", "parse_trace",
+    "pick_by_cdf", "prepare_inside", "proof_decisions", "recording_html", "replay", "resolve_source", "run_chain",
+    "save_recording", "save_trace", "self_draft", "shown", "step_slide", "stop_sequence_states", "to_trace",
+    "trace_from_recording", "unescape", "visible",
 ]

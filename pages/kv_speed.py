@@ -10,6 +10,7 @@ import streamlit as st
 from engine import LoadedModel
 from engine.serving import measure_packed_difference
 from engine.speed import (
+    CachePoint,
     DecodeIntensity,
     Sizes,
     measure_batching,
@@ -36,10 +37,11 @@ from ui.views import (
     reads_text,
     roofline_figure,
 )
-from ui.widgets import current_theme, described_chart, ensure_app_frame, page_style, server_batching
+from ui.widgets import current_theme, described_chart, embedded, ensure_app_frame, page_style, server_batching
 
 S = st.session_state
 T = TypeVar("T")
+EMBED_CHART_HEIGHT = 330  # the cache chart in an embed's 450-pixel frame, under the buttons
 
 
 def measured(lm: LoadedModel, what: str, run: Callable[[], T]) -> T:
@@ -51,12 +53,21 @@ def header(lm: LoadedModel) -> Sizes:
     """Title, what is measured, and the buttons that measure more or again; returns the sizes."""
     page_style()
     st.title("KV cache & speed")
+    if embedded():  # a course page's frame: the buttons and the first chart on its one screen
+        return measure_buttons(lm, f"Measured now, on this machine ({lm.device}, "
+                                   f"{str(lm.dtype).removeprefix('torch.')}): contexts up to {{longest}} tokens.")
     st.markdown(
         "Every number on this page is **measured now, on this machine** "
         f"(`{lm.device}`, {str(lm.dtype).removeprefix('torch.')}), with the loaded model "
         f"({lm.parameters / 1e6:.0f} M parameters). Each time is the fastest of a few repeats after a warm-up "
         "pass: other work on the machine can only slow a run down. Compare shapes and ratios rather than the last "
         "digit.")
+    return measure_buttons(lm, "Now measuring contexts up to {longest} tokens.")
+
+
+def measure_buttons(lm: LoadedModel, caption: str) -> Sizes:
+    """The buttons that measure more or again, and `caption` (its {longest}: the longest context
+    measured) beside them; returns the sizes to measure."""
     tier = kv.tier(S)
     more_help = "Contexts up to 1,024 tokens, a longer prompt, more repeats (about a minute on 2 CPU cores)"
     with st.container(horizontal=True, vertical_alignment="center"):
@@ -66,23 +77,41 @@ def header(lm: LoadedModel) -> Sizes:
                      f"(results younger than {REFRESH_AFTER_S:.0f} s are kept)"):
             kv.measure_again(S, shared_board(), lm)
         sizes = kv.sizes(S, lm)
-        st.caption(f"Now measuring contexts up to {max(sizes.cache_lengths):,} tokens.")
+        st.caption(caption.format(longest=f"{max(sizes.cache_lengths):,}"))
     return sizes
+
+
+def cache_glance(points: list[CachePoint]) -> None:
+    """An embed's first screen: the cached and recomputed step against the context, and the three
+    figures that say it (the section's words follow below)."""
+    left, right = st.columns([3, 1])
+    described_chart(cache_figure(points, theme=current_theme(), height=EMBED_CHART_HEIGHT), key=KV.cache_chart,
+                    where=left)
+    last = points[-1]
+    right.caption(f"One step at {last.context_tokens:,} tokens of context:")
+    right.metric("with the KV cache", f"{last.cached_ms:.1f} ms")
+    right.metric("recomputing all", f"{last.recompute_ms:.1f} ms", delta=f"{last.ratio:.1f}× slower",
+                 delta_color="off", delta_arrow="off")
 
 
 def cache_section(lm: LoadedModel, sizes: Sizes) -> None:
     """Per-step time with and without the KV cache as the context grows, and their ratio."""
+    points = measured(lm, "cache vs recompute", lambda: measure_cache_vs_recompute(lm, sizes.cache_lengths,
+                                                                                    sizes.repeats))
+    if embedded():
+        cache_glance(points)
     st.header("1 · With the KV cache, or recompute everything?")
     st.markdown(
         "Attention at every layer needs a **key** and a **value** vector for every earlier position. They never "
         "change once computed, so the **KV cache** keeps them: each step feeds the model only the newest token. "
         "Without the cache, each step must push the **whole context** through all "
         f"{lm.geometry.layers} layers again. Both give the same logits; only the cost differs.")
-    points = measured(lm, "cache vs recompute", lambda: measure_cache_vs_recompute(lm, sizes.cache_lengths,
-                                                                                    sizes.repeats))
-    left, right = st.columns([3, 2])
-    described_chart(cache_figure(points, theme=current_theme()), key=KV.cache_chart, where=left)
-    described_chart(ratio_figure(points, theme=current_theme()), key=KV.ratio_chart, where=right)
+    if embedded():  # the time chart is on the first screen already
+        described_chart(ratio_figure(points, theme=current_theme()), key=KV.ratio_chart)
+    else:
+        left, right = st.columns([3, 2])
+        described_chart(cache_figure(points, theme=current_theme()), key=KV.cache_chart, where=left)
+        described_chart(ratio_figure(points, theme=current_theme()), key=KV.ratio_chart, where=right)
     first, last = points[0], points[-1]
     st.markdown(
         f"At **{last.context_tokens:,} tokens** of context: **{last.cached_ms:.1f} ms** per step with the cache, "
@@ -216,7 +245,9 @@ def main() -> None:
     ensure_app_frame()
     lm = current_model()
     sizes = header(lm)
-    taken_note = st.empty()  # filled once the sections below have their measurements
+    # filled once the sections below have their measurements; an embed's frame has no room above
+    # its first chart, so there the note comes last
+    taken_note = st if embedded() else st.empty()
     cache_section(lm, sizes)
     prefill_section(lm, sizes)
     memory_section(lm)
@@ -224,7 +255,6 @@ def main() -> None:
     batch_section(lm, sizes, reading_bound)
     if note := kv.provenance(S.get(KV.taken, {})):
         taken_note.caption(note)
-
 
 if __name__ == "__main__":  # Streamlit runs a page as __main__; an import only defines it
     main()

@@ -24,15 +24,19 @@ from ui.domain import (
     disputed_tokens,
     min_p_sweep,
     nucleus_sweep,
+    outcome_distribution,
     temperature_sweep,
 )
 from ui.server import current_model, current_scheduler
 from ui.session import LAB
 from ui.views import (
+    LINE_CSS,
     chain_name,
     chains_figure,
     cut_figure,
+    distribution_bars_html,
     draws_figure,
+    esc,
     pct,
     plain,
     quoted,
@@ -40,7 +44,7 @@ from ui.views import (
     temperature_figure,
     token_labels,
 )
-from ui.widgets import current_theme, described_chart, ensure_app_frame, page_style
+from ui.widgets import EMBED_ROWS, current_theme, described_chart, embedded, ensure_app_frame, html, page_style
 
 S = st.session_state
 SHOWN_TOKENS = 10
@@ -52,8 +56,9 @@ FIFTHS = [i / 5 for i in range(6)]  # the top-p sweep's axis: 0 to 1
 def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
     """The frozen step: the visitor's live generation if there is one, else a preset."""
     choice = st.selectbox("Distribution to study", lab.sources(S, lm), key=LAB.source,
+                          label_visibility="collapsed" if embedded() else "visible",
                           help="Take a step on the Step-through page to bring its distribution here.")
-    if choice in lab.PRESETS:
+    if choice in lab.PRESETS and not embedded():
         st.caption(lab.PRESETS[choice].about)
     with st.spinner("Running the model once…"):
         chosen = lab.frozen_step(S, lm, choice, current_scheduler())
@@ -62,8 +67,9 @@ def choose_step(lm: LoadedModel) -> tuple[tuple, FrozenStep] | None:
     return chosen
 
 
-def column_settings(column: lab.Column, vocab_size: int) -> SamplerSettings | None:
-    """Sliders for one column; None (with the reason shown) when the settings are invalid."""
+def column_settings(column: lab.Column, vocab_size: int, *, penalty: bool = True) -> SamplerSettings | None:
+    """Sliders for one column; None (with the reason shown) when the settings are invalid.
+    Without `penalty`, the repetition penalty keeps the column's default (off)."""
     d = column.defaults
     k = column.key
     st.slider("temperature", 0.0, 3.0, d.temperature, 0.05, key=f"{k}_temperature",
@@ -71,7 +77,8 @@ def column_settings(column: lab.Column, vocab_size: int) -> SamplerSettings | No
     st.number_input("top-k (0 = off)", 0, vocab_size, d.top_k, key=f"{k}_top_k")
     st.slider("top-p (1 = off)", 0.0, 1.0, d.top_p, 0.01, key=f"{k}_top_p")
     st.slider("min-p (0 = off)", 0.0, 1.0, d.min_p, 0.01, key=f"{k}_min_p")
-    st.slider("repetition penalty (1 = off)", 0.5, 2.0, d.repetition_penalty, 0.05, key=f"{k}_penalty")
+    if penalty:
+        st.slider("repetition penalty (1 = off)", 0.5, 2.0, d.repetition_penalty, 0.05, key=f"{k}_penalty")
     settings = lab.column_sampler(S, column)
     if settings is None:
         st.error(plain(lab.lab_message(S, column.name) or ""))
@@ -286,6 +293,31 @@ def empirical_check(lm: LoadedModel, step: FrozenStep, step_key: tuple, named: d
                 f"Largest gap between share and probability: **{100 * worst:.1f} percentage points**.")
 
 
+@st.fragment
+def compact_lab(lm: LoadedModel, step: FrozenStep, step_key: tuple) -> None:
+    """Inside a course page's frame (embed): one sampler's sliders beside what they do to the
+    distribution, the pick marked; the sweeps, the chain orders and the draws below, and the three
+    columns side by side in the full lab."""
+    column = lab.COLUMNS[0]
+    left, right = st.columns([2, 3], gap="medium")
+    with left:
+        settings = column_settings(column, lm.vocab_size, penalty=False)
+    if settings is None:
+        return
+    outcome = apply(step, settings)
+    pick = outcome.decision
+    with right:
+        html(LINE_CSS + f'<div class="tbt-title">Picks {esc(quoted(lm.texts.piece(pick.token_id).text))} · final '
+             f"{pct(pick.final_prob)} · {pick.final_kept:,} token{'' if pick.final_kept == 1 else 's'} kept</div>"
+             + distribution_bars_html(outcome_distribution(lm, step, outcome, EMBED_ROWS), pick.token_id,
+                                      EMBED_ROWS))
+    st.page_link(st.context.url.split("?")[0], label="Three samplers side by side: open the full lab",
+                 icon=":material/open_in_new:")
+    sweeps(step, step_key)
+    chain_orders(lm, step, step_key)
+    empirical_check(lm, step, step_key, {f"Sampler {column.name}": outcome})
+
+
 # Each section is a fragment: a slider reruns (and the browser redraws) only its own section.
 
 
@@ -302,13 +334,17 @@ def main() -> None:
     ensure_app_frame()
     page_style()
     st.title("Sampler lab")
-    st.markdown("The model's forward pass ends in one score (logit) per vocabulary token. Here that output is "
-                "**frozen**: every control below only changes the sampler, never the model's numbers.")
+    if not embedded():
+        st.markdown("The model's forward pass ends in one score (logit) per vocabulary token. Here that output is "
+                    "**frozen**: every control below only changes the sampler, never the model's numbers.")
     lm = current_model()
     chosen = choose_step(lm)
     if chosen is None:
         return
     step_key, step = chosen
+    if embedded():
+        compact_lab(lm, step, step_key)
+        return
     top = int(step.logits.argmax())
     st.markdown(f"**Frozen step:** {step.source}. The model read {step.context_ids.numel():,} tokens; its most "
                 f"probable next token is {quoted(lm.texts.piece(top).text)} at "

@@ -54,6 +54,7 @@ from ui.views import PANEL_CSS, chain_name, long_prompt_warning, plain, reading_
 from ui.views import inside as inside_views
 from ui.widgets import (
     BACKWARD,
+    EMBED_ROWS,
     FORWARD,
     RUN,
     continue_run,
@@ -67,7 +68,6 @@ from ui.widgets import (
 )
 
 S = st.session_state
-EMBED_ROWS = 3  # candidates shown in an embed's 450-pixel frame, with the pick and all the others
 PROGRESS_TICK_S = 0.5  # a long prompt's progress bar moves this often
 SAMPLER_CONTROLS = "sampler_controls"  # the controls' container: its CSS class is st-key-sampler_controls
 # Less empty space above the title; room between the branch pills and the detail views' control.

@@ -1,8 +1,9 @@
 """The app inside a course page: a plain HTML page, served from this machine, holds it in an
 850x450 iframe with Streamlit's embed=true, as a course's text holds a small app beside it. The
 Step page's working part (the prompt, Step / Back / Reset, the context chips and the candidates
-with the pick) fits the frame without scrolling, in light and dark; a link opens the Lesson at a
-given preset and stage."""
+with the pick) fits the frame without scrolling, in light and dark; the Sampler lab's one
+sampler beside its distribution and the KV page's first chart with its figures do too; axe finds
+nothing serious inside the frame; a link opens the Lesson at a given preset and stage."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.test_accessibility import BLOCKING
 
 pytestmark = pytest.mark.browser
 SLOW = 240_000
@@ -50,6 +53,12 @@ def inside_frame(frame, locator) -> bool:
         box["right"] <= FRAME["width"])
 
 
+def serious_violations(page) -> list[str]:
+    """What axe finds serious or critical inside the frame (the app's own page)."""
+    violations = Axe().run(page.frames[1]).response["violations"]
+    return [f"{v['id']} ({v['impact']}): {v['nodes'][0]['html'][:160]}" for v in violations if v["impact"] in BLOCKING]
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_the_step_pages_working_part_fits_an_850_by_450_frame_in_a_course_page(browser, app_url, course_site,
                                                                               scheme) -> None:
@@ -76,6 +85,7 @@ def test_the_step_pages_working_part_fits_an_850_by_450_frame_in_a_course_page(b
         assert outside == [], f"not in the 850x450 frame without scrolling: {outside}"
         assert frame.locator(".tbt-newest").inner_text() == "."  # "The capital of France is Paris."
         page.screenshot(path=str(ARTIFACTS / f"embed_step_{scheme}.png"))
+        assert serious_violations(page) == []
         frame.get_by_text("Settings", exact=True).click()  # the rest opens on demand, below
         frame.get_by_label("Seed", exact=True).wait_for(timeout=SLOW)
     finally:
@@ -94,5 +104,55 @@ def test_a_link_opens_the_lesson_in_a_frame_at_a_given_preset_and_stage(browser,
         frame.get_by_text("Preset and prompt").click()
         assert frame.get_by_text("Once upon a time", exact=False).first.is_visible()  # the third preset's prompt
         page.screenshot(path=str(ARTIFACTS / "embed_lesson.png"))
+    finally:
+        context.close()
+
+
+def test_the_sampler_labs_sliders_and_what_they_do_fit_the_frame(browser, app_url, course_site) -> None:
+    """One sampler's controls beside its distribution with the pick: top-k 1 leaves one token,
+    the most probable, and the frame shows it without scrolling (dark, as a course page might be)."""
+    context = browser.new_context(viewport={"width": 1100, "height": 700}, color_scheme="dark")
+    page = context.new_page()
+    try:
+        page.goto(course_page(course_site, "lab.html", f"{app_url}/sampler_lab?embed=true"))
+        frame = page.frame_locator("#app")
+        frame.locator(".tbt-bars-label", has_text="all other").wait_for(timeout=SLOW)
+        top_k = frame.get_by_label("top-k (0 = off)").first  # the chain orders' own controls follow below
+        top_k.fill("1")
+        top_k.press("Enter")
+        title = frame.locator(".tbt-title", has_text="1 token kept")
+        title.wait_for(timeout=SLOW)
+        assert "Paris" in title.inner_text()
+        parts = {"distribution": frame.get_by_role("combobox").first,
+                 **{name: frame.get_by_label(name).first
+                    for name in ("temperature", "top-p (1 = off)", "min-p (0 = off)")},
+                 "top-k": top_k, "the pick's row": frame.locator(".tbt-bars-label.tbt-bars-pick"),
+                 "all the other tokens": frame.locator(".tbt-bars-label", has_text="all other")}
+        outside = [name for name, locator in parts.items() if not inside_frame(frame, locator.first)]
+        assert outside == [], f"not in the 850x450 frame without scrolling: {outside}"
+        assert "Paris" in frame.locator(".tbt-bars-label.tbt-bars-pick").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "embed_sampler_lab_dark.png"))
+        assert serious_violations(page) == []
+        frame.get_by_role("heading", name="Sweeps: one knob at a time").wait_for(timeout=SLOW)  # the rest, below
+    finally:
+        context.close()
+
+
+def test_the_kv_pages_first_chart_and_its_figures_fit_the_frame(browser, app_url, course_site) -> None:
+    context = browser.new_context(viewport={"width": 1100, "height": 700})
+    page = context.new_page()
+    try:
+        page.goto(course_page(course_site, "kv.html", f"{app_url}/kv_speed?embed=true"))
+        frame = page.frame_locator("#app")
+        slower = frame.get_by_text("× slower", exact=False).first
+        slower.wait_for(timeout=SLOW)
+        parts = {"Measure again": frame.get_by_role("button", name="Measure again"),
+                 "the cache chart": frame.locator(".js-plotly-plot").first,
+                 "with the KV cache": frame.get_by_text("with the KV cache", exact=True), "× slower": slower}
+        outside = [name for name, locator in parts.items() if not inside_frame(frame, locator.first)]
+        assert outside == [], f"not in the 850x450 frame without scrolling: {outside}"
+        page.screenshot(path=str(ARTIFACTS / "embed_kv_speed.png"))
+        assert serious_violations(page) == []
+        frame.get_by_role("heading", name="2 · Prefill against decode").wait_for(timeout=SLOW)  # the rest, below
     finally:
         context.close()

@@ -79,6 +79,14 @@ def test_a_columns_sliders_make_its_sampler_and_a_bad_value_is_its_message(state
     assert lab.lab_message(state, column.name) is None
 
 
+def test_a_slider_the_page_did_not_draw_keeps_its_columns_default(state) -> None:
+    column = lab.COLUMNS[2]  # an embed draws no repetition penalty; C's defaults are not the engine's
+    state.update({column.key + "_temperature": 0.5, column.key + "_top_k": 3})
+    assert lab.column_sampler(state, column) == SamplerSettings(
+        temperature=0.5, top_k=3, top_p=column.defaults.top_p, min_p=column.defaults.min_p,
+        repetition_penalty=column.defaults.repetition_penalty)
+
+
 def test_the_chain_comparisons_settings_come_from_its_four_sliders(state) -> None:
     state.update({LAB.chain_temperature: 1.5, LAB.chain_top_k: 40, LAB.chain_top_p: 0.9, LAB.chain_min_p: 2.0})
     assert lab.chain_sampler(state) is None and "min_p" in lab.lab_message(state, "chain")

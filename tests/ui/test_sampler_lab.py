@@ -23,6 +23,7 @@ from ui.domain.sampler_lab import (
     freeze_prompt,
     min_p_sweep,
     nucleus_sweep,
+    outcome_distribution,
     temperature_sweep,
 )
 from ui.session.keys import LAB, STEP
@@ -106,6 +107,21 @@ def test_chain_orders_are_the_engines_and_their_kept_sets_can_differ(frozen):
     assert disputed, "these settings should make the chains keep different tokens"
     for token_id in disputed:
         assert 0 < sum(token_id in o.kept_ids for o in outcomes.values()) < len(outcomes)
+
+
+def test_an_outcomes_distribution_names_its_pick_wherever_it_ranks_and_sums_to_one(lm, frozen):
+    """The embed's bars: the leaders, the pick (a draw near 1 with nothing cut reaches far down)
+    and the rest, in the sampler's final probabilities."""
+    for settings in (SamplerSettings(temperature=1.0), SamplerSettings(temperature=1.0, top_k=2)):
+        outcome = apply(frozen, settings, u=0.999)
+        shown = outcome_distribution(lm, frozen, outcome, 3)
+        by_id = {c.token_id: c for c in shown.top}
+        assert [c.rank for c in shown.top[:3]] == [1, 2, 3]
+        assert by_id[outcome.decision.token_id].final_prob == pytest.approx(outcome.decision.final_prob)
+        total = sum(c.final_prob for c in shown.top) + shown.others_final_prob
+        assert total == pytest.approx(1.0, abs=1e-5)
+        assert shown.others_count == lm.vocab_size - len(shown.top)
+    assert shown.others_final_prob == 0 and outcome.decision.draw.rank <= 2  # top-k 2: nothing else is left
 
 
 def test_many_draws_pick_exactly_what_pick_by_cdf_picks_on_the_whole_vocabulary(frozen):

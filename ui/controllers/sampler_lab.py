@@ -125,11 +125,13 @@ def _settings(state: State, control: str, make: Callable[[], SamplerSettings]) -
 
 def column_sampler(state: State, column: Column) -> SamplerSettings | None:
     """The settings one column's sliders describe; None when they are not allowed (the
-    message beside the column, under its name, says why)."""
-    k = column.key
+    message beside the column, under its name, says why). A slider the page did not draw (an
+    embed's compact layout leaves the penalty out) keeps the column's default."""
+    k, d = column.key, column.defaults
     return _settings(state, column.name, lambda: SamplerSettings(
-        temperature=state[f"{k}_temperature"], top_k=int(state[f"{k}_top_k"]), top_p=state[f"{k}_top_p"],
-        min_p=state[f"{k}_min_p"], repetition_penalty=state[f"{k}_penalty"]))
+        temperature=state.get(f"{k}_temperature", d.temperature), top_k=int(state.get(f"{k}_top_k", d.top_k)),
+        top_p=state.get(f"{k}_top_p", d.top_p), min_p=state.get(f"{k}_min_p", d.min_p),
+        repetition_penalty=state.get(f"{k}_penalty", d.repetition_penalty)))
 
 
 def chain_sampler(state: State) -> SamplerSettings | None:

@@ -10,6 +10,6 @@ __getattr__, __all__ = room_exports(__name__, {
     "lesson": ("PREDICT_PROMPTS", "PRESETS", "STAGES", "Guess", "candidates", "tally"),
     "sampler_lab": (
         "FrozenStep", "Outcome", "apply", "chain_outcomes", "disputed_tokens", "min_p_sweep", "nucleus_sweep",
-        "temperature_sweep",
+        "outcome_distribution", "temperature_sweep",
     ),
 })

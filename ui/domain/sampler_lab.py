@@ -19,11 +19,13 @@ from engine import (
     CHAINS,
     ChainOutput,
     Decision,
+    Distribution,
     Generation,
     InverseCdf,
     LoadedModel,
     SamplerSettings,
     decide,
+    describe_distribution,
     draw_uniform,
     on_sampler_thread,
     pick_by_cdf,
@@ -149,6 +151,13 @@ def min_p_sweep(step: FrozenStep, min_ps: Sequence[float], temperature: float = 
     return tuple(CutPoint(m, _kept(run_chain(step.logits, step.context_ids,
                                              SamplerSettings(temperature=temperature, min_p=m))), m * top)
                  for m in min_ps)
+
+
+def outcome_distribution(lm: LoadedModel, step: FrozenStep, outcome: Outcome, top_n: int) -> Distribution:
+    """The frozen step's distribution as a step record holds it, under one sampler setting: the
+    `top_n` leaders by raw probability, the pick wherever it ranks, and the rest summed."""
+    return describe_distribution(lm, step.logits, step.logits.softmax(dim=-1), outcome.chain, top_n,
+                                 always=(outcome.decision.token_id,))
 
 
 @on_sampler_thread

@@ -146,8 +146,8 @@ def draws_figure(labels: list[str], token_ids: Sequence[int], counts: Mapping[in
 
 # ---- KV cache & speed ---------------------------------------------------------------------
 
-def cache_figure(points: Sequence[CachePoint], *, theme: ChartTheme = LIGHT) -> go.Figure:
-    """Per-step time with and without the cache against context length."""
+def cache_figure(points: Sequence[CachePoint], *, theme: ChartTheme = LIGHT, height: int = 420) -> go.Figure:
+    """Per-step time with and without the cache against context length, `height` pixels tall."""
     lengths = [p.context_tokens for p in points]
     figure = go.Figure()
     figure.add_scatter(x=lengths, y=[p.recompute_ms for p in points], name="no cache: recompute the whole context",
@@ -156,7 +156,7 @@ def cache_figure(points: Sequence[CachePoint], *, theme: ChartTheme = LIGHT) -> 
                        mode="lines+markers", line={"color": CACHED_COLOUR, "width": 4}, marker={"size": 10})
     figure.update_yaxes(rangemode="tozero")
     return _layout(figure, theme, "Time for one new token as the context grows", "context length (tokens)",
-                   "time per step (ms)")
+                   "time per step (ms)", height=height)
 
 
 def ratio_figure(points: Sequence[CachePoint], *, theme: ChartTheme = LIGHT) -> go.Figure:

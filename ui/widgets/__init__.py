@@ -9,8 +9,10 @@ __getattr__, __all__ = room_exports(__name__, {
     "frame": ("app_pages", "ensure_app_frame", "mark_framed_run"),
     "kv_speed": ("server_batching",),
     "notices": ("show_notice",),
-    "panels": ("described_chart",),
+    "panels": ("described_chart", "html"),
     "run": ("continue_run",),
     "theme": ("current_theme",),
-    "presentation": ("BACKWARD", "FORWARD", "RUN", "embedded", "page_style", "presenter_keys", "presenting"),
+    "presentation": (
+        "BACKWARD", "EMBED_ROWS", "FORWARD", "RUN", "embedded", "page_style", "presenter_keys", "presenting",
+    ),
 })

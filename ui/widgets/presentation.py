@@ -150,14 +150,19 @@ KEY_HANDLER = """<script>
 
 
 # Inside another page (Streamlit's ?embed=true: a course page's iframe, about 850x450): no sidebar,
-# no header and no page title (the course page has its own), little padding, so a page's working
-# part fills the frame (the pages use their one-screen projector layout there, see `embedded`)
+# no header and no page title (the course page has its own), little padding and half the gap
+# between elements (with the usual gap the Step page's last candidate row falls below 450 px), so a
+# page's working part fills the frame (the pages use their one-screen projector layout there, see `embedded`)
 EMBED_CSS = """<style>
 [data-testid="stSidebar"],[data-testid="stSidebarCollapsedControl"],[data-testid="stExpandSidebarButton"],
 header[data-testid="stHeader"]{display:none}
 [data-testid="stMainBlockContainer"]{padding:.5rem .8rem 1rem .8rem;max-width:none}
+[data-testid="stVerticalBlock"]{gap:.5rem}
 [data-testid="stHeading"]:has(h1){display:none}
 </style>"""
+
+
+EMBED_ROWS = 3  # candidates shown in an embed's 450-pixel frame, with the pick and all the others
 
 
 def embedded() -> bool:

@@ -12,10 +12,12 @@ This package is the loop and its stages; two sub-packages hold the rest, each wi
 public names: `engine.speculative` (several tokens per forward pass, the same output) and
 `engine.serving` (one model shared by many visitors: the scheduler and its packed passes,
 loaded only by a server). `engine.speed` measures what a step costs; `proof_decisions()` lists
-which fast paths (engine/fast) the probes proved on this machine, and why not. See
+which fast paths (engine/fast) the probes proved on this machine, and why not; `check_sampler`
+and `check_stop` run a student's own sampler or stop rule beside the engine's. See
 ARCHITECTURE.md.
 """
 
+from engine.checker import CheckReport, StudentCodeError, check_sampler, check_stop, load_student
 from engine.cpu_threads import on_sampler_thread
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError, TraceError, shown
 from engine.fast import Proof, proof_decisions
@@ -76,14 +78,14 @@ from engine.trace import (
 
 __all__ = [
     "BUNDLED", "CHAINS", "FINISH_REASONS", "SLIDE_SIZES", "TRACE_FORMAT", "TRACE_VERSION", "VISIBLE", "Candidate",
-    "ChainOutput", "Decision", "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished",
+    "ChainOutput", "CheckReport", "Decision", "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished",
     "GenerationShell", "InsideView", "InverseCdf", "KVGeometry", "KVSnapshot", "LayerView", "Limits", "LoadedModel",
     "ModelLoadError", "ModelSource", "PassQueue", "PromptError", "PromptLookup", "PromptReading", "Proof", "Replay",
     "Resampled", "RoundRecord", "SamplerSettings", "SettingsError", "SpeculativeGeneration", "StageRecord",
-    "StepRecord", "StopSequenceState", "StopSettings", "Termination", "Timing", "TokenPiece", "TokenTexts",
-    "TraceError", "decide", "describe_distribution", "draw_uniform", "escape", "first_match", "generation_recording",
-    "generation_slide", "load_model", "load_trace", "on_sampler_thread", "other_device_note", "parse_trace",
-    "pick_by_cdf", "prepare_inside", "proof_decisions", "recording_html", "replay", "resolve_source", "run_chain",
-    "save_recording", "save_trace", "self_draft", "shown", "step_slide", "stop_sequence_states", "to_trace",
-    "trace_from_recording", "unescape", "visible",
+    "StepRecord", "StopSequenceState", "StopSettings", "StudentCodeError", "Termination", "Timing", "TokenPiece",
+    "TokenTexts", "TraceError", "check_sampler", "check_stop", "decide", "describe_distribution", "draw_uniform",
+    "escape", "first_match", "generation_recording", "generation_slide", "load_model", "load_student", "load_trace",
+    "on_sampler_thread", "other_device_note", "parse_trace", "pick_by_cdf", "prepare_inside", "proof_decisions",
+    "recording_html", "replay", "resolve_source", "run_chain", "save_recording", "save_trace", "self_draft", "shown",
+    "step_slide", "stop_sequence_states", "to_trace", "trace_from_recording", "unescape", "visible",
 ]

@@ -2,6 +2,8 @@
 
     python -m engine --prompt "The capital of France is" --temperature 0 --max-new-tokens 8
     python -m engine proofs   # which fast paths the probes proved on this machine, and why
+    python -m engine check sampler student.py   # a student's final_distribution against the engine's
+    python -m engine check stop student.py      # a student's find_stop against the engine's
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from engine.checker import STUDENT_FUNCTIONS, StudentCodeError, check_sampler, check_stop, load_student
 from engine.errors import GenerationFinished, ModelLoadError, PromptError, SettingsError
 from engine.fast import Proof, proof_decisions
 from engine.forward import lone_pass_decision, verify_pass_decision
@@ -135,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["proofs"]:
         return proofs_main(argv[1:])
+    if argv[:1] == ["check"]:
+        return check_main(argv[1:])
     args = parse_args(argv)
     try:
         sampler = SamplerSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -271,3 +276,32 @@ def format_proofs(proofs: Sequence[Proof]) -> str:
     widths = [max(len(row[i]) for row in [PROOF_COLUMNS, *rows]) for i in range(len(PROOF_COLUMNS) - 1)]
     return "\n".join("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
                      for row in [PROOF_COLUMNS, *rows])
+
+
+def parse_check_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m engine check",
+                                     description="Check your own sampler or stop-sequence code against the engine's "
+                                                 "on the real model. Exit 0: it agrees everywhere; 1: it differs "
+                                                 "(the first difference is printed); 2: it cannot be run.")
+    parser.add_argument("subject", choices=sorted(STUDENT_FUNCTIONS),
+                        help="sampler: final_distribution(logits, temperature, top_k, top_p, min_p); "
+                             "stop: find_stop(text, stop_sequences)")
+    parser.add_argument("file", help="the Python file that defines the function")
+    parser.add_argument("--function", default=None, help="the function's name, if not the usual one")
+    parser.add_argument("--model", default=None, help="Hub id, model folder or .gguf file (default: bundled)")
+    return parser.parse_args(argv)
+
+
+def check_main(argv: Sequence[str]) -> int:
+    """`python -m engine check sampler|stop FILE`: the student's file is loaded before the model,
+    so a file that cannot run is refused at once."""
+    args = parse_check_args(argv)
+    check = check_sampler if args.subject == "sampler" else check_stop
+    try:
+        function = load_student(args.file, args.function or STUDENT_FUNCTIONS[args.subject])
+        report = check(function, load_model(args.model))
+    except (StudentCodeError, ModelLoadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.text())
+    return 0 if report.passed else 1

@@ -23,6 +23,7 @@ FORBIDDEN = {
     "session": {"controllers", "widgets"},
     "server": {"controllers", "widgets"},
     "widgets": {"controllers"},
+    "notebook": {"controllers", "widgets", "server", "session"},  # the engine and the views, in a notebook
 }
 ENTRY_POINTS = sorted([ROOT / "app.py", *(ROOT / "pages").glob("*.py")])
 
@@ -64,11 +65,11 @@ def entry_point_problems(source: str) -> list[str]:
 
 
 def test_the_rooms_are_the_ones_the_layering_speaks_of() -> None:
-    assert ROOMS == ["controllers", "domain", "server", "session", "views", "widgets"]
+    assert ROOMS == ["controllers", "domain", "notebook", "server", "session", "views", "widgets"]
     assert [p.name for p in UI.glob("*.py")] == ["__init__.py"]  # every module sits in a room
 
 
-@pytest.mark.parametrize("room", ["controllers", "domain", "server", "session", "views", "widgets"])
+@pytest.mark.parametrize("room", ["controllers", "domain", "notebook", "server", "session", "views", "widgets"])
 def test_each_rooms_modules_import_only_what_their_layer_may(room: str) -> None:
     problems = {path.name: found for path in sorted((UI / room).glob("*.py"))
                 if (found := layering_problems(room, path.read_text()))}
@@ -80,7 +81,7 @@ def test_pages_and_the_app_name_ui_only_through_a_rooms_public_names(path: Path)
     assert not entry_point_problems(path.read_text())
 
 
-@pytest.mark.parametrize("room", ["controllers", "domain", "server", "session", "views", "widgets"])
+@pytest.mark.parametrize("room", ["controllers", "domain", "notebook", "server", "session", "views", "widgets"])
 def test_every_public_name_a_room_lists_exists(room: str) -> None:
     package = importlib.import_module(f"ui.{room}")
     missing = [name for name in package.__all__ if not hasattr(package, name)]
@@ -106,3 +107,13 @@ def test_the_checks_catch_a_planted_violation() -> None:
     assert not layering_problems("widgets", "import streamlit as st\nfrom ui.views import charts")
     assert entry_point_problems("from ui.controllers.sampler_lab import COLUMNS")
     assert not entry_point_problems("from ui.controllers import sampler_lab as lab")
+
+
+def test_the_app_never_loads_the_notebook_form() -> None:
+    """The notebook room (anywidget, IPython's formatters) is for notebooks: no page, no other room
+    and no engine module imports it, so it adds nothing to the app's start-up."""
+    sources = [*ENTRY_POINTS, *(p for p in UI.rglob("*.py") if "notebook" not in p.parts),
+               *(ROOT / "engine").rglob("*.py")]
+    importers = [p.relative_to(ROOT).as_posix() for p in sources
+                 if any(m.startswith("ui.notebook") or m == "anywidget" for m in imported_modules(p.read_text()))]
+    assert importers == []

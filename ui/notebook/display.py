@@ -26,18 +26,14 @@ from ui.views.records import (
     stages_html,
     termination_html,
 )
-from ui.views.theme import PAGE_COLOURS
+from ui.views.theme import theme_variables
 
 CANDIDATES = 8  # rows of the distribution before "all other"
 
 
-def _variables(theme: str) -> str:
-    return ";".join(f"--tbt-{name}:{value}" for name, value in PAGE_COLOURS[theme].items())
-
-
 # The page colours of either theme. Which one: the reader's system setting, unless the notebook
 # says otherwise (JupyterLab marks its body, VS Code its body's class, Colab its root element).
-_LIGHT, _DARK = _variables("light"), _variables("dark")
+_LIGHT, _DARK = theme_variables("light"), theme_variables("dark")
 NOTEBOOK_CSS = (
     "<style>"
     f".tbt-nb{{{_LIGHT};color:inherit;font-family:inherit;line-height:1.45;max-width:980px}}"

@@ -69,9 +69,12 @@ FOCUS_CSS = ("a:focus-visible,main:focus-visible,[role=option]:focus-visible{out
 def theme_css(theme: ChartTheme) -> str:
     """A style element setting the custom HTML's `--tbt-*` colours for `theme`, the fixes to
     Streamlit's own colours, and a visible focus ring wherever Streamlit draws none."""
-    colours = PAGE_COLOURS[theme.name]
-    variables = ";".join(f"--tbt-{name}:{value}" for name, value in colours.items())
-    return f"<style>:root{{{variables}}}{STREAMLIT_FIXES}{FOCUS_CSS}</style>"
+    return f"<style>:root{{{theme_variables(theme.name)}}}{STREAMLIT_FIXES}{FOCUS_CSS}</style>"
+
+
+def theme_variables(name: str) -> str:
+    """The custom HTML's `--tbt-*` colours of the theme called `name`, as CSS declarations."""
+    return ";".join(f"--tbt-{key}:{value}" for key, value in PAGE_COLOURS[name].items())
 
 
 def layout_colours(theme: ChartTheme) -> dict:

@@ -22,6 +22,7 @@ from ui.views.records import (
     FINISH_LABELS,
     PANEL_CSS,
     decision_html,
+    eos_names,
     heading_html,
     stages_html,
     termination_html,
@@ -100,13 +101,9 @@ def generation_html(gen: Generation) -> str:
     title = (f"<p><b>{esc(gen.lm.name)}</b> · {state} · temperature {sampler.temperature:g}, top-k "
              f"{sampler.top_k}, top-p {sampler.top_p:g}, min-p {sampler.min_p:g} · seed {gen.seed}</p>")
     chips = context_html(prompt_chips(gen.prompt_pieces), steps)
-    latest = (step_parts_html(steps[-1], gen.lm.texts, _eos_names(gen)) if steps
+    latest = (step_parts_html(steps[-1], gen.lm.texts, eos_names(gen.lm)) if steps
               else "<p>No step yet: call <code>gen.step()</code>.</p>")
     return block(title + chips + latest)
-
-
-def _eos_names(gen: Generation | SpeculativeGeneration) -> str:
-    return " ".join(gen.lm.texts.piece(i).text for i in gen.lm.eos_ids)
 
 
 def _attention_cell(name: str, weight: float) -> str:

@@ -15,6 +15,7 @@ from engine import (
     Decision,
     Distribution,
     KVSnapshot,
+    LoadedModel,
     StageRecord,
     StepRecord,
     Termination,
@@ -85,6 +86,11 @@ def _row(cells: Sequence[str], css: str = "", numeric: Sequence[int] = ()) -> st
 def _table(headers: Sequence[str], rows: Sequence[str]) -> str:
     head = "".join(f"<th>{h}</th>" for h in headers)
     return f'<table class="tbt-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def eos_names(lm: LoadedModel) -> str:
+    """The model's end-of-sequence token(s), as text."""
+    return " ".join(lm.texts.piece(i).text for i in lm.eos_ids)
 
 
 def token_name(texts: TokenTexts, token_id: int) -> str:

@@ -16,7 +16,6 @@ from engine import (
     Distribution,
     Generation,
     InsideView,
-    LoadedModel,
     StepRecord,
     TokenTexts,
     stop_sequence_states,
@@ -43,6 +42,7 @@ from ui.views.records import (
     decision_html,
     decision_line_html,
     decoded_text_html,
+    eos_names,
     factorisation_html,
     heading_html,
     kv_check_html,
@@ -71,11 +71,6 @@ class _AsWritten(str):
 def html(body: str) -> None:
     """st.html for the HTML these panels build."""
     st.html(_AsWritten(body))
-
-
-def eos_names(lm: LoadedModel) -> str:
-    """The model's end-of-sequence token(s), as text."""
-    return " ".join(lm.texts.piece(i).text for i in lm.eos_ids)
 
 
 def decoded_text(gen: Generation) -> str:

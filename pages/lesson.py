@@ -204,8 +204,11 @@ def stage_sampling(lm: LoadedModel, step: StepRecord) -> None:
     """Screen 5: the decoder picks one token (greedily here)."""
     st.markdown(
         "The **decoder** now picks one token. This lesson decodes **greedily** (temperature 0): it takes the most "
-        "probable token, so the same prompt always gives the same text. With a temperature above 0 it would "
+        "probable token, so the same prompt always gives the same text here. With a temperature above 0 it would "
         "instead draw at random from the (reshaped) distribution: see the **Sampler lab**.")
+    st.page_link("pages/determinism.py", icon=":material/shuffle:",
+                 label="Why can a chat service still answer the same prompt differently at temperature 0? "
+                       "Same prompt, different answers")
     cols = st.columns(3)
     cols[0].metric("picked", quoted(step.token.text))
     cols[1].metric("its probability", pct(step.prob))

@@ -23,13 +23,17 @@ from engine.serving.determinism import (
     LoneStep,
     ModeResult,
     PackedSpeed,
+    ProductOrder,
     Sampling,
+    SumOrder,
     decode_alone,
     decode_in_company,
     near_ties,
     packed_step_ms,
+    product_in_two_shapes,
     random_company,
     repeated_experiment,
+    sum_in_two_orders,
 )
 from engine.serving.idle import IdleReleaser
 from engine.serving.packed import exact_rows_kernel_in_use, forward_packed, forward_prefills, packed_pass_path
@@ -38,9 +42,9 @@ from engine.serving.scheduler import BATCHING, BATCHING_ENV, ForwardScheduler, S
 
 __all__ = [
     "BATCHING", "BATCHING_ENV", "CompanyRun", "CompanyStep", "Deployment", "DeterminismResult", "ForwardScheduler",
-    "IdleReleaser", "LoneRun", "LoneStep", "ModeResult", "PackedDifference", "PackedSpeed", "Sampling",
-    "SchedulerStats", "batching_from_env", "decode_alone", "decode_in_company", "deployment_from_env",
+    "IdleReleaser", "LoneRun", "LoneStep", "ModeResult", "PackedDifference", "PackedSpeed", "ProductOrder", "Sampling",
+    "SchedulerStats", "SumOrder", "batching_from_env", "decode_alone", "decode_in_company", "deployment_from_env",
     "documented_variables", "exact_rows_kernel_in_use", "forward_packed", "forward_prefills",
-    "measure_packed_difference", "near_ties", "packed_pass_path", "packed_step_ms", "random_company", "redact_paths",
-    "repeated_experiment",
+    "measure_packed_difference", "near_ties", "packed_pass_path", "packed_step_ms", "product_in_two_shapes",
+    "random_company", "redact_paths", "repeated_experiment", "sum_in_two_orders",
 ]

@@ -23,8 +23,9 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -45,6 +46,14 @@ COMPANY_LENGTHS = (4, 48)  # tokens in each other visitor's context: caches stay
 MODES = {"exact": True, "fast": False}
 TIMING_REPEATS = 9  # timed packed passes per mode, interleaved
 TIMING_REPEATS_RANGE = (1, 50)
+# How each pass runs: at once (`at_once`), or through a server's queue (ForwardScheduler.call), so
+# an experiment's passes wait their turn with every visitor's instead of fighting them for the cores.
+PassRunner = Callable[[Callable[[], Any]], Any]
+Progress = Callable[[int, int], None]  # (decodes done, decodes in all): a page's progress bar
+
+
+def at_once(job: Callable[[], Any]) -> Any:
+    return job()
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,10 @@ class LoneStep:
     margin: float  # top logit minus the second: how far the pick is from a tie
     u: float | None = None  # sampled runs: the step's uniform draw
     band_gap: float | None = None  # sampled runs: how far u fell from the nearer edge of its token's CDF band
+    # sampled runs: the pick's logit minus the nearest other token's, in absolute value. Bands are
+    # laid in order of probability, so a token within this of the pick can swap places with it
+    # and move its band under the same u, however far u is from an edge
+    rival_gap: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -186,40 +199,52 @@ class _Pick:
     token_id: int
     u: float | None
     band_gap: float | None
+    rival_gap: float | None
 
 
 def _pick(logits: torch.Tensor, context: list[int], sampling: Sampling | None,
           generator: torch.Generator | None) -> _Pick:
     """The visitor's token: the argmax, or the engine's sampler with this step's draw."""
     if sampling is None:
-        return _Pick(top_token(logits), None, None)
+        return _Pick(top_token(logits), None, None, None)
     decision, _ = decide(logits, torch.tensor(context), sampling.settings, InverseCdf(draw_uniform(generator)))
-    draw = decision.draw
-    return _Pick(decision.token_id, draw.u, min(draw.u - draw.cdf_low, draw.cdf_high - draw.u))
+    draw, token = decision.draw, decision.token_id
+    others = torch.cat([logits[:token], logits[token + 1:]])
+    return _Pick(token, draw.u, min(draw.u - draw.cdf_low, draw.cdf_high - draw.u),
+                 float((others - logits[token]).abs().min()))
 
 
-def _prefilled(lm: LoadedModel, sequence: Sequence[int]) -> DynamicCache:
+def _prefilled(lm: LoadedModel, sequence: Sequence[int], run: PassRunner = at_once) -> DynamicCache:
     """A cache holding all of `sequence` but its last token, read alone: the last one is the
     first decode step, so lone and packed runs begin from the same cache digits."""
     cache = new_cache(lm)
-    forward(lm, torch.tensor([list(sequence[:-1])]), cache)
+    run(lambda: forward(lm, torch.tensor([list(sequence[:-1])]), cache))
     return cache
+
+
+def _timed(job: Callable[[], torch.Tensor]) -> Callable[[], tuple[torch.Tensor, float]]:
+    """`job` returning its result and its own time in ms (not the wait for its turn)."""
+    def timed() -> tuple[torch.Tensor, float]:
+        started = time.perf_counter()
+        result = job()
+        return result, (time.perf_counter() - started) * 1e3
+    return timed
 
 
 @torch.inference_mode()
 def decode_alone(lm: LoadedModel, prompt_ids: Sequence[int], tokens: int,
-                 sampling: Sampling | None = None) -> LoneRun:
+                 sampling: Sampling | None = None, *, run: PassRunner = at_once) -> LoneRun:
     """Decode `tokens` steps of `prompt_ids` in batch-1 steps (`forward_one`), greedy or with
-    `sampling`; end tokens do not stop it, so every run has the same length."""
+    `sampling`; end tokens do not stop it, so every run has the same length. `run` runs each pass."""
     _check_whole("tokens", tokens, TOKENS)
     prompt = _checked_sequence(lm, "prompt", prompt_ids, tokens)
-    cache = _prefilled(lm, prompt)
+    cache = _prefilled(lm, prompt, run)
     generator = sampling.generator() if sampling is not None else None
     context, steps, kept = list(prompt), [], []
     for _ in range(tokens):
-        logits = forward_one(lm, [context[-1]], cache)  # [vocab]
+        logits = run(lambda: forward_one(lm, [context[-1]], cache))  # [vocab]
         pick = _pick(logits, context, sampling, generator)
-        steps.append(LoneStep(pick.token_id, top_two_margin(logits), pick.u, pick.band_gap))
+        steps.append(LoneStep(pick.token_id, top_two_margin(logits), pick.u, pick.band_gap, pick.rival_gap))
         kept.append(logits)
         context.append(pick.token_id)
     return LoneRun(tuple(prompt), tuple(steps), _text(lm, context[len(prompt):]), torch.stack(kept), sampling)
@@ -228,32 +253,32 @@ def decode_alone(lm: LoadedModel, prompt_ids: Sequence[int], tokens: int,
 @torch.inference_mode()
 def decode_in_company(lm: LoadedModel, prompt_ids: Sequence[int], tokens: int, company: Sequence[Sequence[int]],
                       exact: bool, *, row: int = 0, lone: LoneRun | None = None,
-                      sampling: Sampling | None = None) -> CompanyRun:
+                      sampling: Sampling | None = None, run: PassRunner = at_once) -> CompanyRun:
     """Decode `tokens` steps of `prompt_ids` while `company` (other visitors' contexts) decodes
     beside it in the same packed passes (`forward_packed`, `exact` or fast), the visitor at
     `row`. Each row has its own cache, read alone first; the company follows its own greedy
     picks. Every step is compared with `lone` (decoded here when not given) up to the first
-    step whose token differs; decoding goes on after it, so the text is whole."""
+    step whose token differs; decoding goes on after it, so the text is whole. `run` runs each
+    pass; a step's time is its pass's own, not its wait."""
     _check_whole("tokens", tokens, TOKENS)
     if not isinstance(exact, bool):
         raise SettingsError("exact", exact, "True (each row its lone digits) or False (one batched product)")
     prompt = _checked_sequence(lm, "prompt", prompt_ids, tokens)
     others = _checked_rows(lm, "company", company, tokens, seats=1)
     _check_whole("row", row, (0, len(others)))
-    lone = decode_alone(lm, prompt, tokens, sampling) if lone is None else lone
+    lone = decode_alone(lm, prompt, tokens, sampling, run=run) if lone is None else lone
     if lone.prompt_ids != tuple(prompt) or lone.sampling != sampling or len(lone.steps) < tokens:
         raise SettingsError("lone", "a lone run of another decode",
                             f"the lone run of this prompt and sampling, at least {tokens} steps long")
     sequences = [*others[:row], prompt, *others[row:]]
-    caches = [_prefilled(lm, sequence) for sequence in sequences]
+    caches = [_prefilled(lm, sequence, run) for sequence in sequences]
     last = [sequence[-1] for sequence in sequences]
     generator = sampling.generator() if sampling is not None else None
     context, steps, times = list(prompt), [], []
     diverged = False
     for index in range(tokens):
-        started = time.perf_counter()
-        logits = forward_packed(lm, last, caches, exact)  # [rows, vocab]
-        times.append((time.perf_counter() - started) * 1e3)
+        logits, ms = run(_timed(lambda last=last: forward_packed(lm, last, caches, exact)))  # [rows, vocab]
+        times.append(ms)
         pick = _pick(logits[row], context, sampling, generator)
         steps.append(_compared(logits[row], pick.token_id, lone, index, diverged))
         diverged = diverged or steps[-1].differs
@@ -283,8 +308,8 @@ def random_company(lm: LoadedModel, batch: int, rng: random.Random) -> list[list
 
 
 def repeated_experiment(lm: LoadedModel, prompt: str, runs: int, tokens: int, batch: int, seed: int, *,
-                        sampler: SamplerSettings | None = None,
-                        timing_repeats: int = TIMING_REPEATS) -> DeterminismResult:
+                        sampler: SamplerSettings | None = None, timing_repeats: int = TIMING_REPEATS,
+                        run: PassRunner = at_once, progress: Progress | None = None) -> DeterminismResult:
     """Run `prompt` `runs` times in each mode, each run beside fresh random company: a batch size
     drawn from 2 to `batch`, the visitor at a random row, and the others' contexts from
     `random_company` (a server's company changes with its load, and so does the shape of its
@@ -292,7 +317,8 @@ def repeated_experiment(lm: LoadedModel, prompt: str, runs: int, tokens: int, ba
     pass multiplies. Greedy, or sampled with `sampler` (temperature > 0, draws seeded with
     `seed`). Both modes' packed pass is timed at `batch` on the same rows, `timing_repeats`
     times each. Memory stays bounded: the lone run's logits (`tokens` x vocabulary) and one
-    run's caches at a time."""
+    run's caches at a time. `run` runs each pass (a server's queue); `progress(done, all)` is
+    told after the lone run and after each run in company."""
     _check_whole("runs", runs, RUNS)
     _check_whole("tokens", tokens, TOKENS)
     _check_whole("batch size", batch, BATCH)
@@ -300,14 +326,20 @@ def repeated_experiment(lm: LoadedModel, prompt: str, runs: int, tokens: int, ba
     check_seed(seed)
     prompt_ids = build_prompt(lm, prompt, chat=False).ids
     sampling = None if sampler is None else Sampling(sampler, seed)
-    lone = decode_alone(lm, prompt_ids, tokens, sampling)
+    told = progress or (lambda done, total: None)
+    total = 1 + 2 * runs
+    lone = decode_alone(lm, prompt_ids, tokens, sampling, run=run)
+    told(1, total)
     rng = random.Random(seed)
     seats = [_seat(lm, batch, rng) for _ in range(runs)]
-    speed = packed_step_ms(lm, [prompt_ids, *random_company(lm, batch, rng)], timing_repeats)
+    speed = packed_step_ms(lm, [prompt_ids, *random_company(lm, batch, rng)], timing_repeats, run=run)
     results = {}
     for name, exact in MODES.items():
-        done = [decode_in_company(lm, prompt_ids, tokens, company, exact, row=row, lone=lone, sampling=sampling)
-                for company, row in seats]
+        done = []
+        for company, row in seats:
+            done.append(decode_in_company(lm, prompt_ids, tokens, company, exact, row=row, lone=lone,
+                                          sampling=sampling, run=run))
+            told(1 + len(done) + runs * (name == "fast"), total)
         results[name] = _mode_result(name, done, speed.exact_ms if exact else speed.fast_ms)
     return DeterminismResult(prompt, runs, tokens, batch, seed, lone, results["exact"], results["fast"], speed)
 
@@ -325,21 +357,21 @@ def _mode_result(mode: str, runs: list[CompanyRun], ms_per_step: float) -> ModeR
 
 
 @torch.inference_mode()
-def packed_step_ms(lm: LoadedModel, sequences: Sequence[Sequence[int]], repeats: int = TIMING_REPEATS) -> PackedSpeed:
+def packed_step_ms(lm: LoadedModel, sequences: Sequence[Sequence[int]], repeats: int = TIMING_REPEATS, *,
+                   run: PassRunner = at_once) -> PackedSpeed:
     """One packed decode pass over `sequences`' rows, exact and fast interleaved (so a busy
     machine slows both alike), each pass on fresh views of the same caches: medians in ms."""
     _check_whole("timing repeats", repeats, TIMING_REPEATS_RANGE)
     sequences = _checked_rows(lm, "sequences", sequences, 1, seats=0)
-    caches = [_prefilled(lm, sequence) for sequence in sequences]
+    caches = [_prefilled(lm, sequence, run) for sequence in sequences]
     last = [sequence[-1] for sequence in sequences]
     times: dict[bool, list[float]] = {True: [], False: []}
     for repeat in range(repeats + 1):
         for exact in (True, False):
             views = [cache_prefix(cache, cache_length(cache)) for cache in caches]
-            started = time.perf_counter()
-            forward_packed(lm, last, views, exact)
+            _, ms = run(_timed(lambda views=views, exact=exact: forward_packed(lm, last, views, exact)))
             if repeat:  # the first pass of each shape settles its probes: untimed
-                times[exact].append((time.perf_counter() - started) * 1e3)
+                times[exact].append(ms)
     return PackedSpeed(len(sequences), repeats, statistics.median(times[True]), statistics.median(times[False]))
 
 
@@ -350,6 +382,63 @@ def near_ties(lone: LoneRun, threshold: float) -> tuple[int, ...]:
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
         raise SettingsError("threshold", threshold, "a number >= 0 (a logit difference)")
     return tuple(index for index, step in enumerate(lone.steps) if step.margin < threshold)
+
+
+# ---- why: the order of a sum, on the spot -------------------------------------------------
+
+@dataclass(frozen=True)
+class SumOrder:
+    """Three numbers added in two orders in one float type: (a + b) + c against a + (b + c)."""
+
+    dtype: str
+    a: float
+    b: float
+    c: float
+    left: float  # (a + b) + c
+    right: float  # a + (b + c)
+
+
+def sum_in_two_orders(a: float, b: float, c: float, dtype: torch.dtype = torch.float32) -> SumOrder:
+    """Computed now with torch in `dtype`: each operand and each partial sum rounded to it."""
+    x, y, z = (torch.tensor(v, dtype=dtype) for v in (a, b, c))
+    return SumOrder(str(dtype).removeprefix("torch."), float(x), float(y), float(z), float((x + y) + z),
+                    float(x + (y + z)))
+
+
+@dataclass(frozen=True)
+class ProductOrder:
+    """One row of a real weight's product, alone and inside a batch of `rows` rows."""
+
+    weight: str  # which of the model's weights
+    rows: int
+    inputs: int
+    outputs: int
+    batched_max_diff: float  # row 0 in the library's batched product against row 0 alone
+    batched_outputs_differing: int  # of `outputs`
+    exact_max_diff: float | None  # row 0 in the exact rows kernel's product; None where it is not built
+
+
+@torch.inference_mode()
+def product_in_two_shapes(lm: LoadedModel, rows: int = 8) -> ProductOrder:
+    """The model's first linear layer that reads the hidden state, applied to the embeddings of
+    `rows` ordinary tokens: the first row multiplied alone (what a lone visitor's pass does),
+    inside the `rows`-row batched product (a fast packed pass), and through the exact rows kernel
+    (an exact packed pass). Real weights, real embeddings, the kernels this machine chooses."""
+    from engine.fast.exact_rows_kernel import kernel_available, lone_rows_linear
+
+    _check_whole("rows", rows, BATCH)
+    hidden = lm.model.config.hidden_size
+    name, layer = next((n, m) for n, m in lm.model.named_modules()
+                       if isinstance(m, torch.nn.Linear) and m.in_features == hidden)
+    ids = sample_context(lm, rows, offset=0)
+    x = lm.model.get_input_embeddings().weight[ids].to(layer.weight.dtype).contiguous()
+    alone = torch.nn.functional.linear(x[:1], layer.weight)[0]
+    batched = torch.nn.functional.linear(x, layer.weight)[0]
+    exact = None
+    if lm.device.type == "cpu" and layer.weight.dtype == torch.float32 and kernel_available():
+        exact = float((lone_rows_linear(x, layer.weight)[0] - alone).abs().max())
+    return ProductOrder(name, rows, layer.in_features, layer.out_features, float((batched - alone).abs().max()),
+                        int((batched != alone).sum()), exact)
 
 
 # ---- validation --------------------------------------------------------------------------

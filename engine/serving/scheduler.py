@@ -29,9 +29,10 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 from transformers import DynamicCache
@@ -66,6 +67,7 @@ RECENT_PASSES = 40  # batch sizes kept for the stats
 # short interval only costs the page scripts, without a measurable gain (`bench.load_bench`),
 # so it is left as it is. Figures: docs/benchmarks.md.
 SWITCH_INTERVAL_S = 0.0002
+T = TypeVar("T")
 
 
 def batching_from_env(environ: Mapping[str, str] = os.environ) -> str:
@@ -110,15 +112,21 @@ class SchedulerStats:
 
 @dataclass(eq=False)
 class _Request:
-    """One visitor's pass: `token_ids` read after `cache`'s positions."""
+    """One visitor's pass: `token_ids` read after `cache`'s positions; or, with `job`, a
+    measurement's own pass (`ForwardScheduler.call`)."""
 
     token_ids: list[int]
-    cache: DynamicCache
+    cache: DynamicCache | None
     future: Future
+    job: Callable[[], Any] | None = None
 
     @property
     def is_decode(self) -> bool:
-        return len(self.token_ids) == 1
+        return self.job is None and len(self.token_ids) == 1
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.job is None and len(self.token_ids) > 1
 
 
 @dataclass(frozen=True)
@@ -215,8 +223,22 @@ class ForwardScheduler:
         `cache` is the worker's until the future is done; `cancel(cache)` withdraws it."""
         return self._enqueue(token_ids, cache).future
 
-    def _enqueue(self, token_ids: list[int], cache: DynamicCache) -> _Request:
-        request = _Request(list(token_ids), cache, Future())
+    def call(self, job: Callable[[], T]) -> T:
+        """Run `job` (a pass of the model outside any visitor's generation: a lab's experiment)
+        on the worker, in a round of its own after the visitors' passes already waiting, and
+        return what it returns (or raise what it raised). So its passes queue with everyone's
+        instead of fighting them for the cores, and each visitor waits at most one such pass
+        more. `job` must not touch a visitor's cache."""
+        request = self._enqueue([], None, job)
+        try:
+            return request.future.result()
+        except BaseException:
+            self._withdraw(request)
+            raise
+
+    def _enqueue(self, token_ids: list[int], cache: DynamicCache | None,
+                 job: Callable[[], Any] | None = None) -> _Request:
+        request = _Request(list(token_ids), cache, Future(), job)
         with self._ready:
             if self._closed:
                 raise SchedulerClosed("The forward-pass scheduler has been closed.")
@@ -294,31 +316,33 @@ class ForwardScheduler:
                 return
             self._ready.wait(left)
 
-    def _take_round(self) -> tuple[list[_Request], list[_Request]]:
-        """This round's decode steps and prefills (each oldest first), out of the queue."""
+    def _take_round(self) -> tuple[list[_Request], list[_Request], list[_Request]]:
+        """This round's decode steps, prefills and job (each oldest first), out of the queue."""
         with self._ready:
             if self.batching != "off":
                 decodes = [r for r in self._queue if r.is_decode][:self.max_batch]
                 prefills = self._prefills_within_budget()
+                jobs = [r for r in self._queue if r.job is not None][:1]
             else:  # one request a round, the oldest
                 oldest = self._queue[0]
-                decodes, prefills = ([oldest], []) if oldest.is_decode else ([], [oldest])
-            for request in (*decodes, *prefills):
+                decodes, prefills, jobs = ([oldest] if oldest.is_decode else [], [oldest] if oldest.is_prefill else [],
+                                           [oldest] if oldest.job is not None else [])
+            for request in (*decodes, *prefills, *jobs):
                 self._queue.remove(request)
                 request.future.set_running_or_notify_cancel()
-            return decodes, prefills
+            return decodes, prefills, jobs
 
     def _prefills_within_budget(self) -> list[_Request]:
         chosen, budget = [], PREFILL_TOKENS
         for request in self._queue:
-            if not request.is_decode and (not chosen or len(request.token_ids) <= budget):
+            if request.is_prefill and (not chosen or len(request.token_ids) <= budget):
                 chosen.append(request)
                 budget -= len(request.token_ids)
                 if budget <= 0:
                     break
         return chosen
 
-    def _run_round(self, decodes: list[_Request], prefills: list[_Request]) -> None:
+    def _run_round(self, decodes: list[_Request], prefills: list[_Request], jobs: list[_Request]) -> None:
         if len(decodes) > 1:
             self._run_packed(decodes)
         elif decodes:
@@ -329,6 +353,8 @@ class ForwardScheduler:
         for request in prefills:
             if request not in fresh:
                 self._run_alone(request)
+        for request in jobs:
+            self._run_job(request)
 
     def _run_packed(self, requests: list[_Request]) -> None:
         try:
@@ -362,6 +388,14 @@ class ForwardScheduler:
             return
         self._note_pass([request])
         request.future.set_result(logits)
+
+    def _run_job(self, request: _Request) -> None:
+        try:
+            result = request.job()
+        except Exception as exc:
+            request.future.set_exception(exc)
+            return
+        request.future.set_result(result)
 
     def _note_pass(self, requests: list[_Request]) -> None:
         now = time.perf_counter()

@@ -14,6 +14,7 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.test_determinism_browser import run_experiment
 from tests.browser.test_teaching_pages import SLOW, click_to_heading, open_page, settle
 from tests.contrast import contrast
 
@@ -116,9 +117,14 @@ def kv_speed(page) -> None:
     settle(page)
 
 
+def determinism(page) -> None:
+    open_page(page, "Same prompt, different answers")
+    run_experiment(page)
+
+
 PAGES: dict[str, Callable] = {"step_through": step_through, "lesson": lesson,
                               "breaking_the_chain": breaking_the_chain, "sampler_lab": sampler_lab,
-                              "kv_speed": kv_speed}
+                              "kv_speed": kv_speed, "determinism": determinism}
 
 
 @pytest.fixture(params=THEMES)

@@ -5,53 +5,29 @@ flips a pick exactly where the lone run's top two are closer than that move."""
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 import torch
-from torch import nn
 
 from engine import LoadedModel, SamplerSettings
 from engine.errors import SettingsError
 from engine.prompt import build_prompt
 from engine.serving import (
     CompanyRun,
+    ForwardScheduler,
     Sampling,
     decode_alone,
     decode_in_company,
+    exact_rows_kernel_in_use,
     near_ties,
+    product_in_two_shapes,
     random_company,
     repeated_experiment,
+    sum_in_two_orders,
 )
-from tests.tiny import tiny_lm
-
-PLANTED_STEP = 4  # the step whose top tokens are made a near-tie
-PLANTED_PROMPT = "Hello"
-
-
-def planted_near_tie(step: int = PLANTED_STEP, ties: int = 6) -> LoadedModel:
-    """A tiny model (its own, the weights edited) whose greedy run of PLANTED_PROMPT has its top
-    `ties` tokens within a few millionths of a logit at `step`, and its steps before unchanged.
-    The head is untied from the embedding so only the logits move. Each tied token's head row is
-    moved along the part of that step's hidden state that is orthogonal to the earlier steps'
-    states: its logit rises to the leader's at `step` and stays as it was before."""
-    lm = tiny_lm(seed=0)
-    model = lm.model
-    model.lm_head.weight = nn.Parameter(model.lm_head.weight.detach().clone())
-    prompt = build_prompt(lm, PLANTED_PROMPT, chat=False).ids
-    before = decode_alone(lm, prompt, step)
-    with torch.no_grad():
-        context = torch.tensor([prompt + list(before.token_ids)])
-        states = model.model(input_ids=context).last_hidden_state[0, len(prompt) - 1:].double()  # [step + 1, hidden]
-        earlier, state = states[:-1], states[-1]
-        basis = torch.linalg.qr(earlier.T).Q  # [hidden, step]
-        fresh = state - basis @ (basis.T @ state)  # [hidden], orthogonal to every earlier state
-        head = model.lm_head.weight
-        logits = head.double() @ state
-        leader, *others = torch.topk(logits, ties).indices.tolist()
-        for token in others:
-            head[token] += ((logits[leader] - logits[token]) * fresh / (fresh @ state)).float()
-    assert decode_alone(lm, prompt, step).token_ids == before.token_ids  # the steps before are untouched
-    return lm
+from engine.serving.determinism import _prefilled
+from tests.planted import PLANTED_PROMPT, PLANTED_STEP, planted_near_tie
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +150,79 @@ def test_decodes_refuse_prompts_and_companies_they_cannot_run(tiny_lm) -> None:
         decode_in_company(tiny_lm, [72, 73], 4, [[1, 2]], exact=True, row=3)
     with pytest.raises(SettingsError, match="lone"):
         decode_in_company(tiny_lm, [72, 73], 4, [[1, 2]], exact=False, lone=decode_alone(tiny_lm, [72, 74], 4))
+
+
+def test_a_job_runs_on_the_schedulers_worker_and_its_error_comes_back(tiny_lm) -> None:
+    scheduler = ForwardScheduler(tiny_lm)
+    try:
+        assert scheduler.call(lambda: threading.current_thread().name) == "forward-scheduler"
+
+        def broken() -> None:
+            raise ValueError("a job's own error")
+
+        with pytest.raises(ValueError, match="a job's own error"):
+            scheduler.call(broken)
+        assert scheduler.call(lambda: 7) == 7  # the worker goes on
+    finally:
+        scheduler.close()
+
+
+def test_the_experiment_through_the_servers_queue_leaves_a_class_stepping_meanwhile_its_digits(lm) -> None:
+    """Three visitors step greedily through the server's exact scheduler while the experiment
+    runs its passes through the same queue: each visitor's logits are its lone run's bit for bit,
+    and the experiment's own numbers are the ones it gets run directly."""
+    prompts = [build_prompt(lm, text, chat=False).ids for text in ("Once upon a time", "The sea is", "1, 2, 3,")]
+    steps = 10
+    lone = [decode_alone(lm, ids, steps) for ids in prompts]
+    scheduler = ForwardScheduler(lm, batching="exact")
+    got: dict[int, list[torch.Tensor]] = {}
+
+    def visitor(index: int) -> None:
+        ids = prompts[index]
+        cache = _prefilled(lm, ids)
+        token, kept = ids[-1], []
+        for _ in range(steps):
+            logits = scheduler.forward([token], cache)
+            kept.append(logits)
+            token = int(logits.argmax())
+        got[index] = kept
+
+    try:
+        threads = [threading.Thread(target=visitor, args=(i,)) for i in range(len(prompts))]
+        for thread in threads:
+            thread.start()
+        queued = repeated_experiment(lm, "The capital of France is", runs=2, tokens=6, batch=4, seed=1,
+                                     timing_repeats=1, run=scheduler.call)
+        for thread in threads:
+            thread.join()
+    finally:
+        scheduler.close()
+    for index, run in enumerate(lone):
+        assert torch.equal(torch.stack(got[index]), run.logits)
+    direct = repeated_experiment(lm, "The capital of France is", runs=2, tokens=6, batch=4, seed=1, timing_repeats=1)
+    assert torch.equal(queued.lone.logits, direct.lone.logits)
+    assert queued.exact.max_abs_logit_diff == 0.0 and queued.fast.texts == direct.fast.texts
+    assert [s.max_abs_logit_diff for r in queued.fast.runs for s in r.steps] == \
+        [s.max_abs_logit_diff for r in direct.fast.runs for s in r.steps]
+
+
+def test_progress_is_told_after_the_lone_run_and_each_run_in_company(tiny_lm) -> None:
+    told: list[tuple[int, int]] = []
+    repeated_experiment(tiny_lm, "abc", runs=3, tokens=2, batch=3, seed=0, timing_repeats=1,
+                        progress=lambda done, total: told.append((done, total)))
+    assert told == [(done, 7) for done in range(1, 8)]
+
+
+def test_the_why_examples_are_computed_in_the_float_type_named() -> None:
+    float32 = sum_in_two_orders(1e8, -1e8, 0.1)
+    assert (float32.left, float32.right) == (float(torch.tensor(0.1)), 0.0) and float32.dtype == "float32"
+    bf16 = sum_in_two_orders(1.0, 0.003, 0.003, torch.bfloat16)
+    assert (bf16.left, bf16.right) == (1.0, 1.0078125)
+
+
+def test_one_row_in_a_batch_differs_from_alone_in_the_librarys_product_and_not_in_the_exact_kernel(lm) -> None:
+    example = product_in_two_shapes(lm, rows=8)
+    assert example.weight.endswith("q_proj") and example.inputs == lm.model.config.hidden_size
+    assert 0 < example.batched_outputs_differing <= example.outputs and example.batched_max_diff > 0
+    if exact_rows_kernel_in_use(lm):
+        assert example.exact_max_diff == 0.0

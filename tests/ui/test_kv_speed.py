@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engine.fast.exact_rows_kernel import sum_order
 from engine.forward import lone_pass_decision
 from engine.serving import exact_rows_kernel_in_use
 from engine.speed import KNOWN_CONFIGS, QUICK, loaded_kv_config
 from tests.ui.apptest import open_page
 from ui.session.keys import KV
 from ui.views.format import nbytes
+from ui.views.kv_speed import SUM_ORDER_WORDS
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +45,9 @@ def test_the_servers_own_scheduler_and_the_packed_passes_differences_are_shown(l
     assert exact.exact and not fast.exact and exact.max_logit_diff == 0.0 and 0 < fast.max_logit_diff < 1e-4
     assert any(f"largest difference in any logit was **{exact.max_logit_diff:.1g}**" in m.value
                and f"**{fast.max_logit_diff:.1e}** in a logit" in m.value for m in page.markdown)
-    # how exact batching keeps each row's lone digits: the exact rows kernel where this CPU's
-    # 1-row product sums in its four lanes, else each row on its own
-    said = "four interleaved running sums" if exact_rows_kernel_in_use(lm) else "multiplies each row on its own"
+    # how exact batching keeps each row's lone digits: the exact rows kernel in the order this CPU's
+    # 1-row product sums in (probed when it was built), else each row on its own
+    said = SUM_ORDER_WORDS[sum_order()] if exact_rows_kernel_in_use(lm) else "multiplies each row on its own"
     assert any(said in m.value for m in page.markdown)
     labels = {m.label for m in page.metric}
     assert {"visitors, last 10 s", "tokens / s, last 10 s", "mean visitors per pass", "waiting now"} <= labels

@@ -75,6 +75,14 @@ def test_measure_again_re_measures_once_and_not_results_just_taken() -> None:
     assert board.kept(("other", "cpu", "a")) is not None  # another model's results stay
 
 
+def test_the_board_keeps_only_its_latest_results() -> None:
+    board = MeasurementBoard(max_kept=3)
+    for key in range(5):
+        board.get(key, lambda key=key: key * 10)
+    assert [board.kept(key) is not None for key in range(5)] == [False, False, True, True, True]
+    assert board.get(0, lambda: 99).value == 99  # dropped: measured again when asked
+
+
 def test_a_failed_measurement_is_not_kept_and_frees_the_queue() -> None:
     board = MeasurementBoard()
 

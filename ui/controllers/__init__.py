@@ -9,6 +9,7 @@ from ui import room_exports
 __getattr__, __all__ = room_exports(__name__, {
     "breaking_the_chain": (),
     "class_room": (),
+    "determinism": (),
     "kv_speed": (),
     "lesson": (),
     "sampler_lab": (),

@@ -8,6 +8,9 @@ measurement); the first visitor to need one takes it while every other visitor w
 waits for that result; one measurement runs at a time on the server; and the result is kept
 with when it was taken and how busy the server was meanwhile, for the page to say. "Measure
 again" re-measures for everyone, at most once per REFRESH_AFTER_S, however many visitors press it.
+The Same prompt page's experiments are measurements too (keyed by the visitor's prompt and
+settings): they take their turn here, and the board keeps only the latest MAX_KEPT results, so
+visitors' prompts cannot grow it without bound.
 
 No Streamlit here: the page holds one board per server (st.cache_resource) and tests use their own.
 """
@@ -22,6 +25,7 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 REFRESH_AFTER_S = 60.0  # "Measure again" re-measures results at least this old
+MAX_KEPT = 64  # results kept; the oldest goes first (the KV page needs about ten per model and tier)
 
 
 @dataclass(frozen=True)
@@ -40,11 +44,14 @@ class MeasurementBoard:
     Args:
         clock: the time source (time.time; tests give their own).
         refresh_after_s: the youngest result "Measure again" throws away.
+        max_kept: results kept at most; beyond it the oldest is dropped (measured again if asked).
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.time, refresh_after_s: float = REFRESH_AFTER_S) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time, refresh_after_s: float = REFRESH_AFTER_S,
+                 max_kept: int = MAX_KEPT) -> None:
         self._clock = clock
         self._refresh_after_s = refresh_after_s
+        self._max_kept = max_kept
         self._results: dict[Hashable, Measured] = {}
         self._lock = threading.Lock()  # guards _results
         self._measuring = threading.Lock()  # one measurement at a time on the server: the others queue
@@ -69,6 +76,8 @@ class MeasurementBoard:
                 self._running = None
             with self._lock:
                 self._results[key] = result
+                while len(self._results) > self._max_kept:  # dicts keep insertion order: the oldest first
+                    del self._results[next(iter(self._results))]
             return result
 
     def kept(self, key: Hashable) -> Measured | None:

@@ -7,7 +7,7 @@ from ui import room_exports
 
 __getattr__, __all__ = room_exports(__name__, {
     "idle_rebuild": (),
-    "keys": ("APP", "CHAIN", "CLASS", "KV", "LAB", "LESSON", "STEP"),
+    "keys": ("APP", "CHAIN", "CLASS", "DETERMINISM", "KV", "LAB", "LESSON", "STEP"),
     "memo": ("remember",),
     "presets": ("CHAIN_PRESETS_FILE", "load_presets", "preset_named"),
     "run_clock": ("RunClock",),

@@ -3,7 +3,8 @@
 Each page owns a prefix, so two pages never share a key by accident and a key found in
 st.session_state says which page wrote it: `app_` for the frame (app.py and what every page
 shares), `st_` for Step through, `lab_` for the Sampler lab, `kv_` for KV cache & speed, `lesson_`
-for the Lesson, `bc_` for Breaking the chain and `cls_` for the Class. Widget keys are here too: a
+for the Lesson, `bc_` for Breaking the chain, `det_` for Same prompt, different answers and `cls_`
+for the Class. Widget keys are here too: a
 widget's key is its value's key in session_state. Pages and ui/ use these names, never string
 literals (tests/ui/test_keys.py checks both rules).
 """
@@ -259,6 +260,27 @@ class ClassKeys(PageKeys):
     class_panel: str = "cls_class_panel"
 
 
+@dataclass(frozen=True)
+class DeterminismKeys(PageKeys):
+    """Same prompt, different answers: the experiment's settings and its latest result."""
+
+    prefix: ClassVar[str] = "det_"
+    form: str = "det_form"
+    prompt: str = "det_prompt"
+    runs: str = "det_runs"
+    tokens: str = "det_tokens"
+    batch: str = "det_batch"
+    temperature: str = "det_temperature"  # 0: greedy
+    seed: str = "det_seed"
+    run: str = "det_run"
+    shown_run: str = "det_shown_run"  # which run in company the step-by-step section shows
+    result: str = "det_result"  # (Experiment, DeterminismResult): the latest experiment this visitor ran
+    error: str = "det_error"  # why the latest Run did not run (the visitor's settings are kept)
+    why: str = "det_why"  # ui/session/memo.py store: the why section's examples, computed once per visitor
+    step_chart: str = "det_step_chart"
+    runs_chart: str = "det_runs_chart"
+
+
 APP = AppKeys()
 STEP = StepKeys()
 LAB = LabKeys()
@@ -266,4 +288,5 @@ KV = KVKeys()
 LESSON = LessonKeys()
 CHAIN = ChainKeys()
 CLASS = ClassKeys()
-PAGES: tuple[PageKeys, ...] = (APP, STEP, LAB, KV, LESSON, CHAIN, CLASS)
+DETERMINISM = DeterminismKeys()
+PAGES: tuple[PageKeys, ...] = (APP, STEP, LAB, KV, LESSON, CHAIN, CLASS, DETERMINISM)

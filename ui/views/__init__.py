@@ -16,6 +16,10 @@ __getattr__, __all__ = room_exports(__name__, {
     "charts": ("RAW_COLOUR",),
     "chips": ("chip_window", "context_html", "prompt_chips"),
     "class_room": (),
+    "determinism": (
+        "closest_calls", "kernel_lines", "precision_line", "product_line", "sampled_closest",
+        "step_figure", "step_table", "sum_line", "texts_html", "verdict",
+    ),
     "draft_pictures": ("draft_picture_html",),
     "format": ("chain_name", "esc", "nbytes", "pct", "plain", "quoted"),
     "inside": (),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from engine import LoadedModel
+from engine.fast.exact_rows_kernel import sum_order
 from engine.serving import SchedulerStats, exact_rows_kernel_in_use, packed_pass_path
 from engine.speed import DecodeIntensity, DecodeReads, DeviceSpeed
 from ui.views.theme import LIGHT, ChartTheme, axis_colours, layout_colours
@@ -28,6 +29,12 @@ def recent_batches_figure(stats: SchedulerStats, theme: ChartTheme = LIGHT) -> g
     return figure
 
 
+# the orders the exact rows kernel can copy (engine/fast/exact_rows_kernel.cpp's header), in words
+SUM_ORDER_WORDS = {
+    "four lanes": "four interleaved running sums, then combines them",
+    "sixteen fused lanes": "sixteen running sums with fused multiply-adds, then halves them pairwise",
+}
+
 MODES = {
     "exact": "**batches** the decode steps that are waiting, adding up each visitor's row in exactly the order "
              "a lone pass adds it up (while reading each weight once for all of them), so every visitor's numbers "
@@ -43,8 +50,8 @@ def how_exact_adds_up(lm: LoadedModel) -> str:
     if lm.device.type != "cpu":
         return f"On this server's {lm.device.type} device there is {packed_pass_path(lm)}."
     if exact_rows_kernel_in_use(lm):
-        return ("The order is no mystery: on this CPU a single row's product adds its products in four interleaved "
-                "running sums, then combines them, and the exact batching adds up every row of the batch in that "
+        return (f"The order is no mystery: on this CPU a single row's product adds its products in "
+                f"{SUM_ORDER_WORDS[sum_order()]}, and the exact batching adds up every row of the batch in that "
                 "same order (checked bit for bit when the server started).")
     return "The exact batching multiplies each row on its own, through the very kernel a lone pass uses."
 

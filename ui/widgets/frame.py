@@ -38,6 +38,7 @@ def app_pages() -> list[st.Page]:
         st.Page(pages / "sampler_lab.py", title="Sampler lab", icon=":material/tune:"),
         st.Page(pages / "kv_speed.py", title="KV cache & speed", icon=":material/memory:"),
         st.Page(pages / "breaking_the_chain.py", title="Breaking the chain", icon=":material/fast_forward:"),
+        st.Page(pages / "determinism.py", title="Same prompt, different answers", icon=":material/shuffle:"),
         st.Page(pages / "lesson.py", title="Lesson", icon=":material/school:"),
         st.Page(pages / "class.py", title="Class", icon=":material/groups:"),
     ]

@@ -35,6 +35,7 @@ from engine.inside import InsideView, LayerView, prepare_inside
 from engine.kvcache import KVGeometry, KVSnapshot
 from engine.limits import Limits
 from engine.loading import BUNDLED, LoadedModel, ModelSource, load_model, resolve_source
+from engine.prompt import build_prompt
 from engine.recording import recording_html, trace_from_recording
 from engine.sampling import (
     ChainOutput,
@@ -65,6 +66,7 @@ from engine.trace import (
     TRACE_FORMAT,
     TRACE_VERSION,
     Replay,
+    catch_up,
     generation_recording,
     generation_slide,
     load_trace,
@@ -78,14 +80,15 @@ from engine.trace import (
 
 __all__ = [
     "BUNDLED", "CHAINS", "FINISH_REASONS", "SLIDE_SIZES", "TRACE_FORMAT", "TRACE_VERSION", "VISIBLE", "Candidate",
-    "ChainOutput", "CheckReport", "Decision", "Distribution", "DraftModel", "Draw", "Generation", "GenerationFinished",
-    "GenerationShell", "InsideView", "InverseCdf", "KVGeometry", "KVSnapshot", "LayerView", "Limits", "LoadedModel",
-    "ModelLoadError", "ModelSource", "PassQueue", "PromptError", "PromptLookup", "PromptReading", "Proof", "Replay",
-    "Resampled", "RoundRecord", "SamplerSettings", "SettingsError", "SpeculativeGeneration", "StageRecord",
-    "StepRecord", "StopSequenceState", "StopSettings", "StudentCodeError", "Termination", "Timing", "TokenPiece",
-    "TokenTexts", "TraceError", "check_sampler", "check_stop", "decide", "describe_distribution", "draw_uniform",
-    "escape", "first_match", "generation_recording", "generation_slide", "load_model", "load_student", "load_trace",
-    "on_sampler_thread", "other_device_note", "parse_trace", "pick_by_cdf", "prepare_inside", "proof_decisions",
-    "recording_html", "replay", "resolve_source", "run_chain", "save_recording", "save_trace", "self_draft", "shown",
-    "step_slide", "stop_sequence_states", "to_trace", "trace_from_recording", "unescape", "visible",
+    "ChainOutput", "CheckReport", "Decision", "Distribution", "DraftModel", "Draw", "Generation",
+    "GenerationFinished", "GenerationShell", "InsideView", "InverseCdf", "KVGeometry", "KVSnapshot", "LayerView",
+    "Limits", "LoadedModel", "ModelLoadError", "ModelSource", "PassQueue", "PromptError", "PromptLookup",
+    "PromptReading", "Proof", "Replay", "Resampled", "RoundRecord", "SamplerSettings", "SettingsError",
+    "SpeculativeGeneration", "StageRecord", "StepRecord", "StopSequenceState", "StopSettings", "StudentCodeError",
+    "Termination", "Timing", "TokenPiece", "TokenTexts", "TraceError", "build_prompt", "catch_up", "check_sampler",
+    "check_stop", "decide", "describe_distribution", "draw_uniform", "escape", "first_match",
+    "generation_recording", "generation_slide", "load_model", "load_student", "load_trace", "on_sampler_thread",
+    "other_device_note", "parse_trace", "pick_by_cdf", "prepare_inside", "proof_decisions", "recording_html",
+    "replay", "resolve_source", "run_chain", "save_recording", "save_trace", "self_draft", "shown", "step_slide",
+    "stop_sequence_states", "to_trace", "trace_from_recording", "unescape", "visible",
 ]

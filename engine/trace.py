@@ -292,6 +292,40 @@ def replay(lm: LoadedModel, trace: dict[str, Any], limits: Limits | None = None,
     return Replay(generation, tuple(mismatched))
 
 
+def catch_up(generation: Generation, trace: dict[str, Any], limits: Limits | None = None) -> bool:
+    """Bring a live generation to `trace`, a later version of the same generation (another
+    process's: a class served by several): the steps they share are kept, any after them are
+    rewound (the presenter went Back, or changed a step), and the trace's remaining steps are
+    taken as a replay takes them. Returns False, changing nothing, when the trace does not
+    continue this generation (another prompt, seed or way of drawing): replay it whole."""
+    limits = limits or Limits()
+    trace = parse_trace(trace, limits)
+    if (list(trace["prompt_token_ids"]) != list(generation.prompt_ids) or trace["seed"] != generation.seed
+            or trace.get("draw", "cdf") != generation.draw):
+        return False
+    _check_token_ids(trace["steps"], generation.lm.vocab_size)
+    recorded, kept = trace["steps"], 0
+    for mine, theirs in zip(generation.steps, recorded, strict=False):
+        if mine.token_id != theirs["token_id"] or asdict(mine.decision.settings) != theirs["sampler"]:
+            break
+        kept += 1
+    started = time.monotonic()
+    try:
+        generation.rewind(kept)
+        stop = trace_stop(trace)
+        generation.stop = StopSettings(max_new_tokens=max(stop.max_new_tokens, len(recorded) or 1), ignore_eos=True)
+        generation.recheck_terminations()  # the kept steps may have ended it under the old settings
+        for done, step in enumerate(recorded[kept:], start=kept + 1):
+            _replay_step(generation, step)
+            check_replay_time(limits, started, f"{done} of {len(recorded)} steps")
+        generation.sampler = trace_sampler(trace.get("sampler"))
+        generation.stop = stop
+        generation.recheck_terminations()
+    except (TypeError, KeyError, SettingsError, GenerationFinished) as exc:
+        raise TraceError(f"The trace's settings cannot be used: {exc}") from exc
+    return True
+
+
 def _check_token_ids(steps: list[dict[str, Any]], vocab_size: int) -> None:
     """Every recorded token must be one of this model's, checked before any step runs."""
     for position, step in enumerate(steps, start=1):

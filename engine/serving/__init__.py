@@ -14,6 +14,7 @@ Importing this package registers nothing; the first scheduler made registers the
 attention with transformers and builds (or finds) the kernel.
 """
 
+from engine.fast import sum_order
 from engine.serving.deployment import Deployment, deployment_from_env, documented_variables, redact_paths
 from engine.serving.determinism import (
     CompanyRun,
@@ -23,9 +24,12 @@ from engine.serving.determinism import (
     LoneStep,
     ModeResult,
     PackedSpeed,
+    PassRunner,
     ProductOrder,
+    Progress,
     Sampling,
     SumOrder,
+    at_once,
     decode_alone,
     decode_in_company,
     near_ties,
@@ -42,9 +46,10 @@ from engine.serving.scheduler import BATCHING, BATCHING_ENV, ForwardScheduler, S
 
 __all__ = [
     "BATCHING", "BATCHING_ENV", "CompanyRun", "CompanyStep", "Deployment", "DeterminismResult", "ForwardScheduler",
-    "IdleReleaser", "LoneRun", "LoneStep", "ModeResult", "PackedDifference", "PackedSpeed", "ProductOrder", "Sampling",
-    "SchedulerStats", "SumOrder", "batching_from_env", "decode_alone", "decode_in_company", "deployment_from_env",
-    "documented_variables", "exact_rows_kernel_in_use", "forward_packed", "forward_prefills",
-    "measure_packed_difference", "near_ties", "packed_pass_path", "packed_step_ms", "product_in_two_shapes",
-    "random_company", "redact_paths", "repeated_experiment", "sum_in_two_orders",
+    "IdleReleaser", "LoneRun", "LoneStep", "ModeResult", "PackedDifference", "PackedSpeed", "PassRunner",
+    "ProductOrder", "Progress", "Sampling", "SchedulerStats", "SumOrder", "at_once", "batching_from_env",
+    "decode_alone", "decode_in_company", "deployment_from_env", "documented_variables", "exact_rows_kernel_in_use",
+    "forward_packed", "forward_prefills", "measure_packed_difference", "near_ties", "packed_pass_path",
+    "packed_step_ms", "product_in_two_shapes", "random_company", "redact_paths", "repeated_experiment",
+    "sum_in_two_orders", "sum_order",
 ]

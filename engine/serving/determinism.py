@@ -31,6 +31,7 @@ import torch
 from transformers import DynamicCache
 
 from engine.errors import SettingsError
+from engine.fast import kernel_available, lone_rows_linear
 from engine.forward import cache_length, cache_prefix, forward, forward_one, new_cache
 from engine.loading import LoadedModel
 from engine.prompt import build_prompt
@@ -424,8 +425,6 @@ def product_in_two_shapes(lm: LoadedModel, rows: int = 8) -> ProductOrder:
     `rows` ordinary tokens: the first row multiplied alone (what a lone visitor's pass does),
     inside the `rows`-row batched product (a fast packed pass), and through the exact rows kernel
     (an exact packed pass). Real weights, real embeddings, the kernels this machine chooses."""
-    from engine.fast.exact_rows_kernel import kernel_available, lone_rows_linear
-
     _check_whole("rows", rows, BATCH)
     hidden = lm.model.config.hidden_size
     name, layer = next((n, m) for n, m in lm.model.named_modules()

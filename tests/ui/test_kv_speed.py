@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.fast.exact_rows_kernel import sum_order
 from engine.forward import lone_pass_decision
-from engine.serving import exact_rows_kernel_in_use
+from engine.serving import exact_rows_kernel_in_use, sum_order
 from engine.speed import KNOWN_CONFIGS, QUICK, loaded_kv_config
 from tests.ui.apptest import open_page
 from ui.session.keys import KV

@@ -19,10 +19,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from engine import LoadedModel, PromptError, SamplerSettings, SettingsError
-from engine.prompt import build_prompt
-from engine.serving import DeterminismResult, repeated_experiment
-from engine.serving.determinism import PassRunner, Progress, at_once
+from engine import LoadedModel, PromptError, SamplerSettings, SettingsError, build_prompt
+from engine.serving import DeterminismResult, PassRunner, Progress, at_once, repeated_experiment
 from ui.server.measurement_board import MeasurementBoard
 from ui.session.keys import DETERMINISM as DET
 

@@ -12,9 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from engine import LoadedModel
+from engine import LoadedModel, visible
 from engine.serving import CompanyRun, DeterminismResult, LoneRun, ProductOrder, SumOrder, packed_pass_path
-from engine.tokens import visible
 from ui.views.format import esc, sr_only
 from ui.views.kv_speed import how_exact_adds_up
 from ui.views.theme import LIGHT, ChartTheme, axis_colours, layout_colours

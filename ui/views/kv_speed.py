@@ -7,8 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from engine import LoadedModel
-from engine.fast.exact_rows_kernel import sum_order
-from engine.serving import SchedulerStats, exact_rows_kernel_in_use, packed_pass_path
+from engine.serving import SchedulerStats, exact_rows_kernel_in_use, packed_pass_path, sum_order
 from engine.speed import DecodeIntensity, DecodeReads, DeviceSpeed
 from ui.views.theme import LIGHT, ChartTheme, axis_colours, layout_colours
 

@@ -1,6 +1,7 @@
 # Token by Token on a public server: CPU only, the bundled model only, the public preset on.
 #   docker build -t token-by-token .
-#   docker run -p 8501:8501 -v tbt-cache:/cache token-by-token
+#   docker run -p 8501:8501 -p 8502:8502 -v tbt-cache:/cache token-by-token
+# 8502 is the Class page's follow endpoint (docs/serving.md); without it students follow on a 3 s timer.
 # Also serves Hugging Face Spaces' Docker SDK (set `app_port: 8501` in the Space's README).
 FROM python:3.11-slim
 
@@ -14,6 +15,7 @@ ENV PIP_EXTRA_INDEX_URL=${PIP_EXTRA_INDEX_URL} \
     OMP_WAIT_POLICY=PASSIVE \
     TOKEN_BY_TOKEN_CACHE=/cache \
     STREAMLIT_SERVER_PORT=8501 \
+    TBT_FOLLOW_PORT=8502 \
     STREAMLIT_SERVER_ADDRESS=0.0.0.0 \
     STREAMLIT_SERVER_MAX_UPLOAD_SIZE=1
 
@@ -30,7 +32,7 @@ COPY --chown=app . .
 USER app
 # the dequantised model (~540 MB) is written here on the first start and read on later ones
 VOLUME /cache
-EXPOSE 8501
+EXPOSE 8501 8502
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s \
     CMD python -c "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4).status != 200)"
 CMD ["python", "-m", "streamlit", "run", "app.py"]

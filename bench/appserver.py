@@ -59,12 +59,13 @@ def served_app(log: Path | None = None, *flags: str) -> Iterator[str]:
 
 
 @contextmanager
-def served_app_process(log: Path | None = None, *flags: str, env: dict[str, str] | None = None
-                       ) -> Iterator[tuple[str, int]]:
+def served_app_process(log: Path | None = None, *flags: str, env: dict[str, str] | None = None,
+                       port: int | None = None) -> Iterator[tuple[str, int]]:
     """As served_app, yielding the URL and the server's process id (to read its memory).
     The server's OpenMP threads sleep between parallel regions, as `make run` sets them;
-    `env` adds to (or overrides) the environment."""
-    port = free_port()
+    `env` adds to (or overrides) the environment; `port` (a restarted server's, say) instead of
+    a free one."""
+    port = port or free_port()
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
     output = open(log, "w") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - closed below

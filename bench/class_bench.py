@@ -1,20 +1,24 @@
 """Class benchmark: one presenter steps a room while N students follow it and guess.
 
-    .venv/bin/python -m bench.class_bench [--students 10,30,60] [--steps 8] [--idle 10]
+    .venv/bin/python -m bench.class_bench [--students 10,30,60] [--steps 8] [--idle 10] [--busy] [--timer-only]
 
 For each student count N the benchmark starts a fresh `streamlit run app.py` (its own rooms
-database in a temporary folder), and drives it with the headless protocol client of
-bench/load_bench.py (bench/streamlit_client.py), which plays each follower's fragment timer as
-the browser does. The presenter opens /class and presses Start a class; N students open the
-student link. Then:
+database in a temporary folder, its follow endpoint on a free port), and drives it with the
+headless protocol client of bench/load_bench.py (bench/streamlit_client.py). Each follower is its
+browser: it plays the follow fragment's timer, and it does what the follow element's script does
+(ui/widgets/follow.py): long-polls the follow endpoint with the version its fragment last drew, and
+when the room passes it, sends the element's trigger, which reruns the fragment (--timer-only: the
+timer alone, as a page that cannot reach the endpoint). The presenter opens /class and presses
+Start a class; N students open the student link. Then:
 
   idle: the students follow for --idle seconds while no one steps; the server's CPU time over
       that window (from /proc), less that of the presenter's page alone over as long before the
       students came, over N, is the CPU one idle follower costs (in % of one core);
   steps: the presenter presses Step --steps times, 3 s apart; after each reveal every student
       types a guess 0.3-2 s later. Presenter Step: from sending the click to its run's script_finished.
-      Follow delay: from sending the click to the end of the first run a follower receives that
-      shows the new token count (its fragment timer's), pooled over students and steps;
+      Follow delay: from sending the click (the room publishes the step during that run) to the end
+      of the first run a follower receives that shows the new token count, pooled over students
+      and steps. --busy: one spinning process per CPU runs through the steps (a shared machine);
   RSS/student: the server's resident memory with the students in, less before they came, over N.
 
 Every loop is bounded in count and time. Results go to bench/results/class_bench.json; the load
@@ -25,17 +29,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
 import re
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from websockets.exceptions import WebSocketException
 
-from bench.appserver import served_app_process
+from bench.appserver import free_port, served_app_process
 from bench.load_bench import parse_visitors, percentile, rss_mb
 from bench.streamlit_client import Visitor, rerun_message
 
@@ -50,6 +57,9 @@ FOLLOW_TIMEOUT_S = 15.0  # a student not showing a step this long after it count
 STEP_GAP_S = 3.0
 GUESS_AFTER_S = (0.3, 2.0)  # a student reads the reveal, then guesses the next token, before the next Step
 GUESSES = ("the", "a", "Paris", "it", ",", "and")
+SIGNAL, MOVED = "tbt_follow_signal", "moved"  # the follow element and its trigger's event (ui/widgets/follow.py)
+POLL_TIMEOUT_S = 35.0  # longer than the endpoint holds a request (classroom/follow.py)
+LANDING_S = 5.0  # after a trigger, the script waits this long at most for the fragment to draw it
 
 
 def cpu_seconds(pid: int) -> float:
@@ -72,12 +82,29 @@ async def server_cpu_share(pid: int, seconds: float) -> float:
     return (cpu_seconds(pid) - cpu) / (time.perf_counter() - wall)
 
 
-class Student:
-    """One follower, as its browser: plays the fragment's timer, reads every run the server
-    sends, notes when each step first shows, and guesses once per step."""
+async def http_get(host: str, port: int, path: str, timeout: float) -> tuple[int, bytes]:
+    """One GET as a browser's fetch sends it: the status and the body."""
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), timeout)
+    finally:
+        writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
 
-    def __init__(self, visitor: Visitor) -> None:
-        self.visitor = visitor
+
+class Student:
+    """One follower, as its browser: plays the fragment's timer, long-polls the follow endpoint
+    as the follow element's script does, reads every run the server sends, notes when each step
+    first shows, and guesses once per step."""
+
+    def __init__(self, visitor: Visitor, push: bool = True) -> None:
+        self.visitor, self.push = visitor, push
+        self.asked = -1  # the latest version this page's trigger asked for
+        self.triggers = 0
+        self.landed = asyncio.Event()  # the fragment drew what the trigger asked for
         self.seen_at: dict[int, float] = {}
         self.errors = 0
         self.guessed: set[int] = set()
@@ -86,6 +113,8 @@ class Student:
 
     def on_run(self, result) -> None:
         self.errors += len(result.errors)
+        if self.drawn() >= self.asked:
+            self.landed.set()
         if (steps := shown_steps(result.texts)) is not None and steps not in self.seen_at:
             self.seen_at[steps] = time.perf_counter()
             fields = [key for key in self.visitor.text_fields if key.startswith(GUESS_FIELD)]
@@ -94,8 +123,41 @@ class Student:
                 message = self.visitor.text_message(fields[-1], random.choice(GUESSES))
                 asyncio.get_running_loop().call_later(random.uniform(*GUESS_AFTER_S), self.to_send.put_nowait, message)
 
+    def drawn(self) -> int:
+        """The room version the follow fragment last drew (the element's data)."""
+        return self.visitor.components[SIGNAL].data["version"]
+
+    async def poll(self, host: str) -> None:
+        """The follow element's script: ask for the version after the one drawn (or asked for);
+        when the room passed it, send the trigger and wait for the fragment to draw it; back off
+        2, 4 ... 60 s on failures."""
+        failures = 0
+        while True:
+            data = self.visitor.components[SIGNAL].data
+            try:
+                status, body = await http_get(host, data["port"], f"{data['path']}&after="
+                                              f"{max(self.drawn(), self.asked)}", POLL_TIMEOUT_S)
+                if status != 200:
+                    raise OSError(f"the follow endpoint answered {status}")
+                version = json.loads(body)["version"]
+            except (OSError, ValueError, KeyError, TimeoutError):
+                failures += 1
+                self.errors += 1
+                await asyncio.sleep(min(60.0, 2.0 ** failures))
+                continue
+            failures = 0
+            if version > max(self.drawn(), self.asked):
+                self.asked = version
+                self.triggers += 1
+                self.landed.clear()
+                self.to_send.put_nowait(self.visitor.trigger_message(SIGNAL, MOVED, version))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.landed.wait(), LANDING_S)
+
     async def follow(self, until: asyncio.Event) -> None:
         listening = asyncio.create_task(self.visitor.listen(self.on_run, until))
+        host = self.visitor.url.split("//", 1)[1].split(":", 1)[0]
+        polling = asyncio.create_task(self.poll(host)) if self.push else None
         next_tick = time.perf_counter() + random.uniform(0, self.interval)  # browsers' timers are not in step
         while not until.is_set():
             try:
@@ -107,10 +169,31 @@ class Student:
             except WebSocketException:
                 self.errors += 1
                 break
+        if polling is not None:
+            polling.cancel()
         await listening
 
 
-async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float) -> dict:
+class BusyCores:
+    """While open (and `on`), one process spinning on each CPU: another program's work on the machine."""
+
+    def __init__(self, on: bool) -> None:
+        self.on, self.spinners = on, []
+
+    def __enter__(self) -> BusyCores:
+        if self.on:
+            self.spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                             for _ in range(os.cpu_count() or 1)]
+        return self
+
+    def __exit__(self, *_) -> None:
+        for spinner in self.spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float, busy: bool = False,
+                      push: bool = True) -> dict:
     presenter = await Visitor.open(url, "", timeout=OPEN_TIMEOUT_S, button_keys=(START,), page_name=PAGE)
     await presenter.click(START)
     await presenter.rerun(rerun_message(presenter.query_string, presenter.page_script_hash, url=presenter.url,
@@ -120,7 +203,7 @@ async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float)
     baseline = await server_cpu_share(pid, idle_s)  # the presenter's page alone
     visitors = await asyncio.gather(*(Visitor.open(url, f"room={code}", timeout=OPEN_TIMEOUT_S, page_name=PAGE)
                                       for _ in range(count)))
-    students = [Student(visitor) for visitor in visitors]
+    students = [Student(visitor, push) for visitor in visitors]
     done = asyncio.Event()
     followers = [asyncio.create_task(student.follow(done)) for student in students]
     await asyncio.sleep(2.0)  # every follower's timer running
@@ -129,16 +212,19 @@ async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float)
     idle_client = (time.process_time() - client_start) / (time.perf_counter() - wall_start)
     rss_after = rss_mb(pid)
     step_seconds, delays, missed = [], [], 0
-    for k in range(1, steps + 1):
-        started = time.perf_counter()
-        result = await presenter.click(STEP)
-        step_seconds.append(result.seconds)
-        deadline = started + FOLLOW_TIMEOUT_S
-        while time.perf_counter() < deadline and not all(k in s.seen_at for s in students):
-            await asyncio.sleep(0.02)
-        delays += [s.seen_at[k] - started for s in students if k in s.seen_at]
-        missed += sum(k not in s.seen_at for s in students)
-        await asyncio.sleep(max(0.0, STEP_GAP_S - (time.perf_counter() - started)))
+    steps_cpu = cpu_seconds(pid)
+    with BusyCores(busy):
+        for k in range(1, steps + 1):
+            started = time.perf_counter()
+            result = await presenter.click(STEP)
+            step_seconds.append(result.seconds)
+            deadline = started + FOLLOW_TIMEOUT_S
+            while time.perf_counter() < deadline and not all(k in s.seen_at for s in students):
+                await asyncio.sleep(0.02)
+            delays += [s.seen_at[k] - started for s in students if k in s.seen_at]
+            missed += sum(k not in s.seen_at for s in students)
+            await asyncio.sleep(max(0.0, STEP_GAP_S - (time.perf_counter() - started)))
+    steps_cpu = cpu_seconds(pid) - steps_cpu
     done.set()
     await asyncio.gather(*followers)
     for visitor in [presenter, *visitors]:
@@ -154,6 +240,8 @@ async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float)
         "idle_client_cpu_share": idle_client,
         "rss_per_student_mb": (rss_after - rss_before) / count,
         "follow_interval_s": students[0].interval,
+        "busy": busy, "push": push, "triggers": sum(s.triggers for s in students),
+        "server_cpu_per_step_s": steps_cpu / steps,  # the step, its reveal and peek, the follows, the guesses
     }
 
 
@@ -178,6 +266,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--students", type=parse_students, default=(10, 30, 60))
     parser.add_argument("--steps", type=int, choices=range(1, 65), default=8, metavar="1-64")
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle following measured (1-120)")
+    parser.add_argument("--busy", action="store_true", help="a spinning process per CPU through the steps")
+    parser.add_argument("--timer-only", action="store_true",
+                        help="students follow with the fragment's timer alone (the endpoint out of reach)")
     args = parser.parse_args(argv)
     if not 1 <= args.idle <= 120:
         parser.error("--idle: seconds from 1 to 120")
@@ -185,16 +276,18 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for count in args.students:
         with tempfile.TemporaryDirectory() as folder:
-            env = {"TBT_CLASS_DB": str(Path(folder) / "class.sqlite3")}
+            env = {"TBT_CLASS_DB": str(Path(folder) / "class.sqlite3"), "TBT_FOLLOW_PORT": str(free_port())}
             with served_app_process(RESULTS / "class_bench_server.log", env=env) as (url, pid):
-                results.append(asyncio.run(class_round(url, pid, count, args.steps, args.idle)))
+                results.append(asyncio.run(class_round(url, pid, count, args.steps, args.idle, args.busy,
+                                                       not args.timer_only)))
     load_after = os.getloadavg()
     print(f"{'students':>8} {'step p50':>8} {'step p95':>8} {'follow50':>8} {'follow95':>8} {'followmx':>8} "
           f"{'idle/flw':>10} {'idle srv':>9} {'RSS MB/s':>8} {'missed':>6} {'errors':>6} {'client':>8}")
     for result in results:
         print(row(result))
     print(f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f} on {os.cpu_count()} CPUs "
-          f"(follow interval {results[0]['follow_interval_s']:g} s)")
+          f"(timer {results[0]['follow_interval_s']:g} s; {'timer only' if args.timer_only else 'endpoint + timer'}"
+          f"{'; both cores busy through the steps' if args.busy else ''}; triggers {results[-1]['triggers']})")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "class_bench.json").write_text(json.dumps({"results": results, "load_average_1min":
                                                           [load_before[0], load_after[0]]}, indent=1))

@@ -27,6 +27,12 @@ frontend bundle's `sendRerunBackMsg`):
 - A page may be opened by its URL path (`page_name`, as the frontend sends it for /class); later
   reruns name the page the last `navigation` message said is shown, as the frontend does.
 - `type_text` sends a text field's new value as the browser does when the field loses focus.
+- A components-v2 element (`st.components.v2.component`) is kept by name with the data it was last
+  drawn with (`components`); its script's `setTriggerValue(event, value)` is a rerun of the
+  element's fragment whose widget_states hold the element's trigger widget,
+  "$$STREAMLIT_INTERNAL_KEY_<element id>__events", with json_trigger_value the JSON list
+  [{"event": ..., "value": ...}] (the frontend's WidgetStateManager.setTriggerValue):
+  `trigger_message` builds it.
 
 One simplification: a click's widget_states carry only the clicked button. The browser also
 sends every other widget's value; the server already holds those from the previous run (a
@@ -42,6 +48,7 @@ browser has yet to draw them, which is the browser's cost, not the server's).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs
@@ -55,6 +62,7 @@ STREAM_PATH = "/_stcore/stream"
 FINISHED_OK = (ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY)
 # the frontend's default when new_session names no age
 DEFAULT_MAX_MESSAGE_AGE = 2
+TRIGGER_WIDGET = "$$STREAMLIT_INTERNAL_KEY_{id}__events"  # a v2 component's trigger widget (bidi_component/main.py)
 RETIRED_KEPT = 64  # aged-out messages kept for a reference already on its way
 
 
@@ -72,6 +80,15 @@ class ButtonInfo:
 
 
 @dataclass(frozen=True)
+class ComponentInfo:
+    """A components-v2 element as the last run drew it."""
+
+    element_id: str
+    fragment_id: str  # "" outside a fragment
+    data: object  # what the element was given (its JSON data)
+
+
+@dataclass(frozen=True)
 class RunResult:
     """One rerun as the visitor saw it."""
 
@@ -82,9 +99,11 @@ class RunResult:
 
 def rerun_message(query_string: str, page_script_hash: str = "", *, fragment_id: str = "",
                   trigger_id: str | None = None, cached_hashes: tuple[str, ...] = (), url: str = "",
-                  page_name: str = "", auto: bool = False, text: tuple[str, str] | None = None) -> BackMsg:
+                  page_name: str = "", auto: bool = False, text: tuple[str, str] | None = None,
+                  json_trigger: tuple[str, str] | None = None) -> BackMsg:
     """The BackMsg the browser sends to (re)run the page, or one fragment of it for a click, a
-    fragment's timer (`auto`) or a text field's new value (`text`: its widget id and value)."""
+    fragment's timer (`auto`), a text field's new value (`text`: its widget id and value) or a
+    component's trigger (`json_trigger`: its trigger widget's id and JSON value)."""
     msg = BackMsg()
     state = msg.rerun_script
     state.query_string = query_string
@@ -95,6 +114,9 @@ def rerun_message(query_string: str, page_script_hash: str = "", *, fragment_id:
     if text is not None:
         widget = state.widget_states.widgets.add()
         widget.id, widget.string_value = text
+    if json_trigger is not None:
+        widget = state.widget_states.widgets.add()
+        widget.id, widget.json_trigger_value = json_trigger
     state.cached_message_hashes.extend(cached_hashes)
     if trigger_id is not None:
         widget = state.widget_states.widgets.add()
@@ -124,6 +146,18 @@ def text_field_in(msg: ForwardMsg) -> tuple[str, str, str] | None:
     if element.WhichOneof("type") != "text_input" or "-" not in element.text_input.id:
         return None
     return element.text_input.id.rsplit("-", 1)[-1], element.text_input.id, msg.delta.fragment_id
+
+
+def component_in(msg: ForwardMsg) -> tuple[str, ComponentInfo] | None:
+    """(its name, the element) of a components-v2 element `msg` draws, or None."""
+    if msg.WhichOneof("type") != "delta" or msg.delta.WhichOneof("type") != "new_element":
+        return None
+    element = msg.delta.new_element
+    if element.WhichOneof("type") != "bidi_component":
+        return None
+    bidi = element.bidi_component
+    data = bidi.json or bidi.mixed.json
+    return bidi.component_name, ComponentInfo(bidi.id, msg.delta.fragment_id, json.loads(data) if data else None)
 
 
 def text_in(msg: ForwardMsg) -> str | None:
@@ -174,6 +208,7 @@ class Visitor:
     buttons: dict[str, ButtonInfo] = field(default_factory=dict)
     text_fields: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (widget id, fragment id)
     auto_reruns: dict[str, float] = field(default_factory=dict)  # fragment id -> seconds between its reruns
+    components: dict[str, ComponentInfo] = field(default_factory=dict)  # component name -> as last drawn
     errors: list[str] = field(default_factory=list)
     _cache: dict[str, _Cached] = field(default_factory=dict)
     # aged out, still resolvable: a rerun sent while another ran listed them, and the server may
@@ -217,6 +252,14 @@ class Visitor:
     def auto_rerun_message(self, fragment_id: str) -> BackMsg:
         return rerun_message(self.query_string, self.page_script_hash, fragment_id=fragment_id, auto=True,
                              cached_hashes=tuple(self._cache), url=self.url)
+
+    def trigger_message(self, component: str, event: str, value: object) -> BackMsg:
+        """What the browser sends when the component's script calls setTriggerValue(event, value)."""
+        info = self.components[component]
+        payload = json.dumps([{"event": event, "value": value}], separators=(",", ":"))  # as JSON.stringify
+        trigger = (TRIGGER_WIDGET.format(id=info.element_id), payload)
+        return rerun_message(self.query_string, self.page_script_hash, fragment_id=info.fragment_id,
+                             cached_hashes=tuple(self._cache), url=self.url, json_trigger=trigger)
 
     def text_message(self, key: str, value: str) -> BackMsg:
         if key not in self.text_fields:
@@ -266,6 +309,8 @@ class Visitor:
             texts.append(body)
         if found := text_field_in(reply):
             self.text_fields[found[0]] = found[1:]
+        if drawn := component_in(reply):
+            self.components[drawn[0]] = drawn[1]
 
     async def rerun(self, msg: BackMsg, button_keys: tuple[str, ...] = ()) -> RunResult:
         """Send a rerun and read until its script_finished; note the buttons it draws."""

@@ -15,6 +15,7 @@ students the candidates to pick from, in alphabetical order so their order gives
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -25,8 +26,20 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from classroom.codes import new_code, new_secret, normalise_code, secret_digest, secret_matches
-from classroom.store import GuessRow, RoomStore
-from classroom.tally import Guess, LessonScore, Tally, guess_as_typed, lesson_score, tally
+from classroom.quiz import PHASES, PhaseResult, Question, phase_results
+from classroom.store import GuessRow, RoomStore, StoreError
+from classroom.tally import (
+    BoardRow,
+    Guess,
+    LessonScore,
+    OwnScore,
+    Tally,
+    board,
+    guess_as_typed,
+    lesson_score,
+    own_scores,
+    tally,
+)
 from engine import (
     Candidate,
     Distribution,
@@ -39,11 +52,13 @@ from engine import (
     StepRecord,
     TokenPiece,
     TraceError,
+    catch_up,
     replay,
     to_trace,
 )
 
-PRESENCE_S = 5.0  # a student seen this recently is connected (a follower's page checks every 0.75 s)
+SYNC_EVERY_S = 0.5  # how often a room's stored version is read, at most, for another process's changes
+PRESENCE_S = 5.0  # a student seen this recently is connected (a follower's page checks every 3 s)
 EXPIRE_EVERY_S = 60.0  # how often idle rooms are looked for
 CANDIDATES = 6  # candidate chips a student may pick from
 PRESENTER_BROWSERS = 4  # browsers per room that reopen it as presenter (a laptop, a tablet, a spare)
@@ -109,6 +124,10 @@ class Snapshot:
     lesson: LessonScore  # the class against the model over the revealed steps
     candidates: tuple[Candidate, ...] = ()  # to pick from, alphabetical; () until the room has peeked
     reveal: Reveal | None = None
+    board: tuple[BoardRow, ...] = ()  # every revealed step: the token, its probability, how many named it
+    # each student's own score, read by that student's page only (a view never draws another's)
+    scores: dict[str, OwnScore] = field(default_factory=dict)
+    quiz_open: str | None = None  # the quiz phase ("before", "after") open for answers, if any
 
     @property
     def finished(self) -> bool:
@@ -141,6 +160,8 @@ class LiveRoom:
     # browser -> the secret it showed: a reload or a second tab of that browser opens the room as
     # presenter again. Kept in this process only (after a restart the presenter link does it).
     presenter_browsers: dict[str, str] = field(default_factory=dict)
+    stored_version: int = 0  # the store's version this process last wrote or caught up with
+    checked_at: float = float("-inf")  # when this process last read the store's version (monotonic)
 
     @property
     def version(self) -> int:
@@ -169,13 +190,14 @@ class ClassHall:
 
     def __init__(self, store: RoomStore, lm: LoadedModel, limits: ClassLimits | None = None,
                  replay_limits: Limits | None = None, scheduler: PassQueue | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.store, self.lm, self.limits = store, lm, limits or ClassLimits()
+                 clock: Callable[[], float] = time.time, quiz: tuple[Question, ...] = ()) -> None:
+        self.store, self.lm, self.limits, self.quiz = store, lm, limits or ClassLimits(), quiz
         self.replay_limits, self.scheduler, self.clock = replay_limits or Limits(), scheduler, clock
         self._rooms: dict[str, LiveRoom] = {}
         self._opening: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._expired_at = float("-inf")
+        self._listeners: list[Callable[[str], None]] = []  # told each room code whose version moved on
 
     # ---- rooms -----------------------------------------------------------------------------
 
@@ -221,8 +243,10 @@ class ClassHall:
         self.expire()
         with self._lock:
             room = self._rooms.get(code)
-            if room is not None:
-                return room
+        if room is not None:
+            self.sync(room)
+            return room
+        with self._lock:
             opening = self._opening.setdefault(code, threading.Lock())
         with opening:  # one replay, however many students reconnect at once
             with self._lock:
@@ -252,7 +276,51 @@ class ClassHall:
         except (TraceError, ValueError) as exc:
             raise TraceError(f"Room {code}'s generation could not be rebuilt from its stored trace: {exc}") from exc
         return LiveRoom(code, row.secret_digest, generation, self._snapshot(code, generation, row.version),
-                        _signature(generation))
+                        _signature(generation), stored_version=row.version, checked_at=time.monotonic())
+
+    # ---- several processes, one class ------------------------------------------------------
+
+    def sync(self, room: LiveRoom, force: bool = False) -> bool:
+        """Take another process's changes to the room (a class served by several app processes
+        sharing one database): when the store holds a later version than this process wrote or
+        read, the room's generation catches up with the stored trace (only the new steps are
+        taken, as a replay takes them: the same tokens), the snapshot is made again (guesses and
+        the quiz read afresh) and the room peeks for its students' candidates. The store's
+        version is read at most every SYNC_EVERY_S per room unless `force` (an announcement).
+        Returns whether the room moved on."""
+        now = time.monotonic()
+        if not force and now - room.checked_at < SYNC_EVERY_S:
+            return False
+        room.checked_at = now
+        stored = self.store.version(room.code)
+        if stored is None or stored <= room.stored_version:
+            return False
+        with room.lock:
+            row = self.store.room(room.code)
+            if row is None or row.version <= room.stored_version:
+                return False
+            trace = json.loads(row.trace)
+            if not catch_up(room.generation, trace, self.replay_limits):
+                room.generation.close()
+                room.generation = replay(self.lm, trace, self.replay_limits, scheduler=self.scheduler).generation
+            room.stored, room.stored_version = _signature(room.generation), row.version
+            room.peek, room.changed_at = None, time.monotonic()
+            room.snapshot = self._snapshot(room.code, room.generation, room.version + 1)
+            self._announce(room)
+        self.peek_later(room)
+        return True
+
+    def watch(self) -> None:
+        """Follow the other processes' announcements (PostgreSQL's NOTIFY; nothing for a file):
+        a room this process holds catches up the moment another moves it on."""
+        self.store.listen(self._announced)
+
+    def _announced(self, code: str) -> None:
+        with self._lock:
+            room = self._rooms.get(code)
+        if room is not None:
+            with contextlib.suppress(TraceError, StoreError):  # its students' next check tries again
+                self.sync(room, force=True)
 
     def expire(self, force: bool = False) -> list[str]:
         """Delete rooms unused for the idle time (looked for at most once a minute)."""
@@ -267,6 +335,22 @@ class ClassHall:
                     room.generation.close()
         return codes
 
+    def version(self, code: str) -> int | None:
+        """The version of the open room with exactly this code, if this process holds it (a room
+        not rebuilt yet after a restart reads as None, as a wrong code does)."""
+        with self._lock:
+            room = self._rooms.get(code)
+        return None if room is None else room.version
+
+    def on_version(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(code)` after every new version of a room (from the thread that made it,
+        holding the room's lock: it must not block). The follow endpoint wakes students with it."""
+        self._listeners.append(listener)
+
+    def _announce(self, room: LiveRoom) -> None:
+        for listener in self._listeners:
+            listener(room.code)
+
     # ---- the presenter's changes -----------------------------------------------------------
 
     def publish(self, room: LiveRoom, generation: Generation) -> bool:
@@ -280,12 +364,14 @@ class ClassHall:
             visible_changed = _visible(generation) != room.stored[:-1]  # the stored signature ends with the sampler
             room.generation, room.stored = generation, signature
             version = room.version + 1
-            self.store.save(room.code, json.dumps(to_trace(generation)), version, self.clock())
+            room.stored_version = self.store.save(room.code, json.dumps(to_trace(generation)), version, self.clock())
+            self.store.announce(room.code)
             if visible_changed:
                 room.peek, room.changed_at = None, time.monotonic()
                 room.snapshot = self._snapshot(room.code, generation, version)
             else:
                 room.snapshot = replace(room.snapshot, version=version)
+            self._announce(room)
         return True
 
     def peek(self, room: LiveRoom) -> Peek | None:
@@ -318,6 +404,7 @@ class ClassHall:
         room.peek = Peek(snapshot.context, record.distribution, probs)
         candidates = sorted(record.distribution.top[:CANDIDATES], key=lambda c: (c.text.strip().lower(), c.text))
         room.snapshot = replace(snapshot, version=snapshot.version + 1, candidates=tuple(candidates))
+        self._announce(room)
         return room.peek
 
     # ---- students --------------------------------------------------------------------------
@@ -383,6 +470,72 @@ class ClassHall:
             room.guesses_version += 1
         return self.lm.texts.piece(token_id)
 
+    # ---- the quiz -------------------------------------------------------------------------------
+
+    def open_quiz(self, room: LiveRoom, phase: str) -> None:
+        """Open the quiz's `phase` ("before" or "after") on every student's screen (closing any
+        other). Raises ValueError when this server has no quiz or the phase is not one."""
+        if not self.quiz:
+            raise ValueError("This server has no quiz: its quiz file is missing or could not be read.")
+        if phase not in PHASES:
+            raise ValueError(f"A quiz phase is one of {', '.join(PHASES)}.")
+        with room.lock:
+            self.store.close_quiz(room.code, self.clock())
+            self.store.open_quiz(room.code, phase, self.clock())
+            self._stored_change(room, quiz_open=phase)
+
+    def close_quiz(self, room: LiveRoom) -> None:
+        with room.lock:
+            self.store.close_quiz(room.code, self.clock())
+            self._stored_change(room, quiz_open=None)
+
+    def _stored_change(self, room: LiveRoom, **changes: object) -> None:
+        """A change students see, already in the store: a new version here and in the store, and
+        every listener told (this process's followers, and the other processes'). Holding the lock."""
+        room.stored_version = self.store.bump(room.code, self.clock())
+        room.snapshot = replace(room.snapshot, version=room.snapshot.version + 1, **changes)
+        self.store.announce(room.code)
+        self._announce(room)
+
+    def answer_quiz(self, room: LiveRoom, student: str, answers: dict[int, int]) -> None:
+        """A student's answers to the open phase (question index -> choice index), replacing
+        their earlier ones. Raises ValueError when no phase is open or an answer is not a choice."""
+        phase = room.snapshot.quiz_open
+        if phase is None:
+            raise ValueError("The quiz is closed: the presenter opens it before and after the lesson.")
+        if not self.store.is_student(room.code, student):
+            raise ValueError("Join the room first.")
+        if not answers:
+            raise ValueError("Choose an answer to at least one question.")
+        for question, choice in answers.items():
+            if not (0 <= question < len(self.quiz) and 0 <= choice < len(self.quiz[question].choices)):
+                raise ValueError("That answer is not one of the quiz's choices.")
+        self.store.answer(room.code, phase, student, dict(answers), self.clock())
+
+    def own_answers(self, room: LiveRoom, student: str) -> dict[int, int]:
+        """This student's answers to the open phase, by question (a reloaded page shows them again)."""
+        phase = room.snapshot.quiz_open
+        return {row.question: row.choice for row in self.store.quiz_answers(room.code)
+                if row.phase == phase and row.student == student}
+
+    def quiz_answered(self, room: LiveRoom) -> int:
+        """Students who have answered the open phase."""
+        phase = room.snapshot.quiz_open
+        return len({row.student for row in self.store.quiz_answers(room.code) if row.phase == phase})
+
+    def quiz_phases(self, room: LiveRoom) -> dict[str, PhaseResult]:
+        """Each phase the class answered: its share right per question and over all."""
+        return phase_results(self.quiz, self.store.quiz_answers(room.code)) if self.quiz else {}
+
+    def quiz_results(self, room: LiveRoom) -> dict | None:
+        """The quiz's questions and each phase's results as plain data, or None before any answer."""
+        phases = self.quiz_phases(room)
+        if not phases:
+            return None
+        return {"questions": [{"question": q.text, "right_answer": q.choices[q.answer]} for q in self.quiz],
+                "phases": {name: {"students": r.students, "overall": r.overall, "per_question": list(r.per_question)}
+                           for name, r in phases.items()}}
+
     def own_guess(self, room: LiveRoom, student: str) -> str | None:
         """The student's guess for the next token (the token's text), or None."""
         rows = self.store.guesses(room.code, (room.snapshot.context,))
@@ -423,7 +576,9 @@ class ClassHall:
             stop_sequences=generation.stop.stop_sequences, finish_reason=generation.finish_reason,
             eos_text=" ".join(self._text(i) for i in self.lm.eos_ids), context=context_key(ids),
             context_text=generation.prompt_text + generation.output_text, reveal=reveal,
-            lesson=lesson_score([(s.token_id, s.prob) for s in steps], per_step))
+            lesson=lesson_score([(s.token_id, s.prob) for s in steps], per_step),
+            board=board([(s.token_id, s.token.text, s.prob) for s in steps], per_step),
+            scores=own_scores([s.token_id for s in steps], per_step), quiz_open=self.store.open_phase(code))
 
     @staticmethod
     def _latest_probs(generation: Generation) -> torch.Tensor | None:

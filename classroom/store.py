@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+from classroom.quiz import AnswerRow
+
+SCHEMA_VERSION = 2  # 2 added the quiz's tables; a file of version 1 gains them when opened
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rooms (
     code TEXT PRIMARY KEY,
@@ -44,6 +46,22 @@ CREATE TABLE IF NOT EXISTS guesses (
     token_id INTEGER NOT NULL,
     made REAL NOT NULL,
     PRIMARY KEY (code, context, student)
+);
+CREATE TABLE IF NOT EXISTS quiz_phases (
+    code TEXT NOT NULL REFERENCES rooms(code) ON DELETE CASCADE,
+    phase TEXT NOT NULL,
+    opened REAL NOT NULL,
+    closed REAL,
+    PRIMARY KEY (code, phase)
+);
+CREATE TABLE IF NOT EXISTS quiz_answers (
+    code TEXT NOT NULL REFERENCES rooms(code) ON DELETE CASCADE,
+    phase TEXT NOT NULL,
+    student TEXT NOT NULL,
+    question INTEGER NOT NULL,
+    choice INTEGER NOT NULL,
+    made REAL NOT NULL,
+    PRIMARY KEY (code, phase, student, question)
 );
 """
 
@@ -88,7 +106,7 @@ class RoomStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in (0, 1, SCHEMA_VERSION):
                 raise StoreError(f"The class database is of schema version {version}; this app reads "
                                  f"version {SCHEMA_VERSION}.")
             self._db.executescript(SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
@@ -124,11 +142,35 @@ class RoomStore:
         with self._run("look up a room") as db:
             return db.execute("SELECT 1 FROM rooms WHERE code = ?", (code,)).fetchone() is not None
 
-    def save(self, code: str, trace: str, version: int, now: float) -> None:
-        """The room's generation after the presenter changed it."""
+    def save(self, code: str, trace: str, version: int, now: float) -> int:
+        """The room's generation after the presenter changed it, under a stored version above
+        every earlier one (at least `version`); returns that version. Another process serving
+        the same class reads it to tell that the room moved on (ClassHall.sync)."""
         with self._run("save the room's generation") as db:
-            db.execute("UPDATE rooms SET trace = ?, version = ?, touched = ? WHERE code = ?",
-                       (trace, version, now, code))
+            row = db.execute("UPDATE rooms SET trace = ?, version = MAX(version + 1, ?), touched = ? WHERE code = ? "
+                             "RETURNING version", (trace, version, now, code)).fetchone()
+        return row[0] if row else version
+
+    def bump(self, code: str, now: float) -> int:
+        """A change students see that is stored elsewhere (the quiz opened or closed): the
+        room's stored version moves on; returns it."""
+        with self._run("note the room's change") as db:
+            row = db.execute("UPDATE rooms SET version = version + 1, touched = ? WHERE code = ? RETURNING version",
+                             (now, code)).fetchone()
+        return row[0] if row else 0
+
+    def version(self, code: str) -> int | None:
+        """The room's stored version (None: no such room)."""
+        with self._run("read the room's version") as db:
+            row = db.execute("SELECT version FROM rooms WHERE code = ?", (code,)).fetchone()
+        return row[0] if row else None
+
+    def announce(self, code: str) -> None:
+        """Tell the other processes serving this database that the room moved on: nothing to do
+        for a file (they read its version when their students next check: ClassHall.sync)."""
+
+    def listen(self, on_change: Callable[[str], None]) -> None:
+        """Call `on_change(code)` when another process announces a room: never, for a file."""
 
     def touch(self, code: str, now: float) -> None:
         with self._run("note the room's use") as db:
@@ -182,3 +224,33 @@ class RoomStore:
             params += contexts
         with self._run("read the guesses") as db:
             return [GuessRow(*row) for row in db.execute(query + " ORDER BY g.made", params)]
+
+    # ---- the quiz --------------------------------------------------------------------------
+
+    def open_quiz(self, code: str, phase: str, now: float) -> None:
+        """Open `phase` ("before" or "after") for answers (again, if it was closed)."""
+        with self._run("open the quiz") as db:
+            db.execute("INSERT INTO quiz_phases VALUES (?, ?, ?, NULL) ON CONFLICT (code, phase) DO UPDATE "
+                       "SET closed = NULL", (code, phase, now))
+
+    def close_quiz(self, code: str, now: float) -> None:
+        with self._run("close the quiz") as db:
+            db.execute("UPDATE quiz_phases SET closed = ? WHERE code = ? AND closed IS NULL", (now, code))
+
+    def open_phase(self, code: str) -> str | None:
+        """The quiz phase open for answers now, if any."""
+        with self._run("read the quiz") as db:
+            row = db.execute("SELECT phase FROM quiz_phases WHERE code = ? AND closed IS NULL", (code,)).fetchone()
+        return row[0] if row else None
+
+    def answer(self, code: str, phase: str, student: str, answers: dict[int, int], now: float) -> None:
+        """A student's answers in `phase`, replacing their earlier ones to the same questions."""
+        with self._run("save quiz answers") as db:
+            db.executemany("INSERT INTO quiz_answers VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (code, phase, student, "
+                           "question) DO UPDATE SET choice = excluded.choice, made = excluded.made",
+                           [(code, phase, student, q, c, now) for q, c in answers.items()])
+
+    def quiz_answers(self, code: str) -> list[AnswerRow]:
+        with self._run("read quiz answers") as db:
+            return [AnswerRow(*row) for row in db.execute(
+                "SELECT phase, student, question, choice FROM quiz_answers WHERE code = ? ORDER BY made", (code,))]

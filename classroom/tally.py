@@ -88,3 +88,71 @@ def lesson_score(steps: Sequence[tuple[int, float]], guesses: Sequence[Sequence[
     right = sum(sum(g.token_id == pick for g in group) for pick, _, group in guessed)
     mean = sum(prob for _, prob, _ in guessed) / len(guessed) if guessed else 0.0
     return LessonScore(len(guessed), total, right, mean)
+
+
+# ---- the lesson's board, each student's own score, the summary --------------------------------
+
+HUMAN_TOP1 = 0.29  # people's share of next tokens named right, top-1
+HUMAN_SOURCE = ("Shlegeris et al., “Language Models Are Better Than Humans at Next-token Prediction”, TMLR 2024: "
+                "people named the next token about 29 % of the time, fewer than a ~125 M-parameter model")
+EXTREMES = 3  # the hardest and the easiest tokens a summary names
+
+
+@dataclass(frozen=True)
+class BoardRow:
+    """One revealed step on the lesson's board: the token the model wrote, its probability, and
+    how the class did (counts only: never who)."""
+
+    index: int  # the step's number, from 1
+    text: str  # the token the model wrote
+    model_prob: float  # the model's raw probability for it
+    guesses: int
+    right: int
+
+    @property
+    def share_right(self) -> float | None:
+        return self.right / self.guesses if self.guesses else None
+
+
+def board(steps: Sequence[tuple[int, str, float]], guesses: Sequence[Sequence[Guess]]) -> tuple[BoardRow, ...]:
+    """`steps`: each revealed step's (pick, its text, its raw probability); `guesses`: each step's."""
+    return tuple(BoardRow(i + 1, text, prob, len(group), sum(g.token_id == pick for g in group))
+                 for i, ((pick, text, prob), group) in enumerate(zip(steps, guesses, strict=True)))
+
+
+@dataclass(frozen=True)
+class OwnScore:
+    """One student's own record over the revealed steps."""
+
+    right: int
+    guessed: int
+
+
+def own_scores(picks: Sequence[int], guesses: Sequence[Sequence[Guess]]) -> dict[str, OwnScore]:
+    """Each student who guessed: how many of their guesses named the token the model wrote."""
+    right: dict[str, int] = {}
+    guessed: dict[str, int] = {}
+    for pick, group in zip(picks, guesses, strict=True):
+        for guess in group:
+            guessed[guess.student] = guessed.get(guess.student, 0) + 1
+            right[guess.student] = right.get(guess.student, 0) + (guess.token_id == pick)
+    return {student: OwnScore(right[student], count) for student, count in guessed.items()}
+
+
+@dataclass(frozen=True)
+class LessonSummary:
+    """The end of a lesson: what was generated and guessed, the class's and the model's scores,
+    and the steps the class found hardest and easiest."""
+
+    tokens: int
+    students: int  # who guessed at least once
+    score: LessonScore
+    hardest: tuple[BoardRow, ...]  # the lowest share named right first (then the least probable)
+    easiest: tuple[BoardRow, ...]  # the highest share first (then the most probable)
+
+
+def lesson_summary(rows: Sequence[BoardRow], score: LessonScore, students: int) -> LessonSummary:
+    guessed = [row for row in rows if row.guesses]
+    hardest = sorted(guessed, key=lambda r: (r.share_right, r.model_prob, r.index))[:EXTREMES]
+    easiest = sorted(guessed, key=lambda r: (-r.share_right, -r.model_prob, r.index))[:EXTREMES]
+    return LessonSummary(len(rows), students, score, tuple(hardest), tuple(easiest))

@@ -4,10 +4,11 @@ student's screen follows within a second; the class guesses each next token befo
 The page is layout only. Who may change the room is decided in ui/controllers/class_room.py from this
 session's own state (the presenter showed the room's secret; a student only its code), the
 rooms are classroom/'s, and a student's whole view of one room version is built once for every
-student (ui/views/class_room.py). A follower's page checks for a new version every FOLLOW_EVERY_S
-with a fragment timer (Streamlit's public API offers no push from the server): a check that finds
-nothing new sends the same view again, which the browser holds already as a cached message.
-`bench.class_bench` measures what the checks cost the server.
+student (ui/views/class_room.py). A follower's fragment reruns when the follow endpoint tells its
+page the room moved on (ui/widgets/follow.py: a long poll, then a trigger that reruns the fragment
+alone), and every FOLLOW_EVERY_S on its timer, the safety net where the endpoint cannot be reached:
+a check that finds nothing new sends the same view again, which the browser holds already as a
+cached message. `bench.class_bench` measures both.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from classroom import ClassHall, StoreError
 from engine import CHAINS
 from ui.controllers import class_room as control
 from ui.controllers import step_through as stepper
-from ui.server import browser_key, current_hall, store_problem, wrong_codes
+from ui.server import browser_key, class_quiz, current_hall, store_problem, wrong_codes
 from ui.session import CLASS, STEP, load_presets, message, preset_named, slider_range, widget_range
 from ui.views import PANEL_CSS, chain_name, distribution_bars_html, plain, quoted
 from ui.views import class_room as views
@@ -31,6 +32,7 @@ from ui.widgets import (
     RUN,
     continue_run,
     ensure_app_frame,
+    follow_signal,
     page_style,
     panels,
     presenter_keys,
@@ -39,7 +41,7 @@ from ui.widgets import (
 
 S = st.session_state
 P = control.presenter_state(S)
-FOLLOW_EVERY_S = 0.75  # a student's check: a new step reaches them within one interval (bench.class_bench)
+FOLLOW_EVERY_S = 3.0  # the safety net's check; under hall.PRESENCE_S, which counts a student connected
 CLASS_PANEL_EVERY_S = 1.0  # the presenter's count of students and guesses
 
 
@@ -265,7 +267,7 @@ def draw_workspace(room) -> None:
     if problem := control.problem(S, "refused"):
         st.error(plain(problem), icon=":material/block:")
     if room.snapshot.reveal is not None:  # right under the buttons: after a Step, the reveal is what the class sees
-        panels.html(views.reveal_html(room.snapshot) + views.lesson_html(room.snapshot.lesson))
+        panels.html(views.reveal_html(room.snapshot) + views.lesson_html(room.snapshot.lesson, room.snapshot.board))
     if presenting():
         panels.context_window_panel(gen, stepper.prompt_html(P, gen))
     else:
@@ -306,6 +308,51 @@ def presenter_page() -> None:
         workspace()
     with controls_col:
         sampler_controls()
+    quiz_controls(room)
+    lesson_summary(room)
+
+
+def quiz_controls(room) -> None:
+    """The presenter opens the short quiz before the lesson and again after it."""
+    questions, problem = class_quiz()
+    open_phase = room.snapshot.quiz_open
+    with st.expander(f"Quiz: open now ({open_phase} the lesson)" if open_phase else
+                     "Quiz before and after the lesson", expanded=bool(open_phase)):
+        if problem:
+            st.warning(plain(problem), icon=":material/quiz:")
+            return
+        st.caption(f"{len(questions)} questions on autoregression, sampling, the KV cache and stopping (edit them in "
+                   "assets/class_quiz.json). Open the quiz before the lesson and again after it: the summary below "
+                   "sets the class's two results side by side.")
+        row = st.container(horizontal=True)
+        row.button("Open the quiz before the lesson", key=CLASS.quiz_before, disabled=open_phase == "before",
+                   on_click=lambda: control.open_quiz(S, hall(), "before"))
+        row.button("Open the quiz after the lesson", key=CLASS.quiz_after, disabled=open_phase == "after",
+                   on_click=lambda: control.open_quiz(S, hall(), "after"))
+        row.button("Close the quiz", key=CLASS.quiz_close, disabled=open_phase is None,
+                   on_click=lambda: control.close_quiz(S, hall()))
+        if open_phase:
+            st.markdown(f"**{hall().quiz_answered(room)}** student(s) have answered so far.")
+        if problem := control.problem(S, "quiz"):
+            st.warning(plain(problem), icon=":material/back_hand:")
+
+
+def lesson_summary(room) -> None:
+    """The lesson so far, and the download only the presenter can take."""
+    snapshot = room.snapshot
+    with st.expander("End of the lesson: summary and download"):
+        summary = control.summary(snapshot)
+        panels.html(views.summary_html(summary, hall().quiz_phases(room)))
+        files = control.lesson_files(S, hall())
+        if files is None:
+            return
+        row = st.container(horizontal=True)
+        row.download_button("Download the lesson (CSV)", files.csv_text, file_name=f"{files.name}.csv",
+                            mime="text/csv", key=CLASS.download_csv, on_click="ignore")
+        row.download_button("Download the lesson (JSON)", files.json_text, file_name=f"{files.name}.json",
+                            mime="application/json", key=CLASS.download_json, on_click="ignore")
+        st.caption("Every revealed token and guess, with the names students chose, the scores and the quiz: for you "
+                   "alone (students never see the names of others, and their links cannot fetch this).")
 
 
 # ---- a student -------------------------------------------------------------------------------
@@ -328,16 +375,43 @@ def guess_controls(snapshot) -> None:
         st.warning(plain(problem), icon=":material/back_hand:")
 
 
+def quiz_form(phase: str) -> None:
+    """The open quiz: one question each with its choices; answers can be sent again until the
+    presenter closes it."""
+    questions = hall().quiz
+    keys = [f"{CLASS.quiz_choice}{phase}_{index}" for index in range(len(questions))]
+    if any(key not in S for key in keys):  # the first draw: this student's answers as stored
+        for index, choice in control.own_answers(S, hall()).items():
+            S.setdefault(keys[index], choice)
+    with st.form(CLASS.quiz_form):
+        st.markdown(f"#### Quiz {phase} the lesson")
+        for index, (question, key) in enumerate(zip(questions, keys, strict=True)):
+            st.radio(f"{index + 1}. {question.text}", list(range(len(question.choices))), index=None, key=key,
+                     format_func=question.choices.__getitem__)
+        sent = st.form_submit_button("Send my answers", key=CLASS.quiz_send)
+    if sent:
+        control.answer_quiz(S, hall(), {index: S.get(key) for index, key in enumerate(keys)})
+    if problem := control.problem(S, "quiz"):
+        st.warning(plain(problem), icon=":material/back_hand:")
+    elif S.get(CLASS.quiz_sent) == phase:
+        st.caption("Answers sent. You can change them and send again until the presenter closes the quiz.")
+
+
 @st.fragment(key=CLASS.follow, run_every=FOLLOW_EVERY_S)
 def follow() -> None:
-    """The room as the presenter last left it, checked every FOLLOW_EVERY_S."""
+    """The room as the presenter last left it: redrawn when the room moves on, and every FOLLOW_EVERY_S."""
     snapshot = control.follow(S, hall())
     if snapshot is None:
         st.rerun()
+    follow_signal(hall(), snapshot.code, snapshot.version)
+    if snapshot.quiz_open:
+        quiz_form(snapshot.quiz_open)
     above, below = views.follow_html(snapshot)
     panels.html(above)
     if not snapshot.finished:
         guess_controls(snapshot)
+    if mine := views.own_score_html(control.own_score(S, snapshot)):
+        panels.html(mine)
     if below:
         panels.html(below)
 

@@ -35,3 +35,20 @@ def lm() -> LoadedModel:
 def tiny_lm() -> LoadedModel:
     """A tiny random Llama over a byte-level tokenizer (tests/tiny.py): builds in a moment."""
     return build_tiny_lm()
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A real PostgreSQL server for the session (tests/postgres.py). Missing binaries fail in CI
+    (.ci/run installs Debian's `postgresql`) and skip elsewhere."""
+    import os
+
+    from tests.postgres import binaries, postgres_server
+
+    if binaries() is None:
+        message = "no PostgreSQL server binaries: install Debian's `postgresql` (CI does)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    with postgres_server() as url:
+        yield url

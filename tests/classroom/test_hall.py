@@ -174,3 +174,91 @@ def test_limits_are_validated_by_name() -> None:
         ClassLimits(max_students=0)
     with pytest.raises(SettingsError, match="idle_hours"):
         ClassLimits(idle_hours=-1)
+
+
+def test_the_board_and_each_students_own_score_count_right_guesses_and_hold_no_names(tiny_lm, tmp_path) -> None:
+    hall = make_hall(tiny_lm, tmp_path / "c.db")
+    room, _ = hall.start(new_generation(tiny_lm))
+    hall.peek(room)
+    first, second = room.snapshot.candidates[:2]
+    for student in ("a", "b", "c"):
+        hall.join(room, student, f"name {student}")
+    hall.guess(room, "a", token_id=first.token_id)
+    hall.guess(room, "b", token_id=second.token_id)
+    pick = room.generation.step()
+    hall.publish(room, room.generation)
+    snapshot = room.snapshot
+    right = {s: int(t == pick.token_id) for s, t in (("a", first.token_id), ("b", second.token_id))}
+    assert {s: (o.right, o.guessed) for s, o in snapshot.scores.items()} == {s: (r, 1) for s, r in right.items()}
+    [row] = snapshot.board
+    assert (row.index, row.text, row.guesses, row.right) == (1, pick.token.text, 2, sum(right.values()))
+    assert row.model_prob == pytest.approx(pick.prob)
+    assert "name" not in repr(snapshot.board)  # the board counts; it never says who
+
+
+def test_the_quiz_opens_takes_each_students_answers_once_and_closes(tiny_lm, tmp_path) -> None:
+    from classroom.quiz import load_quiz
+
+    store = RoomStore(tmp_path / "c.db")
+    hall = ClassHall(store, tiny_lm, ClassLimits(), clock=Clock(), quiz=load_quiz())
+    room, _ = hall.start(new_generation(tiny_lm))
+    for student in ("a", "b"):
+        hall.join(room, student, "")
+    with pytest.raises(ValueError, match="The quiz is closed"):
+        hall.answer_quiz(room, "a", {0: 1})
+    version = room.version
+    hall.open_quiz(room, "before")
+    assert room.snapshot.quiz_open == "before" and room.version == version + 1
+    right = [q.answer for q in hall.quiz]
+    hall.answer_quiz(room, "a", dict(enumerate(right)))
+    hall.answer_quiz(room, "b", {0: (right[0] + 1) % len(hall.quiz[0].choices)})
+    hall.answer_quiz(room, "b", {0: right[0]})  # changed before the close: the latest counts
+    with pytest.raises(ValueError, match="not one of the quiz's choices"):
+        hall.answer_quiz(room, "a", {0: 99})
+    with pytest.raises(ValueError, match="Join the room"):
+        hall.answer_quiz(room, "stranger", {0: 0})
+    assert hall.quiz_answered(room) == 2 and hall.own_answers(room, "b") == {0: right[0]}
+    hall.close_quiz(room)
+    assert room.snapshot.quiz_open is None
+    hall.open_quiz(room, "after")
+    hall.answer_quiz(room, "a", {0: (right[0] + 1) % len(hall.quiz[0].choices)})
+    phases = hall.quiz_phases(room)
+    assert (phases["before"].students, phases["before"].overall) == (2, 1.0)
+    assert phases["before"].per_question[:2] == (1.0, 1.0)
+    assert (phases["after"].students, phases["after"].overall) == (1, 0.0)
+    again = ClassHall(RoomStore(tmp_path / "c.db"), tiny_lm, ClassLimits(), clock=Clock(), quiz=load_quiz())
+    assert again.room(room.code).snapshot.quiz_open == "after"  # a restart keeps the open quiz
+
+
+def test_the_teachers_download_has_every_guess_by_student_number_and_nothing_secret(tiny_lm, tmp_path) -> None:
+    import csv
+    import io
+    import json
+
+    from classroom.export import lesson_files
+    from classroom.quiz import load_quiz
+
+    hall = ClassHall(RoomStore(tmp_path / "c.db"), tiny_lm, ClassLimits(), clock=Clock(), quiz=load_quiz())
+    room, secret = hall.start(new_generation(tiny_lm))
+    hall.join(room, "cookie:abc123", "=HYPERLINK(\"http://x\")")
+    hall.join(room, "cookie:def456", "")
+    hall.peek(room)
+    hall.guess(room, "cookie:abc123", text="hi")
+    hall.guess(room, "cookie:def456", token_id=room.snapshot.candidates[0].token_id)
+    pick = room.generation.step()
+    hall.publish(room, room.generation)
+    room.generation.step()  # a second step no one guessed
+    hall.publish(room, room.generation)
+    hall.open_quiz(room, "before")
+    hall.answer_quiz(room, "cookie:def456", {0: hall.quiz[0].answer})
+    files = lesson_files(hall, room)
+    for text in (files.json_text, files.csv_text):
+        assert secret not in text and room.secret_digest not in text and "abc123" not in text
+    record = json.loads(files.json_text)
+    first, second = record["steps"]
+    assert [g["student"] for g in first["guesses"]] == ["student 1", "student 2"] and second["guesses"] == []
+    assert first["token"] == pick.token.text and first["model_probability"] == pytest.approx(pick.prob)
+    assert record["summary"]["guesses"] == 2 and record["quiz"]["phases"]["before"]["overall"] == 1.0
+    rows = list(csv.DictReader(io.StringIO(files.csv_text)))
+    assert len(rows) == 3 and rows[0]["name"].startswith("'=")  # a spreadsheet reads the name as text
+    assert rows[2]["step"] == "2" and rows[2]["student"] == ""

@@ -3,6 +3,7 @@ plain data, no model."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -174,3 +175,35 @@ def test_the_tally_counts_by_token_and_the_lesson_score_compares_the_class_with_
     score = lesson_score([(1, 0.77), (5, 0.2), (7, 0.5)], [guesses, [], [Guess("a", "", "x", 3)]])
     assert (score.steps, score.guesses, score.right) == (2, 4, 2)
     assert score.class_accuracy == 0.5 and score.model_mean_prob == pytest.approx((0.77 + 0.5) / 2)
+
+
+def test_a_database_of_the_first_schema_gains_the_quiz_tables_and_keeps_its_rooms(tmp_path: Path) -> None:
+    path = tmp_path / "class.sqlite3"
+    store = RoomStore(path)
+    store.create("ABC234", "digest", "{}", 1.0)
+    store.close()
+    with sqlite3.connect(path) as db:  # as the first schema left it
+        db.executescript("DROP TABLE quiz_answers; DROP TABLE quiz_phases; PRAGMA user_version = 1;")
+    again = RoomStore(path)
+    assert again.exists("ABC234") and again.open_phase("ABC234") is None
+    again.open_quiz("ABC234", "before", 2.0)
+    assert again.open_phase("ABC234") == "before"
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda q: q.update(answer=9), "Question 1 of the quiz file: \"answer\" must be the right choice's number"),
+    (lambda q: q.update(choices=["only one"]), "Question 1 of the quiz file needs 2 to 6 choices"),
+    (lambda q: q.update(question=""), "Question 1 of the quiz file: the question, each choice and \"why\""),
+])
+def test_a_quiz_file_edited_wrongly_is_refused_naming_the_question(tmp_path: Path, edit, words) -> None:
+    import json
+
+    from classroom.quiz import QUIZ_FILE, QuizError, load_quiz
+
+    assert 5 <= len(load_quiz()) <= 8  # the shipped quiz
+    data = json.loads(QUIZ_FILE.read_text())
+    edit(data["questions"][0])
+    path = tmp_path / "quiz.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(QuizError, match=re.escape(words)):
+        load_quiz(path)

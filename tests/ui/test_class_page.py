@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.ui.apptest import APP, as_read
 from ui.server import deployment
+from ui.server.class_room import current_hall
 from ui.session.keys import CLASS, STEP
 
 PAGE = "pages/class.py"
@@ -26,6 +27,7 @@ def class_db(tmp_path: Path, monkeypatch) -> Path:
 
     path = tmp_path / "class.sqlite3"
     monkeypatch.setenv("TBT_CLASS_DB", str(path))
+    monkeypatch.setenv("TBT_FOLLOW_PORT", "0")  # no follow endpoint in the test process: students' timers alone
     deployment.class_settings.cache_clear()
     wrong_codes.cache_clear()  # every test's visitors start with a clean record
     yield path
@@ -218,3 +220,61 @@ def test_the_projected_room_hides_the_answer_and_the_names_until_the_reveal_and_
     reveal = next(i for i, h in enumerate(html) if "revealed: the model wrote" in h)
     context = next(i for i, h in enumerate(html) if "France" in h)  # the context's chips
     assert reveal < context, "the reveal comes right under the buttons, before the context"
+
+
+def test_after_a_reveal_each_student_sees_their_own_score_and_the_board_but_no_ones_name(class_db) -> None:
+    presenter, code, _ = start_class()
+    presenter.text_area(key=CLASS.presenter + STEP.prompt).input("The capital of France is").run()
+    ada, bob = session({"room": code}), session({"room": code})
+    ada.text_input(key=CLASS.name).input("Ada Lovelace").run()
+    bob.text_input(key=CLASS.name).input("Bob Stone").run()
+    for student, guess in ((ada, " Paris"), (bob, " London")):
+        field = next(t for t in student.text_input if t.key and t.key.startswith(CLASS.guess_text))
+        field.input(guess).run()
+    step(presenter)
+    for student in (ada, bob):
+        student.run()
+    hall = current_hall()
+    snapshot = hall.room(code).snapshot
+    wrote = snapshot.reveal.pick.text
+    for student, mine, other in ((ada, " Paris", "Bob Stone"), (bob, " London", "Ada Lovelace")):
+        shown = everything_shown(student)
+        right = int(wrote == mine)
+        assert f"Your score: <b>{right} of 1</b>" in shown and other not in shown
+        assert "the class named it" in shown and "about <b>29%</b>" in shown  # the board; people's published figure
+    projected = everything_shown(presenter)
+    assert "Ada Lovelace" not in projected and "Bob Stone" not in projected and "Your score" not in projected
+
+
+def test_the_quiz_reaches_the_students_and_their_answers_the_presenter(class_db) -> None:
+    presenter, code, _ = start_class()
+    student = session({"room": code})
+    presenter.button(key=CLASS.quiz_before).click().run()
+    student.run()
+    radios = [r for r in student.radio if r.key and r.key.startswith(CLASS.quiz_choice + "before_")]
+    assert len(radios) == len(current_hall().quiz) >= 5
+    radios[0].set_value(current_hall().quiz[0].answer)
+    student.button(key=CLASS.quiz_send).click().run()
+    assert not student.exception and "Answers sent" in everything_shown(student)
+    presenter.run()
+    assert "**1** student(s) have answered so far." in everything_shown(presenter)
+    presenter.button(key=CLASS.quiz_close).click().run()
+    student.run()
+    assert not [r for r in student.radio if r.key and r.key.startswith(CLASS.quiz_choice)]
+    assert "before, 1 student: 100% right" in everything_shown(presenter)
+
+
+def test_only_the_presenter_gets_the_lessons_download(class_db) -> None:
+    from ui.controllers import class_room as control
+
+    presenter, code, _ = start_class()
+    student = session({"room": code})
+    step(presenter)
+    labels = [d.proto.label for d in presenter.get("download_button")]
+    assert labels == ["Download the lesson (CSV)", "Download the lesson (JSON)"]
+    assert not student.get("download_button")
+    state = {key: student.session_state[key] for key in (CLASS.role, CLASS.code, CLASS.student)}
+    assert control.lesson_files(dict(state), current_hall()) is None
+    forged = {**state, CLASS.role: "presenter"}  # a student's session claiming the role without the secret
+    assert control.lesson_files(forged, current_hall()) is None
+    assert control.lesson_files({**forged, CLASS.secret: "guessed"}, current_hall()) is None

@@ -18,6 +18,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from classroom import AccessRefused, ClassHall, LiveRoom, RoomFull, Snapshot, StoreError, WrongCodeThrottle
+from classroom.export import LessonFiles
+from classroom.export import lesson_files as export_lesson
+from classroom.tally import LessonSummary, OwnScore, lesson_summary
 from engine import Generation, LoadedModel, PromptError, SettingsError, TraceError
 from engine.serving import ForwardScheduler
 from ui.controllers import step_through as step_controller
@@ -294,3 +297,72 @@ def rename(state: State, hall: ClassHall, name: str) -> None:
         _say(state, "name", str(exc))
         return
     _say(state, "name", None)
+
+
+def summary(snapshot: Snapshot) -> LessonSummary:
+    """The lesson so far, as its end-of-lesson summary."""
+    return lesson_summary(snapshot.board, snapshot.lesson, len(snapshot.scores))
+
+
+def own_score(state: Mapping[str, Any], snapshot: Snapshot) -> OwnScore | None:
+    """This student's own score (never another's: each page reads its own id only)."""
+    return snapshot.scores.get(state.get(CLASS.student)) if role(state) == STUDENT else None
+
+
+# ---- the quiz and the lesson's download ---------------------------------------------------------
+
+
+def _presenters_room(state: State, hall: ClassHall) -> LiveRoom | None:
+    """The room, for the presenter only (the secret checked again); else None and the refusal said."""
+    room = current_room(state, hall) if role(state) == PRESENTER else None
+    if room is None:
+        _say(state, "refused", NOT_PRESENTER)
+    return room
+
+
+def open_quiz(state: State, hall: ClassHall, phase: str) -> None:
+    """The presenter opens the quiz before (or after) the lesson on every student's screen."""
+    if (room := _presenters_room(state, hall)) is None:
+        return
+    try:
+        hall.open_quiz(room, phase)
+    except (ValueError, StoreError) as exc:
+        _say(state, "quiz", str(exc))
+        return
+    _say(state, "quiz", None)
+
+
+def close_quiz(state: State, hall: ClassHall) -> None:
+    if (room := _presenters_room(state, hall)) is None:
+        return
+    try:
+        hall.close_quiz(room)
+    except StoreError as exc:
+        _say(state, "quiz", str(exc))
+
+
+def answer_quiz(state: State, hall: ClassHall, answers: Mapping[int, int | None]) -> None:
+    """A student's answers to the open quiz (questions left unanswered are skipped)."""
+    room = current_room(state, hall) if role(state) == STUDENT else None
+    if room is None:
+        _say(state, "quiz", "Join a room as a student to answer its quiz.")
+        return
+    try:
+        hall.answer_quiz(room, state[CLASS.student], {q: c for q, c in answers.items() if c is not None})
+    except (ValueError, StoreError) as exc:
+        _say(state, "quiz", str(exc))
+        return
+    _say(state, "quiz", None)
+    state[CLASS.quiz_sent] = room.snapshot.quiz_open
+
+
+def own_answers(state: State, hall: ClassHall) -> dict[int, int]:
+    """This student's answers to the open quiz, as stored."""
+    room = current_room(state, hall) if role(state) == STUDENT else None
+    return {} if room is None else hall.own_answers(room, state[CLASS.student])
+
+
+def lesson_files(state: State, hall: ClassHall) -> LessonFiles | None:
+    """The lesson as CSV and JSON, for the presenter alone: any other session gets None."""
+    room = current_room(state, hall) if role(state) == PRESENTER else None
+    return None if room is None else export_lesson(hall, room)

@@ -1,5 +1,6 @@
 """The Class page's server objects: the one ClassHall of this server (its rooms live in the
-SQLite file of ui/server/deployment.py's class_settings), the wrong-code throttle, and who a browser is."""
+SQLite file of ui/server/deployment.py's class_settings), its quiz, the wrong-code throttle, and
+who a browser is."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from functools import cache
 import streamlit as st
 
 from classroom import ClassHall, RoomStore, WrongCodeThrottle
+from classroom.quiz import Question, QuizError, load_quiz
+from classroom.store_pg import PostgresRoomStore
 from engine import BUNDLED
-from ui.server.deployment import class_settings, current_deployment, rebuild_limits
+from ui.server.deployment import class_settings, current_deployment, rebuild_limits, rooms_url
 from ui.server.model import shared_model_and_scheduler
 
 # Plain dictionaries, not st.cache_resource: a follower's run asks for the hall several times, and
@@ -23,16 +26,31 @@ _halls_lock = threading.Lock()
 
 
 def current_hall() -> ClassHall:
-    """This server's rooms, on the bundled model (raises StoreError when the database cannot be
-    opened; a later run tries again)."""
-    path = str(class_settings()[0])
-    if (hall := _halls.get(path)) is not None:
+    """This server's rooms, on the bundled model, in TBT_ROOMS_URL's PostgreSQL database when it
+    names one, else in the SQLite file (raises StoreError when the database cannot be opened; a
+    later run tries again)."""
+    url = rooms_url()
+    where = url or str(class_settings()[0])
+    if (hall := _halls.get(where)) is not None:
         return hall
     with _halls_lock:
-        if path not in _halls:
+        if where not in _halls:
             lm, scheduler = shared_model_and_scheduler(BUNDLED)
-            _halls[path] = ClassHall(RoomStore(path), lm, class_settings()[1], rebuild_limits(), scheduler)
-        return _halls[path]
+            store = PostgresRoomStore(url) if url else RoomStore(where)
+            hall = ClassHall(store, lm, class_settings()[1], rebuild_limits(), scheduler, quiz=class_quiz()[0])
+            hall.watch()  # another process's change to a room reaches this one's students at once
+            _halls[where] = hall
+        return _halls[where]
+
+
+@cache
+def class_quiz() -> tuple[tuple[Question, ...], str | None]:
+    """The quiz's questions (assets/class_quiz.json), and why there are none if the file is wrong:
+    the presenter is told, and the class goes on without a quiz."""
+    try:
+        return load_quiz(), None
+    except QuizError as exc:
+        return (), str(exc)
 
 
 @cache

@@ -68,10 +68,19 @@ def upload_problem(name: str, size: int) -> str | None:
 #   TBT_CLASS_MAX_ROOMS=N       open rooms at once
 #   TBT_CLASS_MAX_STUDENTS=N    students who may join one room
 #   TBT_CLASS_IDLE_HOURS=H      a room unused this long is deleted
+#   TBT_ROOMS_URL=URL           a PostgreSQL database for the rooms instead of the file, so that several
+#                               app processes serve one class (postgresql://user:password@host/database)
 
 CLASS_LIMITS = {"local": ClassLimits(max_rooms=50, max_students=100, idle_hours=12.0),
                 "public": ClassLimits(max_rooms=20, max_students=80, idle_hours=4.0)}
-CLASS_VARIABLES = ("TBT_CLASS_DB", "TBT_CLASS_MAX_ROOMS", "TBT_CLASS_MAX_STUDENTS", "TBT_CLASS_IDLE_HOURS")
+CLASS_VARIABLES = ("TBT_CLASS_DB", "TBT_CLASS_MAX_ROOMS", "TBT_CLASS_MAX_STUDENTS", "TBT_CLASS_IDLE_HOURS",
+                   "TBT_ROOMS_URL")
+ROOMS_URL = "TBT_ROOMS_URL"
+
+
+def rooms_url() -> str | None:
+    """The PostgreSQL database the rooms live in, when TBT_ROOMS_URL names one (else the file)."""
+    return os.environ.get(ROOMS_URL, "").strip() or None
 
 
 def data_folder() -> Path:

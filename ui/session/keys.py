@@ -242,6 +242,15 @@ class ClassKeys(PageKeys):
     messages: str = "cls_messages"  # control name -> message
     my_guess: str = "cls_my_guess"  # (context, the guessed token's text)
     seen_context: str = "cls_seen_context"  # the room's context this presenter's screen last showed
+    quiz_sent: str = "cls_quiz_sent"  # the quiz phase this student last sent answers in
+    quiz_form: str = "cls_quiz_form"
+    quiz_choice: str = "cls_quiz_choice_"  # prefix: one radio per question (and phase)
+    quiz_send: str = "cls_quiz_send"
+    quiz_before: str = "cls_quiz_before"  # the presenter's buttons
+    quiz_after: str = "cls_quiz_after"
+    quiz_close: str = "cls_quiz_close"
+    download_csv: str = "cls_download_csv"
+    download_json: str = "cls_download_json"
     # widgets
     start: str = "cls_start"
     join_form: str = "cls_join_form"
@@ -256,6 +265,7 @@ class ClassKeys(PageKeys):
     invite: str = "cls_invite_"  # prefix: the invite panel, one key before the first token and one after
     # fragments
     follow: str = "cls_follow"
+    follow_signal: str = "cls_follow_signal"  # the element inside `follow` that reruns it on a new version
     workspace: str = "cls_workspace"
     class_panel: str = "cls_class_panel"
 

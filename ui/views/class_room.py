@@ -12,12 +12,15 @@ from __future__ import annotations
 import io
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 
 import qrcode
 import qrcode.image.svg
 
 from classroom import LessonScore, Snapshot, Tally
 from classroom.hall import Reveal
+from classroom.quiz import PhaseResult
+from classroom.tally import HUMAN_SOURCE, HUMAN_TOP1, BoardRow, LessonSummary, OwnScore
 from engine import stop_sequence_states
 from ui.views.bars import Bar, BarRow, bars_html, distribution_bars_html
 from ui.views.charts import RAW_COLOUR
@@ -27,14 +30,20 @@ from ui.views.records import LINE_CSS, decoded_text_html
 
 CLASS_COLOUR = "#2b8a3e"  # the class's guesses: green beside the model's blue
 KEPT_VIEWS = 64  # room versions whose student view is kept built
+BOARD_ROWS = 8  # the board's latest steps shown (the download has every one)
 CLASS_CSS = """<style>
 .st-key-cls_qr [data-testid="stElementToolbar"]{top:0}  /* its full-screen button on the image, not the header */
+.st-key-cls_follow_signal{display:none}  /* the follow signal (ui/widgets/follow.py) shows nothing: no gap for it */
 .tbt-class-status{font-size:1rem;margin:.2rem 0 .5rem 0}
 .tbt-class-reveal{margin:.6rem 0;padding:.5rem .7rem;border-radius:.5rem;border:1px solid rgba(128,128,128,.4)}
 .tbt-class-reveal table{border-collapse:collapse;margin-top:.3rem;font-size:.9rem}
 .tbt-class-reveal td,.tbt-class-reveal th{padding:.1rem .6rem .1rem 0;text-align:left}
 .tbt-class-reveal td.num{text-align:right;font-variant-numeric:tabular-nums}
 .tbt-class-names{opacity:.85;font-size:.85rem}
+.tbt-class-board{border-collapse:collapse;margin:.3rem 0 .6rem 0;font-size:.9rem}
+.tbt-class-board caption{text-align:left;font-weight:600;padding-bottom:.2rem}
+.tbt-class-board td,.tbt-class-board th{padding:.1rem .7rem .1rem 0;text-align:left}
+.tbt-class-board td.num{text-align:right;font-variant-numeric:tabular-nums}
 .tbt-class-code{font-size:2.6rem;font-weight:700;letter-spacing:.25rem;font-family:ui-monospace,Menlo,Consolas,monospace}
 .tbt-chips{overflow-wrap:anywhere}
 </style>"""
@@ -68,7 +77,7 @@ def follow_html(snapshot: Snapshot) -> tuple[str, str]:
                                  stop_sequence_states(snapshot.output_text, snapshot.stop_sequences),
                                  snapshot.finish_reason, snapshot.eos_text)
              + ("" if snapshot.finished else "<h4>What will the model write next?</h4>"))
-    below = (reveal_html(snapshot) if snapshot.reveal else "") + lesson_html(snapshot.lesson)
+    below = (reveal_html(snapshot) if snapshot.reveal else "") + lesson_html(snapshot.lesson, snapshot.board)
     below = CLASS_CSS + below if below else ""
     body = (above, below)
     with _views_lock:
@@ -84,8 +93,18 @@ def reveal_html(snapshot: Snapshot) -> str:
     return ('<div class="tbt-class-reveal">'
             + f'<div class="tbt-title">Step {reveal.index} revealed: the model wrote {esc(quoted(reveal.pick.text))} '
               f"(raw probability {pct(reveal.pick_prob)})</div>"
-            + guessed_line(reveal) + distribution_bars_html(record.distribution, record.token_id)
-            + guesses_table(reveal.tally, reveal.pick.token_id) + "</div>")
+            + guessed_line(reveal) + _class_beside_model(reveal.tally)
+            + '<div class="tbt-title">The model\'s distribution, its pick marked</div>'
+            + distribution_bars_html(record.distribution, record.token_id) + "</div>")
+
+
+def _class_beside_model(result: Tally) -> str:
+    """The reveal's class guesses beside the model's probability for each: counts only, never who
+    (the names are the presenter's alone, off the projector)."""
+    if not result.total:
+        return ""
+    return ('<div class="tbt-title">What the class guessed, beside the model\'s probability for each token</div>'
+            + class_guesses_html(result))
 
 
 def guessed_line(reveal: Reveal) -> str:
@@ -129,13 +148,55 @@ def class_guesses_html(result: Tally) -> str:
     return bars_html(rows, ((CLASS_COLOUR, "the class's guesses"), (RAW_COLOUR, "the model's probability")))
 
 
-def lesson_html(score: LessonScore) -> str:
-    """The class against the model over the lesson so far."""
+def lesson_html(score: LessonScore, rows: Sequence[BoardRow] = ()) -> str:
+    """The lesson's running board: the class against the model so far, the published figure for
+    people, and each revealed token (the newest first) with how many named it."""
     if not score.steps:
         return ""
-    return (f'<div class="tbt-class-status">Over {score.steps} step{"s" if score.steps != 1 else ""} guessed: '
+    head = (f'<div class="tbt-class-status">Over {score.steps} step{"s" if score.steps != 1 else ""} guessed: '
             f"the class named the next token in <b>{pct(score.class_accuracy)}</b> of {score.guesses} guesses; "
-            f"the model gave the tokens it wrote <b>{pct(score.model_mean_prob)}</b> on average.</div>")
+            f"the model gave the tokens it wrote <b>{pct(score.model_mean_prob)}</b> on average. People in a "
+            f"published study named it about <b>{pct(HUMAN_TOP1, 0)}</b> of the time "
+            f'<span class="tbt-class-names">({esc(HUMAN_SOURCE.split(":")[0])})</span>.</div>')
+    shown = [row for row in reversed(rows) if row.guesses][:BOARD_ROWS]
+    if not shown:
+        return head
+    body = "".join(f"<tr><td class='num'>{row.index}</td><td>{esc(quoted(row.text))}</td>"
+                   f"<td class='num'>{esc(pct(row.model_prob))}</td><td class='num'>{row.right} of {row.guesses}</td>"
+                   "</tr>" for row in shown)
+    return (head + '<table class="tbt-class-board"><caption>The lesson so far, the newest step first</caption>'
+            "<tr><th>step</th><th>the model wrote</th><th>its probability</th><th>the class named it</th></tr>"
+            f"{body}</table>")
+
+
+def own_score_html(score: OwnScore | None) -> str:
+    """A student's own record, for their screen alone."""
+    if score is None:
+        return ""
+    return (f'<div class="tbt-class-status">Your score: <b>{score.right} of {score.guessed}</b> of your guesses named '
+            f"the token the model wrote ({pct(score.right / score.guessed, 0)}; only you see this).</div>")
+
+
+def summary_html(summary: LessonSummary, phases: Mapping[str, PhaseResult]) -> str:
+    """The end of the lesson, for the presenter: the scores, the hardest and easiest tokens, and
+    the quiz before and after."""
+    score = summary.score
+    parts = [f'<div class="tbt-class-status"><b>{summary.tokens}</b> tokens generated; <b>{score.guesses}</b> '
+             f"guesses from <b>{summary.students}</b> student{'s' if summary.students != 1 else ''}. The class named "
+             f"<b>{pct(score.class_accuracy)}</b> right (people in the published study: about "
+             f"{pct(HUMAN_TOP1, 0)}); the model gave its own tokens <b>{pct(score.model_mean_prob)}</b> on "
+             "average.</div>"]
+    for title, rows in (("Hardest for the class", summary.hardest), ("Easiest for the class", summary.easiest)):
+        if rows:
+            parts.append(f"<div><b>{title}:</b> " + "; ".join(
+                f"step {r.index} {esc(quoted(r.text))}: {r.right} of {r.guesses} (the model: {esc(pct(r.model_prob))})"
+                for r in rows) + "</div>")
+    if phases:
+        parts.append("<div><b>The quiz:</b> " + "; ".join(
+            f"{name}, {result.students} student{'s' if result.students != 1 else ''}: "
+            f"{'—' if result.overall is None else pct(result.overall, 0)} right"
+            for name, result in phases.items()) + "</div>")
+    return CLASS_CSS + "".join(parts)
 
 
 def qr_svg(url: str) -> str:

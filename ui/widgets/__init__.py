@@ -1,11 +1,12 @@
 """What draws with Streamlit: the panels that show a Generation, the app's frame and navigation,
-presentation mode, and the KV page's live view of the server. Each takes what it shows from the
-views and draws it; the page decides the layout.
+presentation mode, the KV page's live view of the server and the Class page's follow signal. Each
+takes what it shows from the views and draws it; the page decides the layout.
 """
 
 from ui import room_exports
 
 __getattr__, __all__ = room_exports(__name__, {
+    "follow": ("follow_signal",),
     "frame": ("app_pages", "ensure_app_frame", "mark_framed_run"),
     "kv_speed": ("server_batching",),
     "notices": ("show_notice",),

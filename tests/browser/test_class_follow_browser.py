@@ -1,0 +1,76 @@
+"""A student's screen hears the presenter's Step from the follow endpoint, not from its timer: in a
+real browser the page's long poll answers, the follow element sets its trigger, and the browser
+asks the server to rerun the follow fragment alone (its id in the BackMsg, no run of the page)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from streamlit.proto.BackMsg_pb2 import BackMsg
+
+from bench.appserver import free_port, served_app_process
+from tests.browser.conftest import ARTIFACTS
+
+pytestmark = pytest.mark.browser
+SLOW = 240_000  # ms: the first visit loads the model on 2 CPU cores
+SHOWN = "Number(document.querySelector('.tbt-class-status')?.dataset.steps ?? -1)"
+
+
+@pytest.fixture(scope="module")
+def class_url(tmp_path_factory) -> Iterator[str]:
+    db = tmp_path_factory.mktemp("follow") / "class.sqlite3"
+    env = {"TBT_CLASS_DB": str(db), "TBT_FOLLOW_PORT": str(free_port())}
+    with served_app_process(ARTIFACTS / "class_follow_streamlit.log", env=env) as (url, _pid):
+        yield url
+
+
+def reruns(page) -> list[BackMsg]:
+    """Every rerun the page asks the server for, as it sends them."""
+    sent: list[BackMsg] = []
+
+    def on_frame(payload) -> None:
+        if isinstance(payload, bytes):
+            msg = BackMsg()
+            msg.ParseFromString(payload)
+            if msg.WhichOneof("type") == "rerun_script":
+                sent.append(msg)
+
+    page.on("websocket", lambda socket: socket.on("framesent", on_frame))
+    return sent
+
+
+def test_a_presenters_step_reruns_only_the_students_follow_fragment_through_the_endpoint(browser, class_url):
+    teacher = browser.new_context(viewport={"width": 1280, "height": 900})
+    presenter = teacher.new_page()
+    presenter.goto(f"{class_url}/class")
+    presenter.get_by_role("button", name="Start a class").click(timeout=SLOW)
+    presenter.locator(".tbt-class-code").wait_for(timeout=SLOW)
+    code = presenter.locator(".tbt-class-code").inner_text().strip()
+
+    student = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+    sent = reruns(student)
+    polls = []
+    student.on("request", lambda request: polls.append(request.url) if "/version?" in request.url else None)
+    student.goto(f"{class_url}/class?room={code}")
+    student.wait_for_function(f"{SHOWN} === 0", timeout=SLOW)
+    signal = student.locator(".st-key-cls_follow_signal")
+    signal.wait_for(state="attached", timeout=10_000)
+    assert signal.count() == 1 and signal.is_hidden()  # no gap in the student's page for it
+    presenter.get_by_role("button", name="Step").wait_for(timeout=SLOW)
+    student.wait_for_timeout(500)  # the poll is held now
+    assert polls and all(f"/rooms/{code}/version?token=" in url for url in polls)
+    before = len(sent)
+
+    presenter.get_by_role("button", name="Step").click()
+    student.wait_for_function(f"{SHOWN} === 1", timeout=10_000)
+    triggered = [msg.rerun_script for msg in sent[before:] if any(
+        widget.json_trigger_value for widget in msg.rerun_script.widget_states.widgets)]
+    assert triggered, "the step reached the page by its timer, not by the endpoint"
+    first = triggered[0]
+    assert first.fragment_id and not first.is_auto_rerun  # the fragment alone, asked for by the trigger
+    [widget] = [w for w in first.widget_states.widgets if w.json_trigger_value]
+    assert re.fullmatch(r'\[\{"event":"moved","value":\d+\}\]', widget.json_trigger_value)
+    assert all(msg.rerun_script.fragment_id for msg in sent[before:])  # no run of the whole page
+    student.screenshot(path=str(ARTIFACTS / "class_follow_student.png"), full_page=True)

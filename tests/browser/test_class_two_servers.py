@@ -1,0 +1,63 @@
+"""One class, two app processes: the rooms in a real PostgreSQL server (TBT_ROOMS_URL), the
+presenter on one process and a student on the other, in Chromium. The student's screen follows
+each Step made on the other process, their guess reaches the presenter, and when the student's
+process is killed and started again on the same address their page recovers by itself with the
+room, the steps and their score."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+
+from bench.appserver import free_port, served_app_process
+from tests.browser.conftest import ARTIFACTS
+from tests.browser.test_class_browser import SHOWN, SLOW, settle
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture()
+def rooms_url(postgres_url) -> str:
+    """A fresh database of the session's PostgreSQL server."""
+    import psycopg
+
+    name = "class" + uuid.uuid4().hex[:10]
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    return postgres_url.replace("/postgres?", f"/{name}?")
+
+
+def test_a_class_on_two_processes_follows_guesses_and_survives_a_restart(browser, rooms_url) -> None:
+    env = {"TBT_ROOMS_URL": rooms_url}
+    student_port = free_port()
+    with served_app_process(ARTIFACTS / "class_a_streamlit.log", env=env) as (presenter_url, _):
+        presenter = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        presenter.goto(f"{presenter_url}/class")
+        presenter.get_by_role("button", name="Start a class").click(timeout=SLOW)
+        presenter.locator(".tbt-class-code").wait_for(timeout=SLOW)
+        code = presenter.locator(".tbt-class-code").inner_text().strip()
+        settle(presenter)
+        with served_app_process(ARTIFACTS / "class_b_streamlit.log", env=env, port=student_port) as (student_url, _):
+            student = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+            student.goto(f"{student_url}/class?room={code}")
+            student.wait_for_function(f"{SHOWN} === 0", timeout=SLOW)
+            for count in (1, 2):
+                settle(presenter)
+                presenter.get_by_role("button", name="Step").click()
+                student.wait_for_function(f"{SHOWN} === {count}", timeout=30_000)  # made on the other process
+            field = student.get_by_label(re.compile("type your guess"))
+            field.wait_for(timeout=30_000)
+            field.fill("the")
+            field.press("Enter")
+            student.get_by_text(re.compile("Your guess:")).wait_for(timeout=30_000)
+            presenter.get_by_text(re.compile(r"1 guess for the next token")).wait_for(timeout=30_000)
+        # the student's process is gone; it comes back on the same address
+        with served_app_process(ARTIFACTS / "class_b2_streamlit.log", env=env, port=student_port):
+            student.wait_for_function(f"{SHOWN} === 2", timeout=SLOW)  # the page reconnected by itself
+            settle(presenter)
+            presenter.get_by_role("button", name="Step").click()
+            student.wait_for_function(f"{SHOWN} === 3", timeout=60_000)
+            student.get_by_text(re.compile(r"Your score:")).wait_for(timeout=30_000)  # the guess was kept
+            student.screenshot(path=str(ARTIFACTS / "class_two_servers_student.png"), full_page=True)

@@ -276,17 +276,8 @@ def replay(lm: LoadedModel, trace: dict[str, Any], limits: Limits | None = None,
     started = time.monotonic()
     try:
         generation, stop = _replay_start(lm, trace, limits, scheduler)
-        mismatched = []
-        total = len(trace["steps"])
-        for done, step in enumerate(trace["steps"], start=1):
-            if _replay_step(generation, step):
-                mismatched.append(done)
-            if progress is not None and progress(done, total) is False:
-                raise ReplayCancelled(f"The replay was cancelled after {done} of {total} steps.")
-            check_replay_time(limits, started, f"{done} of {total} steps")
-        generation.sampler = trace_sampler(trace.get("sampler"))
-        generation.stop = stop
-        generation.recheck_terminations()
+        mismatched = _replay_steps(generation, trace["steps"], 0, limits, started, progress)
+        _end_as_recorded(generation, trace, stop)
     except (TypeError, KeyError, SettingsError, GenerationFinished) as exc:
         raise TraceError(f"The trace's settings cannot be used: {exc}") from exc
     return Replay(generation, tuple(mismatched))
@@ -315,15 +306,33 @@ def catch_up(generation: Generation, trace: dict[str, Any], limits: Limits | Non
         stop = trace_stop(trace)
         generation.stop = StopSettings(max_new_tokens=max(stop.max_new_tokens, len(recorded) or 1), ignore_eos=True)
         generation.recheck_terminations()  # the kept steps may have ended it under the old settings
-        for done, step in enumerate(recorded[kept:], start=kept + 1):
-            _replay_step(generation, step)
-            check_replay_time(limits, started, f"{done} of {len(recorded)} steps")
-        generation.sampler = trace_sampler(trace.get("sampler"))
-        generation.stop = stop
-        generation.recheck_terminations()
+        _replay_steps(generation, recorded, kept, limits, started)
+        _end_as_recorded(generation, trace, stop)
     except (TypeError, KeyError, SettingsError, GenerationFinished) as exc:
         raise TraceError(f"The trace's settings cannot be used: {exc}") from exc
     return True
+
+
+def _replay_steps(generation: Generation, steps: list[dict[str, Any]], start: int, limits: Limits, started: float,
+                  progress: Callable[[int, int], bool] | None = None) -> list[int]:
+    """Take `steps[start:]` again, within the server's time cap; returns the steps (from 1) that
+    sampled differently here and were forced. `progress(done, total)` returning False cancels."""
+    mismatched, total = [], len(steps)
+    for done, step in enumerate(steps[start:], start=start + 1):
+        if _replay_step(generation, step):
+            mismatched.append(done)
+        if progress is not None and progress(done, total) is False:
+            raise ReplayCancelled(f"The replay was cancelled after {done} of {total} steps.")
+        check_replay_time(limits, started, f"{done} of {total} steps")
+    return mismatched
+
+
+def _end_as_recorded(generation: Generation, trace: dict[str, Any], stop: StopSettings) -> None:
+    """After the steps: the trace's own sampler and stop settings, and every step's conditions
+    checked again under them (steps were taken with EOS ignored and the cap raised)."""
+    generation.sampler = trace_sampler(trace.get("sampler"))
+    generation.stop = stop
+    generation.recheck_terminations()
 
 
 def _check_token_ids(steps: list[dict[str, Any]], vocab_size: int) -> None:

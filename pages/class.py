@@ -144,7 +144,8 @@ def invite(code: str) -> None:
                      key=CLASS.invite + ("underway" if underway else "lobby")):
         qr_col, text_col = st.columns([1, 2], gap="medium")
         with qr_col, st.container(key=CLASS.qr):
-            st.image(views.qr_svg(student_link), width=220, caption="The student link")
+            st.image(views.qr_svg(student_link), width=220, caption="The student link",
+                     alt=f"QR code of the student link for room {code}")
         with text_col:
             panels.html(views.CLASS_CSS + f'<div>Join code</div><div class="tbt-class-code">{code}</div>')
             st.markdown("**Student link**")

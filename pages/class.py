@@ -140,6 +140,7 @@ def invite(code: str) -> None:
     # open until the first token, then folded: the reveal must fill the projector's screen (a new key
     # then, because the browser keeps an expander as it last drew it whatever `expanded` says)
     underway = bool(P.get(STEP.generation) and P[STEP.generation].steps)
+    S[CLASS.invite_underway] = underway
     with st.expander(f"Invite the class · code {code}", expanded=not underway,
                      key=CLASS.invite + ("underway" if underway else "lobby")):
         qr_col, text_col = st.columns([1, 2], gap="medium")
@@ -264,6 +265,8 @@ def draw_workspace(room) -> None:
         presenter_does(lambda state: stepper.advance_run(state, room.generation, time.monotonic()))
         gen = room.generation
     S[CLASS.seen_context] = room.snapshot.context  # what this screen shows from here on
+    if S.get(CLASS.invite_underway, bool(gen.steps)) != bool(gen.steps):
+        st.rerun()  # the first token (or a Reset): the whole page, so the invite panel folds (or opens)
     button_row(gen)
     if problem := control.problem(S, "refused"):
         st.error(plain(problem), icon=":material/block:")
@@ -362,11 +365,14 @@ def lesson_summary(room) -> None:
 def guess_controls(snapshot) -> None:
     """Guess the next token: type it, or pick a candidate chip. Changeable until the reveal."""
     suffix = snapshot.context[:16]
+    # drawn (empty) before the candidates come too: the field below keeps its place in the page, so
+    # their arrival, a moment after each reveal, never redraws a field a student is typing in
+    chips = st.container()
     if snapshot.candidates:
         labels = {c.token_id: quoted(c.text) for c in snapshot.candidates}
         key = CLASS.guess_pick + suffix
-        st.pills("Pick a candidate", list(labels), format_func=labels.__getitem__, key=key,
-                 on_change=on_guess_pick, args=(key,))
+        chips.pills("Pick a candidate", list(labels), format_func=labels.__getitem__, key=key,
+                    on_change=on_guess_pick, args=(key,))
     key = CLASS.guess_text + suffix
     st.text_input("Or type your guess for the next token (press Enter)", key=key,
                   max_chars=hall().limits.max_guess_chars, on_change=on_guess_text, args=(key,))
@@ -405,8 +411,9 @@ def follow() -> None:
     if snapshot is None:
         st.rerun()
     follow_signal(hall(), snapshot.code, snapshot.version)
-    if snapshot.quiz_open:
-        quiz_form(snapshot.quiz_open)
+    with st.container():  # always drawn, so a quiz opening does not move what follows it
+        if snapshot.quiz_open:
+            quiz_form(snapshot.quiz_open)
     above, below = views.follow_html(snapshot)
     panels.html(above)
     if not snapshot.finished:

@@ -242,6 +242,7 @@ class ClassKeys(PageKeys):
     messages: str = "cls_messages"  # control name -> message
     my_guess: str = "cls_my_guess"  # (context, the guessed token's text)
     seen_context: str = "cls_seen_context"  # the room's context this presenter's screen last showed
+    invite_underway: str = "cls_invite_underway"  # whether the invite panel was last drawn folded (a token out)
     quiz_sent: str = "cls_quiz_sent"  # the quiz phase this student last sent answers in
     quiz_form: str = "cls_quiz_form"
     quiz_choice: str = "cls_quiz_choice_"  # prefix: one radio per question (and phase)

@@ -173,6 +173,12 @@ def context_key(token_ids: list[int]) -> str:
     return hashlib.sha256(json.dumps(token_ids).encode()).hexdigest()[:32]
 
 
+def step_contexts(generation: Generation) -> list[str]:
+    """The key each step's guesses are stored under: the context that step continued."""
+    ids = [*generation.prompt_ids, *generation.generated_ids]
+    return [context_key(ids[:len(generation.prompt_ids) + i]) for i in range(len(generation.steps))]
+
+
 def _visible(generation: Generation) -> tuple:
     """What a student sees of a generation (a change makes a new snapshot)."""
     return (id(generation), tuple(generation.prompt_ids), tuple(generation.generated_ids),
@@ -554,16 +560,18 @@ class ClassHall:
 
     # ---- the snapshot ----------------------------------------------------------------------
 
+    def step_guesses(self, code: str, generation: Generation) -> list[list[GuessRow]]:
+        """Each step's guesses, as stored (made for the context before it), oldest first."""
+        contexts = step_contexts(generation)
+        grouped: dict[str, list[GuessRow]] = {context: [] for context in contexts}
+        for row in self.store.guesses(code, tuple(contexts)) if contexts else []:
+            grouped[row.context].append(row)
+        return [grouped[context] for context in contexts]
+
     def _snapshot(self, code: str, generation: Generation, version: int) -> Snapshot:
-        ids = list(generation.prompt_ids) + list(generation.generated_ids)
         steps = generation.steps
-        prompt_length = len(generation.prompt_ids)
-        contexts = [context_key(ids[:prompt_length + i]) for i in range(len(steps))]
-        rows = self.store.guesses(code, tuple(contexts)) if steps else []
-        grouped: dict[str, list[GuessRow]] = {}
-        for row in rows:
-            grouped.setdefault(row.context, []).append(row)
-        per_step = [_guesses(grouped.get(context, [])) for context in contexts]
+        per_step = [_guesses(rows) for rows in self.step_guesses(code, generation)]
+        rows_on_board = board([(s.token_id, s.token.text, s.prob) for s in steps], per_step)
         reveal = None
         if steps:
             latest = steps[-1]
@@ -574,10 +582,10 @@ class ClassHall:
             code=code, version=version, steps=steps, prompt_pieces=tuple(generation.prompt_pieces),
             prompt_text=generation.prompt_text, output_text=generation.output_text,
             stop_sequences=generation.stop.stop_sequences, finish_reason=generation.finish_reason,
-            eos_text=" ".join(self._text(i) for i in self.lm.eos_ids), context=context_key(ids),
+            eos_text=" ".join(self._text(i) for i in self.lm.eos_ids),
+            context=context_key([*generation.prompt_ids, *generation.generated_ids]),
             context_text=generation.prompt_text + generation.output_text, reveal=reveal,
-            lesson=lesson_score([(s.token_id, s.prob) for s in steps], per_step),
-            board=board([(s.token_id, s.token.text, s.prob) for s in steps], per_step),
+            lesson=lesson_score(rows_on_board), board=rows_on_board,
             scores=own_scores([s.token_id for s in steps], per_step), quiz_open=self.store.open_phase(code))
 
     @staticmethod

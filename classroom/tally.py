@@ -66,30 +66,6 @@ def tally(guesses: Sequence[Guess], token_text: Callable[[int], str],
     return Tally(tuple(counts), len(guesses))
 
 
-@dataclass(frozen=True)
-class LessonScore:
-    """Over the steps the class guessed: the class's top-1 accuracy against the model's average
-    probability for the tokens it actually produced."""
-
-    steps: int  # steps with at least one guess
-    guesses: int
-    right: int
-    model_mean_prob: float  # mean raw probability of each of those steps' pick
-
-    @property
-    def class_accuracy(self) -> float:
-        return self.right / self.guesses if self.guesses else 0.0
-
-
-def lesson_score(steps: Sequence[tuple[int, float]], guesses: Sequence[Sequence[Guess]]) -> LessonScore:
-    """`steps`: each revealed step's (pick, its raw probability); `guesses`: each step's guesses."""
-    guessed = [(pick, prob, group) for (pick, prob), group in zip(steps, guesses, strict=True) if group]
-    total = sum(len(group) for _, _, group in guessed)
-    right = sum(sum(g.token_id == pick for g in group) for pick, _, group in guessed)
-    mean = sum(prob for _, prob, _ in guessed) / len(guessed) if guessed else 0.0
-    return LessonScore(len(guessed), total, right, mean)
-
-
 # ---- the lesson's board, each student's own score, the summary --------------------------------
 
 HUMAN_TOP1 = 0.29  # people's share of next tokens named right, top-1
@@ -118,6 +94,28 @@ def board(steps: Sequence[tuple[int, str, float]], guesses: Sequence[Sequence[Gu
     """`steps`: each revealed step's (pick, its text, its raw probability); `guesses`: each step's."""
     return tuple(BoardRow(i + 1, text, prob, len(group), sum(g.token_id == pick for g in group))
                  for i, ((pick, text, prob), group) in enumerate(zip(steps, guesses, strict=True)))
+
+
+@dataclass(frozen=True)
+class LessonScore:
+    """Over the steps the class guessed: the class's top-1 accuracy against the model's average
+    probability for the tokens it actually produced."""
+
+    steps: int  # steps with at least one guess
+    guesses: int
+    right: int
+    model_mean_prob: float  # mean raw probability of each of those steps' pick
+
+    @property
+    def class_accuracy(self) -> float:
+        return self.right / self.guesses if self.guesses else 0.0
+
+
+def lesson_score(rows: Sequence[BoardRow]) -> LessonScore:
+    """The lesson's score, from its board: over the steps with at least one guess."""
+    guessed = [row for row in rows if row.guesses]
+    mean = sum(row.model_prob for row in guessed) / len(guessed) if guessed else 0.0
+    return LessonScore(len(guessed), sum(row.guesses for row in guessed), sum(row.right for row in guessed), mean)
 
 
 @dataclass(frozen=True)
@@ -151,8 +149,8 @@ class LessonSummary:
     easiest: tuple[BoardRow, ...]  # the highest share first (then the most probable)
 
 
-def lesson_summary(rows: Sequence[BoardRow], score: LessonScore, students: int) -> LessonSummary:
+def lesson_summary(rows: Sequence[BoardRow], students: int) -> LessonSummary:
     guessed = [row for row in rows if row.guesses]
     hardest = sorted(guessed, key=lambda r: (r.share_right, r.model_prob, r.index))[:EXTREMES]
     easiest = sorted(guessed, key=lambda r: (-r.share_right, -r.model_prob, r.index))[:EXTREMES]
-    return LessonSummary(len(rows), students, score, tuple(hardest), tuple(easiest))
+    return LessonSummary(len(rows), students, lesson_score(rows), tuple(hardest), tuple(easiest))

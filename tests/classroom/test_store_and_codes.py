@@ -24,6 +24,7 @@ from classroom import (
     tally,
 )
 from classroom.codes import secret_digest, secret_matches
+from classroom.tally import board
 from classroom.throttle import FORGET_S, FREE_TRIES, MAX_S
 
 
@@ -172,7 +173,8 @@ def test_the_tally_counts_by_token_and_the_lesson_score_compares_the_class_with_
     assert result.total == 3 and result.right(1) == 2 and result.right(9) == 0
     hidden = tally(guesses, str)
     assert all(c.model_prob is None for c in hidden.counts)
-    score = lesson_score([(1, 0.77), (5, 0.2), (7, 0.5)], [guesses, [], [Guess("a", "", "x", 3)]])
+    rows = board([(1, " Paris", 0.77), (5, " the", 0.2), (7, " x", 0.5)], [guesses, [], [Guess("a", "", "x", 3)]])
+    score = lesson_score(rows)
     assert (score.steps, score.guesses, score.right) == (2, 4, 2)
     assert score.class_accuracy == 0.5 and score.model_mean_prob == pytest.approx((0.77 + 0.5) / 2)
 

@@ -211,12 +211,7 @@ class ForwardScheduler:
         by `len(token_ids)`. If the pass fails, the cache is as it was and the error is raised.
         If the wait is interrupted, the request is withdrawn (or finished) before this returns,
         so the caller owns its cache again."""
-        request = self._enqueue(token_ids, cache)
-        try:
-            return request.future.result()
-        except BaseException:
-            self._withdraw(request)
-            raise
+        return self._answer(self._enqueue(token_ids, cache))
 
     def submit(self, token_ids: list[int], cache: DynamicCache) -> Future:
         """Queue this pass and return at once: the future's result is what `forward` returns.
@@ -229,7 +224,11 @@ class ForwardScheduler:
         return what it returns (or raise what it raised). So its passes queue with everyone's
         instead of fighting them for the cores, and each visitor waits at most one such pass
         more. `job` must not touch a visitor's cache."""
-        request = self._enqueue([], None, job)
+        return self._answer(self._enqueue([], None, job))
+
+    def _answer(self, request: _Request) -> Any:
+        """Wait for `request`'s result; if the wait is interrupted, withdraw it (or let it finish)
+        before raising, so the caller owns what it handed over again."""
         try:
             return request.future.result()
         except BaseException:

@@ -16,7 +16,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
-from classroom.hall import ClassHall, LiveRoom, context_key
+from classroom.hall import ClassHall, LiveRoom
 from classroom.tally import HUMAN_SOURCE, HUMAN_TOP1, lesson_summary
 
 
@@ -37,17 +37,12 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet would run a c
 def lesson_record(hall: ClassHall, room: LiveRoom) -> dict:
     """The lesson so far as plain data (see the module's docstring)."""
     with room.lock:
-        generation, snapshot = room.generation, room.snapshot
-        ids = list(generation.prompt_ids) + list(generation.generated_ids)
-        prompt_length, steps = len(generation.prompt_ids), list(generation.steps)
-    contexts = [context_key(ids[:prompt_length + i]) for i in range(len(steps))]
-    rows = hall.store.guesses(room.code, tuple(contexts)) if steps else []
+        generation, snapshot, steps = room.generation, room.snapshot, list(room.generation.steps)
+        per_step = hall.step_guesses(room.code, generation)
     numbers: dict[str, int] = {}
-    by_context: dict[str, list] = {}
-    for row in rows:
+    for row in (row for rows in per_step for row in rows):  # a step's guesses all come before the next's
         numbers.setdefault(row.student, len(numbers) + 1)
-        by_context.setdefault(row.context, []).append(row)
-    summary = lesson_summary(snapshot.board, snapshot.lesson, len(numbers))
+    summary = lesson_summary(snapshot.board, len(numbers))
     record = {
         "room": room.code, "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(hall.clock())),
         "prompt": generation.prompt_text, "output": generation.output_text,
@@ -61,8 +56,8 @@ def lesson_record(hall: ClassHall, room: LiveRoom) -> dict:
             "step": step.index, "token": step.token.text, "model_probability": step.prob,
             "guesses": [{"student": f"student {numbers[g.student]}", "name": g.name, "guess": g.text,
                          "guessed_token": hall.lm.texts.piece(g.token_id).text, "right": g.token_id == step.token_id}
-                        for g in by_context.get(context, [])],
-        } for step, context in zip(steps, contexts, strict=True)],
+                        for g in rows],
+        } for step, rows in zip(steps, per_step, strict=True)],
     }
     if (quiz := hall.quiz_results(room)) is not None:
         record["quiz"] = quiz
@@ -71,8 +66,16 @@ def lesson_record(hall: ClassHall, room: LiveRoom) -> dict:
 
 def lesson_files(hall: ClassHall, room: LiveRoom) -> LessonFiles:
     record = lesson_record(hall, room)
-    return LessonFiles(f"lesson-{room.code}-{time.strftime('%Y%m%d-%H%M', time.gmtime(hall.clock()))}",
-                       json.dumps(record, indent=1, ensure_ascii=False), as_csv(record))
+    return LessonFiles(file_name(hall, room), as_json(record), as_csv(record))
+
+
+def file_name(hall: ClassHall, room: LiveRoom) -> str:
+    """The download's name without its extension: the room and when."""
+    return f"lesson-{room.code}-{time.strftime('%Y%m%d-%H%M', time.gmtime(hall.clock()))}"
+
+
+def as_json(record: dict) -> str:
+    return json.dumps(record, indent=1, ensure_ascii=False)
 
 
 def as_csv(record: dict) -> str:

@@ -347,13 +347,13 @@ def lesson_summary(room) -> None:
     with st.expander("End of the lesson: summary and download"):
         summary = control.summary(snapshot)
         panels.html(views.summary_html(summary, hall().quiz_phases(room)))
-        files = control.lesson_files(S, hall())
-        if files is None:
+        download = control.lesson_download(S, hall())
+        if download is None:
             return
-        row = st.container(horizontal=True)
-        row.download_button("Download the lesson (CSV)", files.csv_text, file_name=f"{files.name}.csv",
+        row = st.container(horizontal=True)  # each file is made when its button is clicked
+        row.download_button("Download the lesson (CSV)", download.csv, file_name=f"{download.name}.csv",
                             mime="text/csv", key=CLASS.download_csv, on_click="ignore")
-        row.download_button("Download the lesson (JSON)", files.json_text, file_name=f"{files.name}.json",
+        row.download_button("Download the lesson (JSON)", download.json, file_name=f"{download.name}.json",
                             mime="application/json", key=CLASS.download_json, on_click="ignore")
         st.caption("Every revealed token and guess, with the names students chose, the scores and the quiz: for you "
                    "alone (students never see the names of others, and their links cannot fetch this).")

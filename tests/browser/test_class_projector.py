@@ -6,6 +6,7 @@ any of the four screens. Screenshots go to test-artifacts/class_projector/ for a
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
@@ -69,3 +70,9 @@ def test_a_projected_lesson_with_three_students(browser, tmp_path_factory) -> No
         assert not [name for name in STUDENTS if name in projected]  # no name on the projector
         assert "revealed: the model wrote" in projected
         assert not serious(presenter)
+        presenter.get_by_text("End of the lesson: summary and download").click()
+        with presenter.expect_download(timeout=30_000) as made:  # the file is made at the click
+            presenter.get_by_role("button", name="Download the lesson (CSV)").click()
+        table = Path(made.value.path()).read_text(encoding="utf-8")
+        assert table.startswith("step,token,model_probability,student,name,guess")
+        assert all(name in table for name in STUDENTS) and table.count("student ") == 3  # the teacher's alone

@@ -14,12 +14,12 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from classroom import AccessRefused, ClassHall, LiveRoom, RoomFull, Snapshot, StoreError, WrongCodeThrottle
-from classroom.export import LessonFiles
-from classroom.export import lesson_files as export_lesson
+from classroom.export import LessonFiles, as_csv, as_json, file_name, lesson_record
 from classroom.tally import LessonSummary, OwnScore, lesson_summary
 from engine import Generation, LoadedModel, PromptError, SettingsError, TraceError
 from engine.serving import ForwardScheduler
@@ -301,7 +301,7 @@ def rename(state: State, hall: ClassHall, name: str) -> None:
 
 def summary(snapshot: Snapshot) -> LessonSummary:
     """The lesson so far, as its end-of-lesson summary."""
-    return lesson_summary(snapshot.board, snapshot.lesson, len(snapshot.scores))
+    return lesson_summary(snapshot.board, len(snapshot.scores))
 
 
 def own_score(state: Mapping[str, Any], snapshot: Snapshot) -> OwnScore | None:
@@ -362,7 +362,27 @@ def own_answers(state: State, hall: ClassHall) -> dict[int, int]:
     return {} if room is None else hall.own_answers(room, state[CLASS.student])
 
 
-def lesson_files(state: State, hall: ClassHall) -> LessonFiles | None:
-    """The lesson as CSV and JSON, for the presenter alone: any other session gets None."""
+@dataclass(frozen=True)
+class LessonDownload:
+    """The presenter's download: its name, and what makes each file when the button is clicked
+    (not on every run of the presenter's page: each reads every guess of the lesson)."""
+
+    name: str
+    csv: Callable[[], str]
+    json: Callable[[], str]
+
+
+def lesson_download(state: State, hall: ClassHall) -> LessonDownload | None:
+    """The lesson's download, for the presenter alone (the secret checked again): any other
+    session gets None."""
     room = current_room(state, hall) if role(state) == PRESENTER else None
-    return None if room is None else export_lesson(hall, room)
+    if room is None:
+        return None
+    return LessonDownload(file_name(hall, room), lambda: as_csv(lesson_record(hall, room)),
+                          lambda: as_json(lesson_record(hall, room)))
+
+
+def lesson_files(state: State, hall: ClassHall) -> LessonFiles | None:
+    """The lesson as CSV and JSON now, for the presenter alone: any other session gets None."""
+    download = lesson_download(state, hall)
+    return None if download is None else LessonFiles(download.name, download.json(), download.csv())

@@ -34,6 +34,17 @@ def class_url(tmp_path_factory) -> Iterator[str]:
         yield url
 
 
+def start_class(presenter, url: str) -> str:
+    """The presenter opens the Class page of the app at `url` and presses Start a class; returns
+    the room's join code once the projector shows it."""
+    presenter.goto(f"{url}/class")
+    presenter.get_by_role("button", name="Start a class").click(timeout=SLOW)
+    presenter.locator(".tbt-class-code").wait_for(timeout=SLOW)
+    code = presenter.locator(".tbt-class-code").inner_text().strip()
+    assert re.fullmatch(r"[A-Z2-9]{6}", code), code
+    return code
+
+
 def settle(page) -> None:
     page.wait_for_timeout(400)
     page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
@@ -43,11 +54,7 @@ def settle(page) -> None:
 def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the_presenter(browser, class_url):
     teacher = browser.new_context(viewport={"width": 1280, "height": 900})
     presenter = teacher.new_page()
-    presenter.goto(f"{class_url}/class")
-    presenter.get_by_role("button", name="Start a class").click(timeout=SLOW)
-    presenter.locator(".tbt-class-code").wait_for(timeout=SLOW)
-    code = presenter.locator(".tbt-class-code").inner_text().strip()
-    assert re.fullmatch(r"[A-Z2-9]{6}", code)
+    code = start_class(presenter, class_url)
     settle(presenter)
     assert "key=" not in presenter.url  # the secret is not in the address bar on the projector
     presenter.get_by_test_id("stImage").first.hover()  # the QR code's full-screen button shows

@@ -12,10 +12,9 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 
 from bench.appserver import free_port, served_app_process
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.test_class_browser import SHOWN, SLOW, start_class
 
 pytestmark = pytest.mark.browser
-SLOW = 240_000  # ms: the first visit loads the model on 2 CPU cores
-SHOWN = "Number(document.querySelector('.tbt-class-status')?.dataset.steps ?? -1)"
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +43,7 @@ def reruns(page) -> list[BackMsg]:
 def test_a_presenters_step_reruns_only_the_students_follow_fragment_through_the_endpoint(browser, class_url):
     teacher = browser.new_context(viewport={"width": 1280, "height": 900})
     presenter = teacher.new_page()
-    presenter.goto(f"{class_url}/class")
-    presenter.get_by_role("button", name="Start a class").click(timeout=SLOW)
-    presenter.locator(".tbt-class-code").wait_for(timeout=SLOW)
-    code = presenter.locator(".tbt-class-code").inner_text().strip()
+    code = start_class(presenter, class_url)
 
     student = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
     sent = reruns(student)

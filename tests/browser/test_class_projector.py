@@ -12,7 +12,7 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.test_class_browser import PHONE, SHOWN, SLOW, class_server, settle
+from tests.browser.test_class_browser import PHONE, SHOWN, SLOW, class_server, settle, start_class
 
 pytestmark = pytest.mark.browser
 SHOTS = ARTIFACTS / "class_projector"
@@ -31,10 +31,7 @@ def test_a_projected_lesson_with_three_students(browser, tmp_path_factory) -> No
     SHOTS.mkdir(parents=True, exist_ok=True)
     with class_server(tmp_path_factory, "class_projector") as url:
         presenter = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
-        presenter.goto(f"{url}/class")
-        presenter.get_by_role("button", name="Start a class").click(timeout=SLOW)
-        presenter.locator(".tbt-class-code").wait_for(timeout=SLOW)
-        code = presenter.locator(".tbt-class-code").inner_text().strip()
+        code = start_class(presenter, url)
         settle(presenter)
         students = {}
         for name, options in STUDENTS.items():

@@ -13,7 +13,7 @@ import pytest
 
 from bench.appserver import free_port, served_app_process
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.test_class_browser import SHOWN, SLOW, settle
+from tests.browser.test_class_browser import SHOWN, SLOW, settle, start_class
 
 pytestmark = pytest.mark.browser
 
@@ -34,10 +34,7 @@ def test_a_class_on_two_processes_follows_guesses_and_survives_a_restart(browser
     student_port = free_port()
     with served_app_process(ARTIFACTS / "class_a_streamlit.log", env=env) as (presenter_url, _):
         presenter = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-        presenter.goto(f"{presenter_url}/class")
-        presenter.get_by_role("button", name="Start a class").click(timeout=SLOW)
-        presenter.locator(".tbt-class-code").wait_for(timeout=SLOW)
-        code = presenter.locator(".tbt-class-code").inner_text().strip()
+        code = start_class(presenter, presenter_url)
         settle(presenter)
         with served_app_process(ARTIFACTS / "class_b_streamlit.log", env=env, port=student_port) as (student_url, _):
             student = browser.new_context(viewport={"width": 390, "height": 844}).new_page()

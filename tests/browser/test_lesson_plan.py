@@ -18,7 +18,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from engine import VISIBLE
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.test_class_browser import class_server, settle
+from tests.browser.test_class_browser import class_server, settle, start_class
 from tests.browser.test_presentation import presentation_on
 from ui.domain.lesson import STAGES
 
@@ -92,11 +92,7 @@ def test_the_teachers_lesson_plan_runs_start_to_end(browser, plan_url) -> None:
     try:
         # ---- the class: a presenter at the projector, three students ---------------------------
         presenter = person(viewport=PROJECTOR)
-        presenter.goto(f"{plan_url}/class")
-        presenter.get_by_role("button", name="Start a class").click(timeout=SLOW)
-        presenter.locator(".tbt-class-code").wait_for(timeout=SLOW)
-        code = presenter.locator(".tbt-class-code").inner_text().strip()
-        assert re.fullmatch(r"[A-Z2-9]{6}", code)
+        code = start_class(presenter, plan_url)
         settle(presenter)
         presentation_on(presenter)
         assert "key=" not in presenter.url

@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +36,21 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _options(root: Path, port: int | str) -> str:
+    """The server's settings: its socket in `root` only (no TCP), and no waiting on the disk."""
+    return f"-k {root} -p {port} -c listen_addresses='' -c fsync=off"
+
+
+def fresh_database(url: str) -> str:
+    """A new, empty database on the server behind `url`; returns its URL (tests never share rooms)."""
+    import psycopg
+
+    name = "t" + uuid.uuid4().hex[:12]
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    return url.replace("/postgres?", f"/{name}?")
+
+
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """A fresh server; yields its URL (database `postgres`, user `tbt`)."""
@@ -50,8 +66,7 @@ def postgres_server() -> Iterator[str]:
         subprocess.run(_as_server_user([str(folder / "initdb"), "-D", str(data), "-U", "tbt", "--auth=trust",
                                         "-E", "UTF8", "--no-sync"]), check=True, capture_output=True,
                        timeout=START_TIMEOUT_S)
-        options = f"-k {root} -p {port} -c listen_addresses='' -c fsync=off"
-        subprocess.run(_as_server_user([str(folder / "pg_ctl"), "-D", str(data), "-o", options, "-w", "-l",
+        subprocess.run(_as_server_user([str(folder / "pg_ctl"), "-D", str(data), "-o", _options(root, port), "-w", "-l",
                                         str(root / "server.log"), "start"]), check=True, capture_output=True,
                        timeout=START_TIMEOUT_S)
         try:
@@ -68,6 +83,6 @@ def restart(url: str) -> None:
     folder, root = binaries(), Path(url.split("host=")[1].split("&")[0])
     port = url.split("port=")[1]
     subprocess.run(_as_server_user([str(folder / "pg_ctl"), "-D", str(root / "data"), "-m", "fast", "-w", "-o",
-                                    f"-k {root} -p {port} -c listen_addresses='' -c fsync=off", "-l",
+                                    _options(root, port), "-l",
                                     str(root / "server.log"), "restart"]), check=True, capture_output=True,
                    timeout=START_TIMEOUT_S)

@@ -7,13 +7,13 @@ room, the steps and their score."""
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
 
 from bench.appserver import free_port, served_app_process
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.test_class_browser import SHOWN, SLOW, settle, start_class
+from tests.postgres import fresh_database
 
 pytestmark = pytest.mark.browser
 
@@ -21,12 +21,7 @@ pytestmark = pytest.mark.browser
 @pytest.fixture()
 def rooms_url(postgres_url) -> str:
     """A fresh database of the session's PostgreSQL server."""
-    import psycopg
-
-    name = "class" + uuid.uuid4().hex[:10]
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    return postgres_url.replace("/postgres?", f"/{name}?")
+    return fresh_database(postgres_url)
 
 
 def test_a_class_on_two_processes_follows_guesses_and_survives_a_restart(browser, rooms_url) -> None:

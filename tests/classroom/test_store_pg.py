@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -14,18 +13,13 @@ from classroom import ClassHall, ClassLimits, StoreError
 from classroom.quiz import load_quiz
 from classroom.store_pg import PostgresRoomStore
 from engine import Generation, SamplerSettings, StopSettings, to_trace
-from tests.postgres import restart
+from tests.postgres import fresh_database, restart
 
 
 @pytest.fixture()
 def store(postgres_url):
     """A store on a fresh database of the session's server, so tests never see each other's rooms."""
-    import psycopg
-
-    name = "t" + uuid.uuid4().hex[:12]
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    url = postgres_url.replace("/postgres?", f"/{name}?")
+    url = fresh_database(postgres_url)
     made = PostgresRoomStore(url)
     made.url = url
     yield made

@@ -14,7 +14,6 @@ from engine.serving import DeterminismResult, product_in_two_shapes, sum_in_two_
 from ui.controllers import determinism as det
 from ui.server import current_model, current_scheduler, shared_board, tokens_served
 from ui.session import DETERMINISM as DET
-from ui.session import remember
 from ui.views import (
     closest_calls,
     kernel_lines,
@@ -169,9 +168,12 @@ def _token(index: int | None) -> str:
 def why_section(lm: LoadedModel, result: DeterminismResult | None) -> None:
     """Why the digits move, computed on the spot, what batch invariance costs, and what a visitor controls."""
     st.header("3 · Why the last digits move")
-    sums = remember(S, DET.why, "sums", lambda: (sum_in_two_orders(1e8, -1e8, 0.1),
-                                                 sum_in_two_orders(1.0, 0.003, 0.003, torch.bfloat16)))
-    product = remember(S, DET.why, ("product", lm.name), lambda: product_in_two_shapes(lm, 8))
+    sums = (sum_in_two_orders(1e8, -1e8, 0.1), sum_in_two_orders(1.0, 0.003, 0.003, torch.bfloat16))
+    # a product through the model's weight: once for the server, in its turn with the experiments
+    # and the KV page's measurements
+    key = ("product in two shapes", lm.name, str(lm.device))
+    with st.spinner("Multiplying a row of the model's weight alone and in a batch…"):
+        product = shared_board().get(key, lambda: product_in_two_shapes(lm, 8)).value
     st.markdown("**Adding in another order gives another answer.** Computed now, with torch:")
     st.markdown("\n".join(f"- {sum_line(example)}" for example in sums))
     st.markdown(

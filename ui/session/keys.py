@@ -287,7 +287,6 @@ class DeterminismKeys(PageKeys):
     shown_run: str = "det_shown_run"  # which run in company the step-by-step section shows
     result: str = "det_result"  # (Experiment, DeterminismResult): the latest experiment this visitor ran
     error: str = "det_error"  # why the latest Run did not run (the visitor's settings are kept)
-    why: str = "det_why"  # ui/session/memo.py store: the why section's examples, computed once per visitor
     step_chart: str = "det_step_chart"
     runs_chart: str = "det_runs_chart"
 

@@ -101,8 +101,7 @@ def findings(lm: LoadedModel, result: DeterminismResult) -> None:
 
 
 def step_section(lm: LoadedModel, result: DeterminismResult) -> None:
-    """One run, token by token, and the texts side by side (presentation mode: the chart and the
-    texts beside each other, the first run, on the one screen)."""
+    """One run, token by token, and the texts side by side."""
     st.header("1 · One run, token by token")
     index = det.shown_run(S, result)
     fast = result.fast.runs[index]
@@ -115,11 +114,8 @@ def step_section(lm: LoadedModel, result: DeterminismResult) -> None:
         f"({', '.join(str(n) for n in fast.company_lengths)} tokens of context when it began). The bars are "
         "how far the top token was ahead of the second when your prompt ran alone; the line is how far the "
         "fast pass moved any logit. A token flips only where two logits move by more than half the bar.")
-    figure = step_figure(result, index, theme=current_theme())
-    texts = texts_html(lm, result.lone, [("In company, exact", result.exact.runs[index]),
-                                         ("In company, fast", fast)])
-    described_chart(figure, key=DET.step_chart)
-    html(texts)
+    described_chart(step_figure(result, index, theme=current_theme()), key=DET.step_chart)
+    html(run_texts(lm, result, index))
     with st.expander("Every token of this run, in numbers"):
         st.dataframe(step_table(lm, result, index), hide_index=True)
 
@@ -127,13 +123,17 @@ def step_section(lm: LoadedModel, result: DeterminismResult) -> None:
 def projected(lm: LoadedModel, result: DeterminismResult) -> None:
     """Presentation mode's one screen: the chart of the run shown beside the three texts."""
     index = det.shown_run(S, result)
-    figure = step_figure(result, index, theme=current_theme())
-    figure.update_layout(height=PRESENTING_CHART_HEIGHT)
     left, right = st.columns([3, 2])
-    described_chart(figure, key=DET.step_chart, where=left)
+    described_chart(step_figure(result, index, theme=current_theme(), height=PRESENTING_CHART_HEIGHT),
+                    key=DET.step_chart, where=left)
     with right:
-        html(texts_html(lm, result.lone, [("In company, exact", result.exact.runs[index]),
-                                          ("In company, fast", result.fast.runs[index])], level=2))
+        html(run_texts(lm, result, index, level=2))
+
+
+def run_texts(lm: LoadedModel, result: DeterminismResult, index: int, level: int = 3) -> str:
+    """Run `index`'s texts in both modes beside the lone run's, under headings of `level`."""
+    return texts_html(lm, result.lone, [("In company, exact", result.exact.runs[index]),
+                                        ("In company, fast", result.fast.runs[index])], level)
 
 
 def repeated_section(lm: LoadedModel, experiment: det.Experiment, result: DeterminismResult) -> None:

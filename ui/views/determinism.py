@@ -86,7 +86,7 @@ def _pick(lm: LoadedModel, token_id: int, differs: bool) -> str:
     return token_text(lm, token_id) + (" ✗ differs" if differs else "")
 
 
-def step_figure(result: DeterminismResult, index: int, theme: ChartTheme = LIGHT) -> go.Figure:
+def step_figure(result: DeterminismResult, index: int, theme: ChartTheme = LIGHT, height: int = 340) -> go.Figure:
     """Per token, on a log scale: the lone run's top-two margin (a flip needs a change of half of it
     in two logits) and how far the fast run's logits moved; the exact run's moved 0."""
     fast = result.fast.runs[index]
@@ -109,7 +109,7 @@ def step_figure(result: DeterminismResult, index: int, theme: ChartTheme = LIGHT
     figure.update_xaxes(axis_colours(theme))
     figure.update_yaxes(axis_colours(theme))
     figure.update_layout(title_text=f"Run {index + 1}: how far each step was from a flip ({exact_note})",
-                         height=340, margin={"l": 10, "r": 10, "t": 50, "b": 10}, bargap=0.3,
+                         height=height, margin={"l": 10, "r": 10, "t": 50, "b": 10}, bargap=0.3,
                          legend={"orientation": "h", "y": -0.25, "font": {"color": theme.text}})
     return figure
 

@@ -7,17 +7,18 @@ database in a temporary folder, its follow endpoint on a free port), and drives 
 headless protocol client of bench/load_bench.py (bench/streamlit_client.py). Each follower is its
 browser: it plays the follow fragment's timer, and it does what the follow element's script does
 (ui/widgets/follow.py): long-polls the follow endpoint with the version its fragment last drew, and
-when the room passes it, sends the element's trigger, which reruns the fragment (--timer-only: the
-timer alone, as a page that cannot reach the endpoint). The presenter opens /class and presses
-Start a class; N students open the student link. Then:
+when the room passes it, shows the view the answer carries and sends the element's trigger, which
+reruns the fragment (--timer-only: the timer alone, as a page that cannot reach the endpoint).
+The presenter opens /class and presses Start a class; N students open the student link. Then:
 
   idle: the students follow for --idle seconds while no one steps; the server's CPU time over
       that window (from /proc), less that of the presenter's page alone over as long before the
       students came, over N, is the CPU one idle follower costs (in % of one core);
   steps: the presenter presses Step --steps times, 3 s apart; after each reveal every student
       types a guess 0.3-2 s later. Presenter Step: from sending the click to its run's script_finished.
-      Follow delay: from sending the click (the room publishes the step during that run) to the end
-      of the first run a follower receives that shows the new token count, pooled over students
+      Follow delay: from sending the click (the room publishes the step during that run) to the first
+      answer of the endpoint or the end of the first run a follower receives (whichever comes
+      first) that shows the new token count, pooled over students
       and steps. --busy: one spinning process per CPU runs through the steps (a shared machine);
   RSS/student: the server's resident memory with the students in, less before they came, over N.
 
@@ -53,11 +54,12 @@ START, STEP = "cls_start", "cls_p_st_step"
 GUESS_FIELD = "cls_guess_text_"
 STEPS_SHOWN = re.compile(r'class="tbt-class-status" data-steps="(\d+)"')
 OPEN_TIMEOUT_S = 180.0
+LOCAL_LINK = "This page was opened as 127"  # ui/controllers/class_room.py link_warning, markdown-escaped
 FOLLOW_TIMEOUT_S = 15.0  # a student not showing a step this long after it counts as a failure
 STEP_GAP_S = 3.0
 GUESS_AFTER_S = (0.3, 2.0)  # a student reads the reveal, then guesses the next token, before the next Step
 GUESSES = ("the", "a", "Paris", "it", ",", "and")
-SIGNAL, MOVED = "tbt_follow_signal", "moved"  # the follow element and its trigger's event (ui/widgets/follow.py)
+SIGNAL, MOVED = "tbt_follow_view", "moved"  # the follow element and its trigger's event (ui/widgets/follow.py)
 POLL_TIMEOUT_S = 35.0  # longer than the endpoint holds a request (classroom/follow.py)
 LANDING_S = 5.0  # after a trigger, the script waits this long at most for the fragment to draw it
 
@@ -66,6 +68,12 @@ def cpu_seconds(pid: int) -> float:
     """A process's user + system CPU time so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def presenter_errors(presenter: Visitor) -> list[str]:
+    """The presenter's errors, less the warning every run gives a page opened as 127.0.0.1 (the
+    bench's address): students' phones could not open such a link, this bench's students can."""
+    return [e for e in presenter.errors if not e.startswith(LOCAL_LINK)]
 
 
 def shown_steps(texts: tuple[str, ...]) -> int | None:
@@ -111,17 +119,22 @@ class Student:
         self.to_send: asyncio.Queue = asyncio.Queue()
         [(self.fragment, self.interval)] = visitor.auto_reruns.items()
 
+    def saw(self, steps: int | None) -> None:
+        """The page shows `steps` tokens now: note when it first did."""
+        if steps is not None and steps not in self.seen_at:
+            self.seen_at[steps] = time.perf_counter()
+
     def on_run(self, result) -> None:
         self.errors += len(result.errors)
         if self.drawn() >= self.asked:
             self.landed.set()
-        if (steps := shown_steps(result.texts)) is not None and steps not in self.seen_at:
-            self.seen_at[steps] = time.perf_counter()
-            fields = [key for key in self.visitor.text_fields if key.startswith(GUESS_FIELD)]
-            if steps and steps not in self.guessed and fields:
-                self.guessed.add(steps)
-                message = self.visitor.text_message(fields[-1], random.choice(GUESSES))
-                asyncio.get_running_loop().call_later(random.uniform(*GUESS_AFTER_S), self.to_send.put_nowait, message)
+        steps = shown_steps((*result.texts, self.visitor.components[SIGNAL].data.get("view", "")))
+        self.saw(steps)
+        fields = [key for key in self.visitor.text_fields if key.startswith(GUESS_FIELD)]
+        if steps and steps not in self.guessed and fields:
+            self.guessed.add(steps)
+            message = self.visitor.text_message(fields[-1], random.choice(GUESSES))
+            asyncio.get_running_loop().call_later(random.uniform(*GUESS_AFTER_S), self.to_send.put_nowait, message)
 
     def drawn(self) -> int:
         """The room version the follow fragment last drew (the element's data)."""
@@ -139,7 +152,8 @@ class Student:
                                               f"{max(self.drawn(), self.asked)}", POLL_TIMEOUT_S)
                 if status != 200:
                     raise OSError(f"the follow endpoint answered {status}")
-                version = json.loads(body)["version"]
+                answer = json.loads(body)
+                version = answer["version"]
             except (OSError, ValueError, KeyError, TimeoutError):
                 failures += 1
                 self.errors += 1
@@ -147,6 +161,7 @@ class Student:
                 continue
             failures = 0
             if version > max(self.drawn(), self.asked):
+                self.saw(shown_steps((answer.get("view", ""),)))  # the element shows it as the answer lands
                 self.asked = version
                 self.triggers += 1
                 self.landed.clear()
@@ -233,8 +248,9 @@ async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float,
         "students": count, "steps": steps,
         "presenter_step_p50_s": percentile(step_seconds, 50), "presenter_step_p95_s": percentile(step_seconds, 95),
         "follow_p50_s": percentile(delays, 50), "follow_p95_s": percentile(delays, 95), "follow_max_s": max(delays),
-        "missed": missed, "errors": sum(s.errors for s in students) + len(presenter.errors),
-        "error_samples": sorted({e[:200] for v in [presenter, *visitors] for e in v.errors})[:5],
+        "missed": missed, "errors": sum(s.errors for s in students) + len(presenter_errors(presenter)),
+        "error_samples": sorted({e[:200] for e in [*presenter_errors(presenter), *(e for v in visitors
+                                                                                   for e in v.errors)]})[:5],
         "idle_server_cpu_share": idle_cpu, "presenter_alone_cpu_share": baseline,
         "idle_cpu_per_follower_share": (idle_cpu - baseline) / count,
         "idle_client_cpu_share": idle_client,

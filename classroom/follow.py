@@ -2,10 +2,12 @@
 
     GET /rooms/<code>/version?token=<t>&after=<n>
 
-answers `{"version": v}` at once when the room's version v is above n; otherwise it holds the
-request until the room's next version (or `hold_s`, then it answers the version as it is). The
-page then reruns its own fragment, which reads the new snapshot as before: this endpoint carries
-nothing but a number. `token` is the room's code signed with a key this process drew at start
+answers `{"version": v, "view": html}` at once when the room's version v is above n; otherwise it
+holds the request until the room's next version (or `hold_s`, then it answers the version as it
+is). `view` is what every student sees of that version above their own controls (the context, the
+text so far: the same for all, built once per version by `view_of`), so the page shows the step
+the moment the answer lands, and then reruns its own fragment for the controls that are each
+student's own (their guess field, their score). `token` is the room's code signed with a key this process drew at start
 (`follow_token`): the page is given it with the room, so the endpoint cannot be used to try codes
 past the join form's slow-down, and a wrong code, a wrong token and a room that expired all get
 the same 404. Held requests are capped per room and in all (`FollowLimits`); one over the cap is
@@ -29,6 +31,7 @@ import re
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
@@ -38,6 +41,7 @@ from engine import SettingsError
 PATH = re.compile(r"/rooms/([A-Z0-9]{1,16})/version")
 NOT_FOUND = b'{"version": null}'  # the same for a wrong code, a wrong token and an expired room
 TOKEN_CHARS = 22  # 132 bits of the HMAC
+KEPT_ANSWERS = 64  # rooms whose latest answer is kept encoded (one per room: every student gets the same)
 START_WAIT_S = 5.0  # for uvicorn to take its socket
 
 
@@ -108,14 +112,20 @@ class Reply:
     retry_after: int | None = None
 
 
+ViewOf = Callable[[str], tuple[int, str] | None]  # code -> (version, the students' view of it), or None
+
+
 class FollowApp:
     """The long poll as an ASGI application. `version_of(code)` is the open room's version, or
-    None (called on the app's loop: it must be quick)."""
+    None; `view_of(code)`, when given, its current version with the view every student is shown
+    of it (both called on the app's loop: they must be quick)."""
 
-    def __init__(self, version_of: Callable[[str], int | None], key: bytes, limits: FollowLimits) -> None:
-        self.version_of, self.key, self.limits = version_of, key, limits
+    def __init__(self, version_of: Callable[[str], int | None], key: bytes, limits: FollowLimits,
+                 view_of: ViewOf | None = None) -> None:
+        self.version_of, self.key, self.limits, self.view_of = version_of, key, limits, view_of
         self.waits = RoomWaits(limits)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._answers: OrderedDict[str, tuple[int, bytes]] = OrderedDict()  # code -> its latest answer
 
     def announce(self, code: str) -> None:
         """A room has a new version (from any thread; it never blocks)."""
@@ -147,7 +157,7 @@ class FollowApp:
         if (version := self.version_of(code)) is None:
             return Reply(404, NOT_FOUND)
         if version > after:
-            return _version(version)
+            return self._news(code, version)
         if not self.waits.admit(code):
             return Reply(429, b"{}", retry_after=10)
         try:
@@ -163,14 +173,25 @@ class FollowApp:
             if version is None:
                 return Reply(404, NOT_FOUND)
             if version > after:
-                return _version(version)
+                return self._news(code, version)
             await self.waits.next_version(code, left)
         version = self.version_of(code)
-        return Reply(404, NOT_FOUND) if version is None else _version(version)
+        return Reply(404, NOT_FOUND) if version is None else Reply(200, json.dumps({"version": version}).encode())
 
-
-def _version(version: int) -> Reply:
-    return Reply(200, json.dumps({"version": version}).encode())
+    def _news(self, code: str, version: int) -> Reply:
+        """The room's new version, with the view of it: encoded once, however many students ask."""
+        if (kept := self._answers.get(code)) is not None and kept[0] == version:
+            self._answers.move_to_end(code)
+            return Reply(200, kept[1])
+        found = self.view_of(code) if self.view_of is not None else None
+        if found is None or found[0] < version:  # no view (or an older one): the number alone
+            return Reply(200, json.dumps({"version": version}).encode())
+        body = json.dumps({"version": found[0], "view": found[1]}).encode()
+        self._answers[code] = (found[0], body)
+        self._answers.move_to_end(code)
+        while len(self._answers) > KEPT_ANSWERS:
+            self._answers.popitem(last=False)
+        return Reply(200, body)
 
 
 def _whole(text: str) -> int | None:

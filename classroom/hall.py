@@ -348,6 +348,12 @@ class ClassHall:
             room = self._rooms.get(code)
         return None if room is None else room.version
 
+    def snapshot(self, code: str) -> Snapshot | None:
+        """What every student sees of the open room with exactly this code, if this process holds it."""
+        with self._lock:
+            room = self._rooms.get(code)
+        return None if room is None else room.snapshot
+
     def on_version(self, listener: Callable[[str], None]) -> None:
         """Call `listener(code)` after every new version of a room (from the thread that made it,
         holding the room's lock: it must not block). The follow endpoint wakes students with it."""

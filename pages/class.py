@@ -4,9 +4,10 @@ student's screen follows within a second; the class guesses each next token befo
 The page is layout only. Who may change the room is decided in ui/controllers/class_room.py from this
 session's own state (the presenter showed the room's secret; a student only its code), the
 rooms are classroom/'s, and a student's whole view of one room version is built once for every
-student (ui/views/class_room.py). A follower's fragment reruns when the follow endpoint tells its
-page the room moved on (ui/widgets/follow.py: a long poll, then a trigger that reruns the fragment
-alone), and every FOLLOW_EVERY_S on its timer, the safety net where the endpoint cannot be reached:
+student (ui/views/class_room.py). A follower's page shows a new version when the follow endpoint
+answers its long poll with the view every student shares; the fragment then reruns for the
+student's own controls (ui/widgets/follow.py: the poll, the view, and a trigger that reruns the
+fragment alone), and every FOLLOW_EVERY_S on its timer, the safety net where the endpoint cannot be reached:
 a check that finds nothing new sends the same view again, which the browser holds already as a
 cached message. `bench.class_bench` measures both.
 """
@@ -32,7 +33,7 @@ from ui.widgets import (
     RUN,
     continue_run,
     ensure_app_frame,
-    follow_signal,
+    follow_view,
     page_style,
     panels,
     presenter_keys,
@@ -410,12 +411,11 @@ def follow() -> None:
     snapshot = control.follow(S, hall())
     if snapshot is None:
         st.rerun()
-    follow_signal(hall(), snapshot.code, snapshot.version)
     with st.container():  # always drawn, so a quiz opening does not move what follows it
         if snapshot.quiz_open:
             quiz_form(snapshot.quiz_open)
     above, below = views.follow_html(snapshot)
-    panels.html(above)
+    follow_view(hall(), snapshot.code, snapshot.version, above)
     if not snapshot.finished:
         guess_controls(snapshot)
     if mine := views.own_score_html(control.own_score(S, snapshot)):

@@ -46,7 +46,7 @@ def test_a_message_aged_out_while_a_rerun_was_on_its_way_still_resolves():
 def test_the_follow_elements_trigger_reruns_its_fragment_with_the_trigger_widget_the_frontend_sends():
     drawn = ForwardMsg()
     drawn.delta.fragment_id = "frag"
-    drawn.delta.new_element.bidi_component.id = "$$ID-abc-cls_follow_signal"
+    drawn.delta.new_element.bidi_component.id = "$$ID-abc-cls_follow_view"
     drawn.delta.new_element.bidi_component.component_name = SIGNAL
     drawn.delta.new_element.bidi_component.json = '{"port": 8502, "path": "/rooms/X/version?token=t", "version": 4}'
     visitor = Visitor(connection=None, url="http://h/class?room=X", query_string="room=X", timeout=1.0)
@@ -55,5 +55,5 @@ def test_the_follow_elements_trigger_reruns_its_fragment_with_the_trigger_widget
     sent = visitor.trigger_message(SIGNAL, MOVED, 5).rerun_script
     assert sent.fragment_id == "frag" and not sent.is_auto_rerun
     [widget] = sent.widget_states.widgets
-    assert widget.id == "$$STREAMLIT_INTERNAL_KEY_$$ID-abc-cls_follow_signal__events"
+    assert widget.id == "$$STREAMLIT_INTERNAL_KEY_$$ID-abc-cls_follow_view__events"
     assert widget.json_trigger_value == '[{"event":"moved","value":5}]'  # JSON.stringify's

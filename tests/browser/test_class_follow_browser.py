@@ -1,6 +1,7 @@
 """A student's screen hears the presenter's Step from the follow endpoint, not from its timer: in a
-real browser the page's long poll answers, the follow element sets its trigger, and the browser
-asks the server to rerun the follow fragment alone (its id in the BackMsg, no run of the page)."""
+real browser the page's long poll answers with the room's new view, which the follow element shows
+at once, before it sets its trigger; the browser then asks the server to rerun the follow fragment
+alone (its id in the BackMsg, no run of the page)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,25 @@ def reruns(page) -> list[BackMsg]:
     return sent
 
 
-def test_a_presenters_step_reruns_only_the_students_follow_fragment_through_the_endpoint(browser, class_url):
+# In the page: when the status first shows `steps`, and when the page first sends the follow
+# element's trigger (a BackMsg carrying its "moved" event), on the page's own clock.
+WATCH = """steps => {
+  window.tbtShownAt = null; window.tbtTriggeredAt = null;
+  const send = WebSocket.prototype.send;
+  WebSocket.prototype.send = function (data) {
+    const binary = data instanceof ArrayBuffer || ArrayBuffer.isView(data);
+    if (window.tbtTriggeredAt === null && binary && new TextDecoder().decode(data).includes('"event":"moved"'))
+      window.tbtTriggeredAt = performance.now();
+    return send.call(this, data);
+  };
+  new MutationObserver(() => {
+    if (window.tbtShownAt === null && Number(document.querySelector('.tbt-class-status')?.dataset.steps) === steps)
+      window.tbtShownAt = performance.now();
+  }).observe(document.body, { subtree: true, childList: true, attributes: true });
+}"""
+
+
+def test_a_presenters_step_shows_from_the_endpoint_then_reruns_only_the_follow_fragment(browser, class_url):
     teacher = browser.new_context(viewport={"width": 1280, "height": 900})
     presenter = teacher.new_page()
     code = start_class(presenter, class_url)
@@ -51,16 +70,20 @@ def test_a_presenters_step_reruns_only_the_students_follow_fragment_through_the_
     student.on("request", lambda request: polls.append(request.url) if "/version?" in request.url else None)
     student.goto(f"{class_url}/class?room={code}")
     student.wait_for_function(f"{SHOWN} === 0", timeout=SLOW)
-    signal = student.locator(".st-key-cls_follow_signal")
-    signal.wait_for(state="attached", timeout=10_000)
-    assert signal.count() == 1 and signal.is_hidden()  # no gap in the student's page for it
+    view = student.locator(".st-key-cls_follow_view")
+    view.wait_for(state="attached", timeout=10_000)
+    assert view.locator(".tbt-class-status").count() == 1  # the element holds the shared view
     presenter.get_by_role("button", name="Step").wait_for(timeout=SLOW)
     student.wait_for_timeout(500)  # the poll is held now
     assert polls and all(f"/rooms/{code}/version?token=" in url for url in polls)
     before = len(sent)
+    student.evaluate(WATCH, 1)
 
     presenter.get_by_role("button", name="Step").click()
     student.wait_for_function(f"{SHOWN} === 1", timeout=10_000)
+    student.wait_for_function("window.tbtTriggeredAt !== null", timeout=10_000)
+    shown_at, triggered_at = student.evaluate("[window.tbtShownAt, window.tbtTriggeredAt]")
+    assert shown_at is not None and shown_at <= triggered_at  # on screen from the answer, before any rerun
     triggered = [msg.rerun_script for msg in sent[before:] if any(
         widget.json_trigger_value for widget in msg.rerun_script.widget_states.widgets)]
     assert triggered, "the step reached the page by its timer, not by the endpoint"
@@ -69,4 +92,5 @@ def test_a_presenters_step_reruns_only_the_students_follow_fragment_through_the_
     [widget] = [w for w in first.widget_states.widgets if w.json_trigger_value]
     assert re.fullmatch(r'\[\{"event":"moved","value":\d+\}\]', widget.json_trigger_value)
     assert all(msg.rerun_script.fragment_id for msg in sent[before:])  # no run of the whole page
+    student.get_by_text(re.compile("revealed: the model wrote")).wait_for(timeout=10_000)  # the rerun's part
     student.screenshot(path=str(ARTIFACTS / "class_follow_student.png"), full_page=True)

@@ -1,7 +1,8 @@
 """The follow endpoint (classroom/follow.py) as a browser meets it: a real uvicorn server on a free
 port and real HTTP requests. It answers at once when the page is behind, holds a page that is up to
-date until the room moves on, caps what it holds, and says nothing but the version, the same for
-every code it will not answer."""
+date until the room moves on, caps what it holds, and says the version with the view every
+student shares of it (built once per version, escaped) and nothing else, the same for every code
+it will not answer."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from classroom import ClassHall, ClassLimits, RoomStore
 from classroom.follow import NOT_FOUND, FollowApp, FollowLimits, follow_token, serve
 from engine import Generation, SamplerSettings, SettingsError, StopSettings
-from ui.server.follow_endpoint import follow_settings
+from ui.server.follow_endpoint import follow_settings, student_view
 
 KEY = b"k" * 32
 CODE = "ABCDEF"
@@ -26,9 +27,9 @@ CODE = "ABCDEF"
 class Served:
     """A FollowApp over a plain table of room versions, served on a free local port."""
 
-    def __init__(self, limits: FollowLimits) -> None:
+    def __init__(self, limits: FollowLimits, view_of=None) -> None:
         self.versions: dict[str, int] = {CODE: 3}
-        self.app = FollowApp(self.versions.get, KEY, limits)
+        self.app = FollowApp(self.versions.get, KEY, limits, view_of)
         sock = socket.create_server(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         self.server = serve(self.app, sock)
@@ -131,6 +132,49 @@ def test_the_answer_carries_the_version_and_nothing_else(served) -> None:
     assert headers["access-control-allow-origin"] == "http://127.0.0.1:8501"  # the app's page, another port
     assert "set-cookie" not in headers
     assert "access-control-allow-origin" not in served.get(poll(after=0), origin="https://elsewhere.example")[2]
+
+
+def test_a_new_version_comes_with_its_view_built_and_encoded_once_for_every_page() -> None:
+    built: list[int] = []
+
+    def view_of(code: str) -> tuple[int, str]:
+        built.append(endpoint.versions[code])
+        return endpoint.versions[code], f"<p>version {endpoint.versions[code]}</p>"
+
+    endpoint = Served(FollowLimits(hold_s=1.0), view_of)
+    try:
+        answers = [json.loads(endpoint.get(poll(after=after))[1]) for after in (0, 1, 2)]
+        assert answers == [{"version": 3, "view": "<p>version 3</p>"}] * 3 and built == [3]
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(endpoint.get, poll(after=3))
+            held(endpoint, 1)
+            endpoint.publish(CODE, 4)
+            assert json.loads(answer.result(timeout=2)[1]) == {"version": 4, "view": "<p>version 4</p>"}
+        assert built == [3, 4]
+        assert json.loads(endpoint.get(poll(after=4))[1]) == {"version": 4}  # held to the end: no news, no view
+    finally:
+        endpoint.server.should_exit = True
+
+
+def test_a_view_older_than_the_version_is_not_sent_as_that_version() -> None:
+    endpoint = Served(FollowLimits(hold_s=1.0), lambda code: (2, "<p>old</p>"))
+    try:
+        assert json.loads(endpoint.get(poll(after=0))[1]) == {"version": 3}  # the page's rerun draws it
+    finally:
+        endpoint.server.should_exit = True
+
+
+def test_the_view_sent_is_the_students_shared_view_with_every_text_escaped(tiny_lm, tmp_path) -> None:
+    hall = ClassHall(RoomStore(tmp_path / "c.db"), tiny_lm, ClassLimits())
+    room, secret = hall.start(Generation(tiny_lm, '<img src=x onerror="alert(1)">', seed=3,
+                                         stop=StopSettings(max_new_tokens=4, ignore_eos=True)))
+    room.generation.step()
+    hall.publish(room, room.generation)
+    version, view = student_view(hall, room.code)
+    assert version == room.version
+    assert 'data-steps="1"' in view and "&lt;img" in view and "<img" not in view
+    assert secret not in view
+    assert student_view(hall, "ZZZZZZ") is None
 
 
 def test_a_wrong_code_a_wrong_token_and_an_expired_room_get_the_same_answer(served) -> None:

@@ -6,6 +6,7 @@ what a student's browser could send and check the room does not move."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -50,6 +51,7 @@ def everything_shown(at: AppTest) -> str:
     parts = [m.value for m in at.markdown] + [c.value for c in at.code] + [c.value for c in at.caption]
     parts += [e.value for e in at.error] + [w.value for w in at.warning] + [i.value for i in at.info]
     parts += [str(h.proto) for h in at.get("html")] + [str(t.proto) for t in at.text_input]
+    parts += [json.loads(c.proto.json).get("view", "") for c in at.get("bidi_component")]  # the follow view
     return "\n".join(parts)
 
 

@@ -24,6 +24,7 @@ import streamlit as st
 from classroom import ClassHall
 from classroom.follow import FollowApp, FollowLimits, follow_token, serve
 from engine import SettingsError
+from ui.views.class_room import follow_html
 
 LOG = logging.getLogger(__name__)
 
@@ -80,6 +81,14 @@ def follow_address(hall: ClassHall, code: str) -> FollowAddress | None:
     return FollowAddress(endpoint.settings.public_url, endpoint.settings.port, path)
 
 
+def student_view(hall: ClassHall, code: str) -> tuple[int, str] | None:
+    """Room `code`'s version and what every student sees of it above their own controls (built
+    once per version, ui/views/class_room.py), for the endpoint to send with the version."""
+    if (snapshot := hall.snapshot(code)) is None:
+        return None
+    return snapshot.version, follow_html(snapshot)[0]
+
+
 def _started(hall: ClassHall) -> _Endpoint | None:
     with _lock:
         if id(hall) not in _endpoints:
@@ -98,7 +107,8 @@ def _start(hall: ClassHall) -> _Endpoint | None:
                     "page's timer alone.", settings.port, exc)
         return None
     key = secrets.token_bytes(32)
-    app = FollowApp(hall.version, key, FollowLimits(per_room=hall.limits.max_students))
+    app = FollowApp(hall.version, key, FollowLimits(per_room=hall.limits.max_students),
+                    view_of=lambda code: student_view(hall, code))
     hall.on_version(app.announce)
     serve(app, sock)
     return _Endpoint(app, settings, key)

@@ -266,7 +266,7 @@ class ClassKeys(PageKeys):
     invite: str = "cls_invite_"  # prefix: the invite panel, one key before the first token and one after
     # fragments
     follow: str = "cls_follow"
-    follow_signal: str = "cls_follow_signal"  # the element inside `follow` that reruns it on a new version
+    follow_view: str = "cls_follow_view"  # the element inside `follow` that shows each new version and reruns it
     workspace: str = "cls_workspace"
     class_panel: str = "cls_class_panel"
 

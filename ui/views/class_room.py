@@ -33,7 +33,6 @@ KEPT_VIEWS = 64  # room versions whose student view is kept built
 BOARD_ROWS = 8  # the board's latest steps shown (the download has every one)
 CLASS_CSS = """<style>
 .st-key-cls_qr [data-testid="stElementToolbar"]{top:0}  /* its full-screen button on the image, not the header */
-.st-key-cls_follow_signal{display:none}  /* the follow signal (ui/widgets/follow.py) shows nothing: no gap for it */
 .tbt-class-status{font-size:1rem;margin:.2rem 0 .5rem 0}
 .tbt-class-reveal{margin:.6rem 0;padding:.5rem .7rem;border-radius:.5rem;border:1px solid rgba(128,128,128,.4)}
 .tbt-class-reveal table{border-collapse:collapse;margin-top:.3rem;font-size:.9rem}

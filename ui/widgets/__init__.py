@@ -6,7 +6,7 @@ takes what it shows from the views and draws it; the page decides the layout.
 from ui import room_exports
 
 __getattr__, __all__ = room_exports(__name__, {
-    "follow": ("follow_signal",),
+    "follow": ("follow_view",),
     "frame": ("app_pages", "ensure_app_frame", "mark_framed_run"),
     "kv_speed": ("server_batching",),
     "notices": ("show_notice",),

@@ -1,13 +1,18 @@
-"""A student's page hears a new room version at once: a components-v2 element, drawn inside the
-follow fragment, whose script long-polls the follow endpoint (ui/server/follow_endpoint.py) and,
-when the room's version passes the one the fragment drew, sets a trigger value. A trigger reruns
-the fragment it is drawn in, and only that fragment, as a click on a button inside it does.
+"""A student's page shows each new room version at once: a components-v2 element, drawn inside the
+follow fragment, that holds the part of the view every student shares (the context, the text so
+far) and whose script long-polls the follow endpoint (ui/server/follow_endpoint.py). The endpoint
+answers a new version with that view, which the script puts on the page as the answer lands; then
+it sets a trigger value, which reruns the fragment it is drawn in (and only that fragment, as a
+click on a button inside it does) for what is the student's own: the guess field, their score.
 
 Where the endpoint cannot be reached (a proxy that does not pass the port, a page on https polling
 plain http, a host with one port such as a Space) or is off, the script reruns the fragment every
 TICK_MS itself, as the page's old timer did, so no student follows slower than before; it asks the
 endpoint again after a back-off that doubles up to a minute, and never spins. The fragment's own
 slow timer stays as the last safety net (a page whose script does not run).
+
+The view is HTML the server built from the room (every text in it escaped by ui/views), never
+anything a page sent; it is set as the element's content, as st.html would draw it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,14 @@ TICK_MS = 750  # without the endpoint: a rerun this often (the fragment timer's 
 # kept by its parent and told of each version drawn.
 JS = """
 const pollers = new WeakMap();
+
+// The view of the newest version this page has: from the fragment's run or from the endpoint,
+// whichever came with the later version (an answer can land before the run it triggers).
+function show(poller, version, view) {
+  if (typeof view !== "string" || version <= poller.shown) return;
+  poller.shown = version;
+  poller.view.innerHTML = view;
+}
 
 function urlOf(data, after) {
   const base = data.base || `${location.protocol}//${location.hostname}:${data.port}`;
@@ -70,9 +83,10 @@ async function poll(poller) {
       poller.abort = new AbortController();
       const response = await fetch(urlOf(poller.data, after), { signal: poller.abort.signal, cache: "no-store" });
       if (!response.ok) throw new Error(`follow endpoint: ${response.status}`);
-      const { version } = await response.json();
+      const { version, view } = await response.json();
       poller.failures = 0;
       if (Number.isInteger(version) && version > Math.max(poller.data.version, poller.asked)) {
+        show(poller, version, view);
         poller.asked = version;
         poller.trigger("__MOVED__", version);
         await landed(poller, 5000);
@@ -94,10 +108,15 @@ export default function (component) {
   const { data, parentElement, setTriggerValue } = component;
   let poller = pollers.get(parentElement);
   if (poller === undefined) {
-    poller = { data, asked: -1, failures: 0, stopped: false, trigger: setTriggerValue };
+    const view = document.createElement("div");
+    view.className = "tbt-follow-view";
+    parentElement.replaceChildren(view);
+    poller = { data, asked: -1, failures: 0, stopped: false, trigger: setTriggerValue, view, shown: -1 };
     pollers.set(parentElement, poller);
+    show(poller, data.version, data.view);
     poll(poller);
   } else {
+    show(poller, data.version, data.view);
     const moved = data.path !== poller.data.path || data.base !== poller.data.base || data.port !== poller.data.port;
     poller.data = data;
     poller.trigger = setTriggerValue;
@@ -105,6 +124,8 @@ export default function (component) {
     if (moved) {  // another room or a restarted server: ask the new address now
       poller.failures = 0;
       poller.asked = -1;
+      poller.shown = -1;
+      show(poller, data.version, data.view);
       poller.abort?.abort();
       clearTimeout(poller.timer);
       poller.wake?.();
@@ -124,13 +145,15 @@ export default function (component) {
 
 @cache
 def _signal():
-    return st.components.v2.component("tbt_follow_signal", js=JS)
+    # not isolated: the view is styled as st.html's panels are, by the page's and its own CSS
+    return st.components.v2.component("tbt_follow_view", js=JS, isolate_styles=False)
 
 
-def follow_signal(hall: ClassHall, code: str, version: int) -> None:
-    """Draw the element that reruns the enclosing fragment when room `code` passes `version`
-    (every TICK_MS when the follow endpoint is off)."""
+def follow_view(hall: ClassHall, code: str, version: int, view: str) -> None:
+    """Draw `view` (HTML of room `code` at `version`) in the element that shows each later version
+    the moment the endpoint tells it, and then reruns the enclosing fragment (every TICK_MS when
+    the follow endpoint is off)."""
     address = follow_address(hall, code)
-    data = {"base": "", "port": 0, "path": "", "version": version} if address is None else \
-        {"base": address.base, "port": address.port, "path": address.path, "version": version}
-    _signal()(key=CLASS.follow_signal, data=data, height=0)
+    where = {"base": "", "port": 0, "path": ""} if address is None else \
+        {"base": address.base, "port": address.port, "path": address.path}
+    _signal()(key=CLASS.follow_view, data={**where, "version": version, "view": view})

@@ -39,11 +39,11 @@ def tiny_lm() -> LoadedModel:
 
 @pytest.fixture(scope="session")
 def postgres_url():
-    """A real PostgreSQL server for the session (tests/postgres.py). Missing binaries fail in CI
+    """A real PostgreSQL server for the session (bench/postgres.py). Missing binaries fail in CI
     (.ci/run installs Debian's `postgresql`) and skip elsewhere."""
     import os
 
-    from tests.postgres import binaries, postgres_server
+    from bench.postgres import binaries, postgres_server
 
     if binaries() is None:
         message = "no PostgreSQL server binaries: install Debian's `postgresql` (CI does)"

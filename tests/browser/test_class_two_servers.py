@@ -11,9 +11,9 @@ import re
 import pytest
 
 from bench.appserver import free_port, served_app_process
+from bench.postgres import fresh_database
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.test_class_browser import SHOWN, SLOW, settle, start_class
-from tests.postgres import fresh_database
 
 pytestmark = pytest.mark.browser
 

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
+from bench.postgres import fresh_database, restart
 from classroom import ClassHall, ClassLimits, StoreError
 from classroom.quiz import load_quiz
 from classroom.store_pg import PostgresRoomStore
 from engine import Generation, SamplerSettings, StopSettings, to_trace
-from tests.postgres import fresh_database, restart
 
 
 @pytest.fixture()

@@ -1,6 +1,8 @@
-"""A real PostgreSQL server for the tests that need one: made with Debian's own initdb in a
-temporary folder, listening on a Unix socket there only (no TCP), trusted, and stopped and
-removed afterwards. As root (CI), the server runs as the `postgres` user, which initdb requires."""
+"""A real PostgreSQL server for the tests and benchmarks that need one (tests/conftest.py's
+`postgres_url`, bench/class_soak.py): made with Debian's own initdb in a temporary folder,
+listening on a Unix socket there only (no TCP), trusted, and stopped and removed afterwards. As
+root (CI), the server runs as the `postgres` user, which initdb requires. No pytest here, so a
+benchmark runs without it."""
 
 from __future__ import annotations
 

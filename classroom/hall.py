@@ -452,12 +452,19 @@ class ClassHall:
                 room.seen.pop(student, None)
         return sum(now - last <= PRESENCE_S for last in list(room.seen.values()))
 
-    def guess(self, room: LiveRoom, student: str, text: str | None = None, token_id: int | None = None) -> TokenPiece:
+    def guess(self, room: LiveRoom, student: str, text: str | None = None, token_id: int | None = None,
+              context: str | None = None) -> TokenPiece | None:
         """A student's guess for the next token: typed `text` (its first token counts) or a
         candidate's `token_id`. It replaces their earlier guess for this step. Returns the
-        token that counts. Raises RoomFull for a guess too long, ValueError for one that
-        cannot be a guess now (the message says why)."""
+        token that counts, or None, storing nothing, when `context` (the context the student's
+        controls were drawn for, or its first characters, as their keys hold them) is no longer
+        the room's: a browser sends every input's value with each rerun, so a field the reveal
+        replaced reaches the server again as a change if the page reruns before it has drawn the
+        new one, and must not become a guess for the next token. Raises RoomFull for a guess too
+        long, ValueError for one that cannot be a guess now (the message says why)."""
         snapshot = room.snapshot
+        if context is not None and not snapshot.context.startswith(context):
+            return None
         if snapshot.finished:
             raise ValueError("The generation has finished: there is no next token to guess.")
         if not self.store.is_student(room.code, student):

@@ -96,12 +96,12 @@ def on_leave() -> None:
 
 def on_guess_text(key: str) -> None:
     if text := (S.get(key) or "").strip():
-        control.guess(S, hall(), text=text)
+        control.guess(S, hall(), text=text, context=key.removeprefix(CLASS.guess_text))
 
 
 def on_guess_pick(key: str) -> None:
     if (token_id := S.get(key)) is not None:
-        control.guess(S, hall(), token_id=token_id)
+        control.guess(S, hall(), token_id=token_id, context=key.removeprefix(CLASS.guess_pick))
 
 
 # ---- the lobby -------------------------------------------------------------------------------

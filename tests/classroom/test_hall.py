@@ -119,6 +119,22 @@ def test_a_guess_needs_a_joined_student_and_a_step_to_come(tiny_lm, tmp_path) ->
         hall.guess(room, "a", token_id=12345)
 
 
+def test_a_guess_from_controls_drawn_before_the_reveal_is_not_taken_for_the_next_token(tiny_lm, tmp_path) -> None:
+    # a page that reruns before it has drawn the reveal sends the old field's value again (bench.class_soak)
+    hall = make_hall(tiny_lm, tmp_path / "c.db")
+    room, _ = hall.start(new_generation(tiny_lm))
+    hall.join(room, "a", "")
+    before = room.snapshot.context
+    assert hall.guess(room, "a", text="abc", context=before[:16]) is not None
+    room.generation.step()
+    hall.publish(room, room.generation)
+    assert hall.guess(room, "a", text="abc", context=before[:16]) is None
+    assert hall.guess(room, "a", token_id=12345, context=before[:16]) is None  # no refusal to show either
+    assert hall.class_tally(room).total == 0 and hall.own_guess(room, "a") is None
+    assert hall.guess(room, "a", text="xyz", context=room.snapshot.context[:16]) is not None
+    assert hall.class_tally(room).total == 1
+
+
 def test_caps_on_rooms_students_and_names_are_refused_with_the_limit_named(tiny_lm, tmp_path) -> None:
     hall = make_hall(tiny_lm, tmp_path / "c.db", max_rooms=1, max_students=2, max_name_chars=4)
     room, _ = hall.start(new_generation(tiny_lm))

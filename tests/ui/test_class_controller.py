@@ -122,3 +122,20 @@ def test_the_rooms_generation_is_not_put_away_in_an_idle_spell_so_the_next_step_
     with counted_passes(tiny_lm) as passes:
         assert control.as_presenter(presenter, hall, stepper.step)
     assert len(room.generation.steps) == 4 and len(passes) == 1
+
+
+def test_a_guess_from_a_field_drawn_for_a_step_the_room_has_passed_is_not_counted(tiny_lm, tmp_path) -> None:
+    hall, throttle = make_hall(tiny_lm, tmp_path / "rooms.sqlite3"), WrongCodeThrottle()
+    teacher: dict = {}
+    control.start_class(teacher, hall, tiny_lm, None, TEACHER)
+    student: dict = {}
+    control.join(student, hall, teacher[CLASS.code], None, STUDENT_BROWSER, throttle)
+    room = control.current_room(student, hall)
+    drawn_for = room.snapshot.context[:16]  # as the page keys the field
+    control.guess(student, hall, text="b", context=drawn_for)
+    room.generation.step()
+    hall.publish(room, room.generation)  # the reveal: a new field, keyed by the new context
+    control.guess(student, hall, text="b", context=drawn_for)  # the old field's value, sent again by a rerun
+    assert hall.class_tally(room).total == 0 and control.problem(student, "guess") is None
+    control.guess(student, hall, text="c", context=room.snapshot.context[:16])
+    assert hall.class_tally(room).total == 1

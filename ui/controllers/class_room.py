@@ -265,16 +265,21 @@ def follow(state: State, hall: ClassHall) -> Snapshot | None:
     return room.snapshot
 
 
-def guess(state: State, hall: ClassHall, text: str | None = None, token_id: int | None = None) -> None:
-    """This student's guess for the next token (typed, or a candidate chip)."""
+def guess(state: State, hall: ClassHall, text: str | None = None, token_id: int | None = None,
+          context: str | None = None) -> None:
+    """This student's guess for the next token (typed, or a candidate chip), from controls drawn
+    for `context` (the start of the room's context key, as the controls' keys hold it): a field
+    the room has moved past since is ignored (ClassHall.guess says why)."""
     room = current_room(state, hall) if role(state) == STUDENT else None
     if room is None:
         _say(state, "guess", "Join a room as a student to guess.")
         return
     try:
-        piece = hall.guess(room, state[CLASS.student], text=text, token_id=token_id)
+        piece = hall.guess(room, state[CLASS.student], text=text, token_id=token_id, context=context)
     except (ValueError, RoomFull, StoreError) as exc:
         _say(state, "guess", str(exc))
+        return
+    if piece is None:  # an old step's field, sent again with a rerun: no guess, nothing to say
         return
     _say(state, "guess", None)
     state[CLASS.my_guess] = (room.snapshot.context, piece.text)

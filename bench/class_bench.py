@@ -1,6 +1,7 @@
 """Class benchmark: one presenter steps a room while N students follow it and guess.
 
     .venv/bin/python -m bench.class_bench [--students 10,30,60] [--steps 8] [--idle 10] [--busy] [--timer-only]
+                                          [--two-servers]
 
 For each student count N the benchmark starts a fresh `streamlit run app.py` (its own rooms
 database in a temporary folder, its follow endpoint on a free port), and drives it with the
@@ -18,9 +19,14 @@ The presenter opens /class and presses Start a class; N students open the studen
       types a guess 0.3-2 s later. Presenter Step: from sending the click to its run's script_finished.
       Follow delay: from sending the click (the room publishes the step during that run) to the first
       answer of the endpoint or the end of the first run a follower receives (whichever comes
-      first) that shows the new token count, pooled over students
-      and steps. --busy: one spinning process per CPU runs through the steps (a shared machine);
+      first) that shows the new token count, pooled over students and steps. Rerun delay: to the
+      first fragment run that draws it (the student's own guess field and score, the reveal).
+      --busy: one spinning process per CPU runs through the steps (a shared machine);
   RSS/student: the server's resident memory with the students in, less before they came, over N.
+
+--two-servers: the rooms live in a PostgreSQL server the bench starts (Debian's initdb, as the tests
+do), the presenter's page is on one `streamlit run` and the students' on another, so every step
+reaches the students' server by the database's notification (classroom/store_pg.py).
 
 Every loop is bounded in count and time. Results go to bench/results/class_bench.json; the load
 average is printed with them (figures taken while other work runs on the machine are inflated).
@@ -113,7 +119,8 @@ class Student:
         self.asked = -1  # the latest version this page's trigger asked for
         self.triggers = 0
         self.landed = asyncio.Event()  # the fragment drew what the trigger asked for
-        self.seen_at: dict[int, float] = {}
+        self.seen_at: dict[int, float] = {}  # steps -> when the page first showed them
+        self.ran_at: dict[int, float] = {}  # steps -> when a fragment run first drew them (guess field, reveal)
         self.errors = 0
         self.guessed: set[int] = set()
         self.to_send: asyncio.Queue = asyncio.Queue()
@@ -130,6 +137,8 @@ class Student:
             self.landed.set()
         steps = shown_steps((*result.texts, self.visitor.components[SIGNAL].data.get("view", "")))
         self.saw(steps)
+        if steps is not None:
+            self.ran_at.setdefault(steps, time.perf_counter())
         fields = [key for key in self.visitor.text_fields if key.startswith(GUESS_FIELD)]
         if steps and steps not in self.guessed and fields:
             self.guessed.add(steps)
@@ -208,8 +217,11 @@ class BusyCores:
 
 
 async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float, busy: bool = False,
-                      push: bool = True) -> dict:
-    presenter = await Visitor.open(url, "", timeout=OPEN_TIMEOUT_S, button_keys=(START,), page_name=PAGE)
+                      push: bool = True, presenter_url: str | None = None) -> dict:
+    """One class: the presenter on `presenter_url` (default `url`), the students on `url`, whose
+    server `pid` is the one measured."""
+    presenter = await Visitor.open(presenter_url or url, "", timeout=OPEN_TIMEOUT_S, button_keys=(START,),
+                                   page_name=PAGE)
     await presenter.click(START)
     await presenter.rerun(rerun_message(presenter.query_string, presenter.page_script_hash, url=presenter.url,
                                         page_name=PAGE), (STEP,))
@@ -226,7 +238,7 @@ async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float,
     idle_cpu = await server_cpu_share(pid, idle_s)
     idle_client = (time.process_time() - client_start) / (time.perf_counter() - wall_start)
     rss_after = rss_mb(pid)
-    step_seconds, delays, missed = [], [], 0
+    step_seconds, delays, reruns, missed = [], [], [], 0
     steps_cpu = cpu_seconds(pid)
     with BusyCores(busy):
         for k in range(1, steps + 1):
@@ -234,10 +246,11 @@ async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float,
             result = await presenter.click(STEP)
             step_seconds.append(result.seconds)
             deadline = started + FOLLOW_TIMEOUT_S
-            while time.perf_counter() < deadline and not all(k in s.seen_at for s in students):
+            while time.perf_counter() < deadline and not all(k in s.ran_at for s in students):
                 await asyncio.sleep(0.02)
             delays += [s.seen_at[k] - started for s in students if k in s.seen_at]
-            missed += sum(k not in s.seen_at for s in students)
+            reruns += [s.ran_at[k] - started for s in students if k in s.ran_at]
+            missed += sum(k not in s.seen_at or k not in s.ran_at for s in students)
             await asyncio.sleep(max(0.0, STEP_GAP_S - (time.perf_counter() - started)))
     steps_cpu = cpu_seconds(pid) - steps_cpu
     done.set()
@@ -248,6 +261,7 @@ async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float,
         "students": count, "steps": steps,
         "presenter_step_p50_s": percentile(step_seconds, 50), "presenter_step_p95_s": percentile(step_seconds, 95),
         "follow_p50_s": percentile(delays, 50), "follow_p95_s": percentile(delays, 95), "follow_max_s": max(delays),
+        "rerun_p50_s": percentile(reruns, 50), "rerun_p95_s": percentile(reruns, 95),
         "missed": missed, "errors": sum(s.errors for s in students) + len(presenter_errors(presenter)),
         "error_samples": sorted({e[:200] for e in [*presenter_errors(presenter), *(e for v in visitors
                                                                                    for e in v.errors)]})[:5],
@@ -256,7 +270,8 @@ async def class_round(url: str, pid: int, count: int, steps: int, idle_s: float,
         "idle_client_cpu_share": idle_client,
         "rss_per_student_mb": (rss_after - rss_before) / count,
         "follow_interval_s": students[0].interval,
-        "busy": busy, "push": push, "triggers": sum(s.triggers for s in students),
+        "busy": busy, "push": push, "two_servers": presenter_url not in (None, url),
+        "triggers": sum(s.triggers for s in students),
         "server_cpu_per_step_s": steps_cpu / steps,  # the step, its reveal and peek, the follows, the guesses
     }
 
@@ -266,7 +281,7 @@ def row(r: dict) -> str:
             f"{r['follow_p50_s']:>8.2f} {r['follow_p95_s']:>8.2f} {r['follow_max_s']:>8.2f} "
             f"{100 * r['idle_cpu_per_follower_share']:>9.2f}% {100 * r['idle_server_cpu_share']:>8.0f}% "
             f"{r['rss_per_student_mb']:>8.2f} {r['missed']:>6} {r['errors']:>6} "
-            f"{100 * r['idle_client_cpu_share']:>7.0f}%")
+            f"{100 * r['idle_client_cpu_share']:>7.0f}% {r['rerun_p50_s']:>8.2f} {r['rerun_p95_s']:>8.2f}")
 
 
 def parse_students(text: str) -> tuple[int, ...]:
@@ -285,25 +300,41 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--busy", action="store_true", help="a spinning process per CPU through the steps")
     parser.add_argument("--timer-only", action="store_true",
                         help="students follow with the fragment's timer alone (the endpoint out of reach)")
+    parser.add_argument("--two-servers", action="store_true",
+                        help="rooms in a PostgreSQL server the bench starts; the presenter on one app process, "
+                             "the students on another")
     args = parser.parse_args(argv)
     if not 1 <= args.idle <= 120:
         parser.error("--idle: seconds from 1 to 120")
     load_before = os.getloadavg()
     results = []
     for count in args.students:
-        with tempfile.TemporaryDirectory() as folder:
-            env = {"TBT_CLASS_DB": str(Path(folder) / "class.sqlite3"), "TBT_FOLLOW_PORT": str(free_port())}
-            with served_app_process(RESULTS / "class_bench_server.log", env=env) as (url, pid):
-                results.append(asyncio.run(class_round(url, pid, count, args.steps, args.idle, args.busy,
-                                                       not args.timer_only)))
+        with contextlib.ExitStack() as stack:
+            if args.two_servers:
+                from bench.postgres import fresh_database, postgres_server
+
+                rooms = {"TBT_ROOMS_URL": fresh_database(stack.enter_context(postgres_server()))}
+            else:
+                rooms = {"TBT_CLASS_DB": str(Path(stack.enter_context(tempfile.TemporaryDirectory())) / "c.sqlite3")}
+            url, pid = stack.enter_context(served_app_process(
+                RESULTS / "class_bench_server.log", env=rooms | {"TBT_FOLLOW_PORT": str(free_port())}))
+            presenter_url = url
+            if args.two_servers:
+                presenter_url, _ = stack.enter_context(served_app_process(
+                    RESULTS / "class_bench_presenter.log", env=rooms | {"TBT_FOLLOW_PORT": str(free_port())}))
+            results.append(asyncio.run(class_round(url, pid, count, args.steps, args.idle, args.busy,
+                                                   not args.timer_only, presenter_url)))
     load_after = os.getloadavg()
     print(f"{'students':>8} {'step p50':>8} {'step p95':>8} {'follow50':>8} {'follow95':>8} {'followmx':>8} "
-          f"{'idle/flw':>10} {'idle srv':>9} {'RSS MB/s':>8} {'missed':>6} {'errors':>6} {'client':>8}")
+          f"{'idle/flw':>10} {'idle srv':>9} {'RSS MB/s':>8} {'missed':>6} {'errors':>6} {'client':>8} "
+          f"{'rerun50':>8} {'rerun95':>8}")
     for result in results:
         print(row(result))
     print(f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f} on {os.cpu_count()} CPUs "
           f"(timer {results[0]['follow_interval_s']:g} s; {'timer only' if args.timer_only else 'endpoint + timer'}"
-          f"{'; both cores busy through the steps' if args.busy else ''}; triggers {results[-1]['triggers']})")
+          f"{'; both cores busy through the steps' if args.busy else ''}"
+          f"{'; presenter and students on two servers, rooms in PostgreSQL' if args.two_servers else ''}"
+          f"; triggers {results[-1]['triggers']})")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "class_bench.json").write_text(json.dumps({"results": results, "load_average_1min":
                                                           [load_before[0], load_after[0]]}, indent=1))

@@ -106,7 +106,9 @@ async def http_get(host: str, port: int, path: str, timeout: float) -> tuple[int
     finally:
         writer.close()
     head, _, body = raw.partition(b"\r\n\r\n")
-    return int(head.split()[1]), body
+    if len(fields := head.split()) < 2:  # the server went away mid-request: a browser's fetch rejects
+        raise ConnectionError("the follow endpoint closed the connection without an answer")
+    return int(fields[1]), body
 
 
 class Student:

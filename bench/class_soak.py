@@ -116,7 +116,7 @@ async def healthy(base_url: str) -> bool:
     host, port = base_url.split("//", 1)[1].split(":")
     try:
         status, _ = await http_get(host, int(port), "/_stcore/health", 2.0)
-    except (OSError, TimeoutError, ValueError, IndexError):
+    except (OSError, TimeoutError, ValueError):
         return False
     return status == 200
 
@@ -262,17 +262,6 @@ class SoakStudent(Student):
         return sent is not None and sent.confirmed and not self.waiting and context not in self.wants_chip
 
     # ---- the connection -----------------------------------------------------------------------
-
-    async def poll(self, host: str) -> None:
-        """class_bench's long poll, asked again after a failure its loop does not catch: a server
-        killed under a held request answers nothing, and http_get reads no status line (IndexError),
-        where the browser's fetch fails and the follow element asks again after its back-off."""
-        while True:
-            try:
-                await super().poll(host)
-            except IndexError:
-                self.errors += 1
-                await asyncio.sleep(2.0)
 
     async def follow(self, until: asyncio.Event) -> None:
         host = self.visitor.url.split("//", 1)[1].split(":", 1)[0]

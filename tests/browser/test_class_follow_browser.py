@@ -84,6 +84,8 @@ def test_a_presenters_step_shows_from_the_endpoint_then_reruns_only_the_follow_f
     student.wait_for_function("window.tbtTriggeredAt !== null", timeout=10_000)
     shown_at, triggered_at = student.evaluate("[window.tbtShownAt, window.tbtTriggeredAt]")
     assert shown_at is not None and shown_at <= triggered_at  # on screen from the answer, before any rerun
+    said = view.get_by_role("status").text_content()  # what a screen reader announces of the step
+    assert said.startswith("1 token generated") and "The newest token: '" in said
     triggered = [msg.rerun_script for msg in sent[before:] if any(
         widget.json_trigger_value for widget in msg.rerun_script.widget_states.widgets)]
     assert triggered, "the step reached the page by its timer, not by the endpoint"

@@ -61,6 +61,7 @@ def test_a_projected_lesson_with_three_students(browser, tmp_path_factory) -> No
             assert "the class named it" in shown
             page.screenshot(path=str(SHOTS / f"student_{name.split()[0]}.png"), full_page=True)
             assert not serious(page), name
+        presenter.get_by_text(re.compile("revealed: the model wrote")).first.wait_for(timeout=30_000)  # a busy machine
         settle(presenter)
         presenter.screenshot(path=str(SHOTS / "presenter_1280x720.png"))
         projected = presenter.locator("[data-testid='stMain']").inner_text()

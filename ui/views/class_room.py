@@ -25,7 +25,7 @@ from engine import stop_sequence_states
 from ui.views.bars import Bar, BarRow, bars_html, distribution_bars_html
 from ui.views.charts import RAW_COLOUR
 from ui.views.chips import context_html, prompt_chips
-from ui.views.format import esc, pct, quoted
+from ui.views.format import esc, pct, quoted, sr_only
 from ui.views.records import LINE_CSS, decoded_text_html
 
 CLASS_COLOUR = "#2b8a3e"  # the class's guesses: green beside the model's blue
@@ -58,6 +58,8 @@ def status_html(snapshot: Snapshot) -> str:
             "tokens")
     if snapshot.finish_reason:
         text += f" · <b>finished: {esc(snapshot.finish_reason.replace('_', ' '))}</b>"
+    if snapshot.steps:  # what a screen reader says of a new step (ui/widgets/follow.py announces this line)
+        text += sr_only(f". The newest token: {quoted(snapshot.steps[-1].token.text)}.")
     return f'<div class="tbt-class-status" data-steps="{count}">{text}</div>'
 
 

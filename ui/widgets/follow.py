@@ -24,6 +24,7 @@ import streamlit as st
 from classroom import ClassHall
 from ui.server.follow_endpoint import follow_address
 from ui.session.keys import CLASS
+from ui.views.format import SR_ONLY_STYLE
 
 MOVED = "moved"  # the trigger's event: the room's version the endpoint reported
 TICK_MS = 750  # without the endpoint: a rerun this often (the fragment timer's old interval)
@@ -40,6 +41,9 @@ function show(poller, version, view) {
   if (typeof view !== "string" || version <= poller.shown) return;
   poller.shown = version;
   poller.view.innerHTML = view;
+  // a screen reader hears the status line (count, newest token) when it changes, not the whole view
+  const said = poller.view.querySelector(".tbt-class-status")?.textContent ?? "";
+  if (said !== poller.live.textContent) poller.live.textContent = said;
 }
 
 function urlOf(data, after) {
@@ -108,10 +112,12 @@ export default function (component) {
   const { data, parentElement, setTriggerValue } = component;
   let poller = pollers.get(parentElement);
   if (poller === undefined) {
-    const view = document.createElement("div");
+    const view = document.createElement("div"), live = document.createElement("div");
     view.className = "tbt-follow-view";
-    parentElement.replaceChildren(view);
-    poller = { data, asked: -1, failures: 0, stopped: false, trigger: setTriggerValue, view, shown: -1 };
+    live.setAttribute("role", "status");
+    live.style.cssText = "__SR_ONLY__";
+    parentElement.replaceChildren(view, live);
+    poller = { data, asked: -1, failures: 0, stopped: false, trigger: setTriggerValue, view, live, shown: -1 };
     pollers.set(parentElement, poller);
     show(poller, data.version, data.view);
     poll(poller);
@@ -140,7 +146,7 @@ export default function (component) {
     pollers.delete(parentElement);
   };
 }
-""".replace("__MOVED__", MOVED).replace("__TICK__", str(TICK_MS))
+""".replace("__MOVED__", MOVED).replace("__TICK__", str(TICK_MS)).replace("__SR_ONLY__", SR_ONLY_STYLE)
 
 
 @cache

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import json
 import re
 import secrets
@@ -43,6 +44,13 @@ STEP_KEY, RUN_KEY, BACK_KEY, RESET_KEY = (CLASS.presenter + key for key in (STEP
                                                                               STEP.reset))
 PRESENTER_BUTTONS = (STEP_KEY, RUN_KEY, BACK_KEY, RESET_KEY, CLASS.quiz_before, CLASS.quiz_after, CLASS.quiz_close)
 NAMES = ("Ada Zephyrine", "Bob Quixote")  # found nowhere but on their own screens, the presenter's and the download
+
+def run_alone(coroutine):
+    """`coroutine` on an event loop of its own thread: in the whole suite, Playwright's sync API
+    keeps a loop running in this one, where asyncio.run refuses to start."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
 
 
 # ---- a browser without the browser -------------------------------------------------------------
@@ -298,7 +306,7 @@ async def run_lesson(server: Server) -> Lesson:
 
 @pytest.fixture(scope="module")
 def lesson(server: Server) -> Lesson:
-    return asyncio.run(run_lesson(server))
+    return run_alone(run_lesson(server))
 
 
 # ---- 1. the presenter's secret and the teacher's download reach no student ---------------------
@@ -404,7 +412,7 @@ async def forge_the_presenters_widgets(server: Server) -> None:
 
 
 def test_a_student_or_a_visitor_without_a_room_sending_the_presenters_widgets_moves_nothing(server) -> None:
-    asyncio.run(forge_the_presenters_widgets(server))
+    run_alone(forge_the_presenters_widgets(server))
 
 
 # ---- 3. a wrong secret makes no presenter; a student link cannot be made a presenter link --------
@@ -437,7 +445,7 @@ async def forge_presenter_links(server: Server) -> None:
 
 
 def test_a_wrong_secret_makes_no_presenter_and_a_student_link_cannot_be_made_one(server) -> None:
-    asyncio.run(forge_presenter_links(server))
+    run_alone(forge_presenter_links(server))
 
 
 # ---- 4. rate limits hold -------------------------------------------------------------------------
@@ -472,7 +480,7 @@ async def wrong_codes_slowed(server: Server) -> None:
 
 
 def test_repeated_wrong_codes_and_secrets_from_one_browser_are_slowed_and_others_are_not(server) -> None:
-    asyncio.run(wrong_codes_slowed(server))
+    run_alone(wrong_codes_slowed(server))
 
 
 async def caps_hold(server: Server) -> None:
@@ -511,7 +519,7 @@ async def caps_hold(server: Server) -> None:
 
 
 def test_length_caps_the_students_cap_and_the_follow_endpoints_cap_hold_against_crafted_requests(server) -> None:
-    asyncio.run(caps_hold(server))
+    run_alone(caps_hold(server))
 
 
 # ---- and the server's log, after everything above -------------------------------------------------

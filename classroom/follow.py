@@ -176,7 +176,7 @@ class FollowApp:
                 return self._news(code, version)
             await self.waits.next_version(code, left)
         version = self.version_of(code)
-        return Reply(404, NOT_FOUND) if version is None else Reply(200, json.dumps({"version": version}).encode())
+        return Reply(404, NOT_FOUND) if version is None else _version(version)
 
     def _news(self, code: str, version: int) -> Reply:
         """The room's new version, with the view of it: encoded once, however many students ask."""
@@ -185,13 +185,18 @@ class FollowApp:
             return Reply(200, kept[1])
         found = self.view_of(code) if self.view_of is not None else None
         if found is None or found[0] < version:  # no view (or an older one): the number alone
-            return Reply(200, json.dumps({"version": version}).encode())
+            return _version(version)
         body = json.dumps({"version": found[0], "view": found[1]}).encode()
         self._answers[code] = (found[0], body)
         self._answers.move_to_end(code)
         while len(self._answers) > KEPT_ANSWERS:
             self._answers.popitem(last=False)
         return Reply(200, body)
+
+
+def _version(version: int) -> Reply:
+    """The version alone: a page held to the end with no news, or with no view to send."""
+    return Reply(200, json.dumps({"version": version}).encode())
 
 
 def _whole(text: str) -> int | None:

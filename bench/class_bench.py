@@ -45,12 +45,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from websockets.exceptions import WebSocketException
 
 from bench.appserver import free_port, served_app_process
 from bench.load_bench import parse_visitors, percentile, rss_mb
+from bench.postgres import fresh_database, postgres_server
 from bench.streamlit_client import Visitor, rerun_message
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,6 +76,28 @@ def cpu_seconds(pid: int) -> float:
     """A process's user + system CPU time so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def steps_in(visitor: Visitor, result) -> int | None:
+    """The tokens a student's page shows after `result`: in the run's texts, or in the view the
+    follow element was drawn with (ui/widgets/follow.py)."""
+    element = visitor.components.get(SIGNAL)
+    view = element.data.get("view", "") if element is not None and isinstance(element.data, dict) else ""
+    return shown_steps((*result.texts, view))
+
+
+@contextlib.contextmanager
+def rooms_for(store: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """The rooms' database for `store` ("sqlite": a file in a temporary folder; "postgres": a fresh
+    database on a PostgreSQL server started for it): (where it is, the app server's environment)."""
+    if store == "postgres":
+        with postgres_server() as admin:
+            url = fresh_database(admin)
+            yield url, {"TBT_ROOMS_URL": url}
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / "class.sqlite3")
+        yield path, {"TBT_CLASS_DB": path}
 
 
 def presenter_errors(presenter: Visitor) -> list[str]:
@@ -137,7 +161,7 @@ class Student:
         self.errors += len(result.errors)
         if self.drawn() >= self.asked:
             self.landed.set()
-        steps = shown_steps((*result.texts, self.visitor.components[SIGNAL].data.get("view", "")))
+        steps = steps_in(self.visitor, result)
         self.saw(steps)
         if steps is not None:
             self.ran_at.setdefault(steps, time.perf_counter())
@@ -312,12 +336,7 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for count in args.students:
         with contextlib.ExitStack() as stack:
-            if args.two_servers:
-                from bench.postgres import fresh_database, postgres_server
-
-                rooms = {"TBT_ROOMS_URL": fresh_database(stack.enter_context(postgres_server()))}
-            else:
-                rooms = {"TBT_CLASS_DB": str(Path(stack.enter_context(tempfile.TemporaryDirectory())) / "c.sqlite3")}
+            _, rooms = stack.enter_context(rooms_for("postgres" if args.two_servers else "sqlite"))
             url, pid = stack.enter_context(served_app_process(
                 RESULTS / "class_bench_server.log", env=rooms | {"TBT_FOLLOW_PORT": str(free_port())}))
             presenter_url = url

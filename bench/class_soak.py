@@ -51,9 +51,8 @@ import random
 import re
 import secrets
 import signal
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,16 +65,15 @@ from bench.class_bench import (
     GUESSES,
     OPEN_TIMEOUT_S,
     PAGE,
-    SIGNAL,
     START,
     STEP,
     Student,
     http_get,
-    shown_steps,
+    rooms_for,
+    steps_in,
 )
 from bench.determinism_bench import cpu_name
 from bench.load_bench import percentile, rss_mb
-from bench.postgres import fresh_database, postgres_server
 from bench.streamlit_client import RunResult, Visitor, VisitorError, rerun_message
 from classroom.hall import context_key
 from classroom.store import RoomStore
@@ -317,14 +315,6 @@ class SoakStudent(Student):
             await self.visitor.listen(self.on_run, stop)
         except (WebSocketException, VisitorError):
             self.closed.set()
-
-
-def steps_in(visitor: Visitor, result: RunResult) -> int | None:
-    """The tokens a student's page shows after `result`: in the run's texts, or in the view the
-    follow element was drawn with (ui/widgets/follow.py)."""
-    element = visitor.components.get(SIGNAL)
-    view = element.data.get("view", "") if element is not None and isinstance(element.data, dict) else ""
-    return shown_steps((*result.texts, view))
 
 
 @dataclass
@@ -603,19 +593,6 @@ async def lesson(server: Server, rooms: str, count: int, steps: int, gap_s: floa
         "presenter_step_p50_s": percentile(clicks, 50), "presenter_step_p95_s": percentile(clicks, 95),
         "restart": restarted, "wall_s": wall,
     }
-
-
-@contextlib.contextmanager
-def rooms_for(store: str) -> Iterator[tuple[str, dict[str, str]]]:
-    """The rooms' database for `store`: (where the bench reads it, the server's environment)."""
-    if store == "postgres":
-        with postgres_server() as admin:
-            url = fresh_database(admin)
-            yield url, {"TBT_ROOMS_URL": url}
-        return
-    with tempfile.TemporaryDirectory() as folder:
-        path = str(Path(folder) / "class.sqlite3")
-        yield path, {"TBT_CLASS_DB": path}
 
 
 def soak(store: str, count: int, steps: int, gap_s: float, logs: Path = RESULTS) -> dict:

@@ -26,10 +26,9 @@ from urllib.parse import urlsplit
 import pytest
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-from websockets.asyncio.client import connect
 
 from bench.appserver import free_port, served_app_process
-from bench.streamlit_client import STREAM_PATH, Visitor, rerun_message
+from bench.streamlit_client import Visitor, rerun_message
 from classroom.codes import secret_digest
 from classroom.hall import REFUSED
 from tests.browser.conftest import ARTIFACTS
@@ -124,13 +123,8 @@ class Browser(Visitor):
 
 async def visit(url: str, query: str = "", buttons: tuple[str, ...] = (), cookie: str | None = None) -> Browser:
     """A browser of its own (its own XSRF cookie, which the server knows it by) opening /class?query."""
-    cookie = cookie or secrets.token_hex(16)
-    connection = await connect(url.replace("http://", "ws://", 1) + STREAM_PATH, subprotocols=["streamlit"],
-                               proxy=None, ping_interval=None, max_size=None, open_timeout=OPEN_TIMEOUT_S,
-                               additional_headers={"Cookie": f"_streamlit_xsrf={cookie}"})
-    browser = Browser(connection, f"{url}/{PAGE}?{query}", query, OPEN_TIMEOUT_S, page_name=PAGE)
-    await browser.rerun(rerun_message(query, url=browser.url, page_name=PAGE), buttons)
-    return browser
+    return await Browser.open(url, query, timeout=OPEN_TIMEOUT_S, button_keys=buttons, page_name=PAGE,
+                              cookie=f"_streamlit_xsrf={cookie or secrets.token_hex(16)}")
 
 
 async def http_get(url: str, port: int, path: str, timeout: float = 30) -> tuple[int, dict[str, str], str]:

@@ -12,6 +12,7 @@ unreadable file is reported and never crashes a page.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -220,8 +221,11 @@ class RoomStore:
                  "LEFT JOIN students s ON s.code = g.code AND s.student = g.student WHERE g.code = ?")
         params: list[object] = [code]
         if contexts is not None:
-            query += f" AND g.context IN ({','.join('?' * len(contexts))})"
-            params += contexts
+            # one statement text for any number of contexts: an IN list of one "?" per context made
+            # a statement per lesson length, each kept prepared in the connection's cache (a long
+            # lesson grew the server by hundreds of MB: docs/class.md, the soak)
+            query += " AND g.context IN (SELECT value FROM json_each(?))"
+            params.append(json.dumps(contexts))
         with self._run("read the guesses") as db:
             return [GuessRow(*row) for row in db.execute(query + " ORDER BY g.made", params)]
 

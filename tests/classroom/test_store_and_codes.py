@@ -109,6 +109,24 @@ def test_one_rooms_guesses_never_appear_in_another(tmp_path: Path) -> None:
     assert store.guesses("BBBBBB") == [] and store.guesses("BBBBBB", ("same context",)) == []
 
 
+
+def test_a_lessons_guesses_are_read_with_one_statement_whatever_its_length(tmp_path: Path) -> None:
+    """Each step's guesses are read on every Step for every step so far: a statement per lesson
+    length would each stay prepared in the connection's cache (hundreds of MB in a long lesson)."""
+    store = RoomStore(tmp_path / "c.db")
+    store.create("AAAAAA", "d", "{}", 0.0)
+    contexts = tuple(f"ctx{i}" for i in range(300))
+    for i, context in enumerate(contexts[::3]):
+        store.guess("AAAAAA", context, "s", f"g{i}", i, float(i))
+    store.guess("AAAAAA", "off the path", "s", "x", 1, 0.0)
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    for length in (1, 2, 300):
+        expected = [f"g{i}" for i in range((length + 2) // 3)]  # every third context was guessed
+        assert [g.text for g in store.guesses("AAAAAA", contexts[:length])] == expected
+    texts = {re.sub(r"'(?:[^']|'')*'", "?", s) for s in statements if "FROM guesses" in s}  # values left out
+    assert len(texts) == 1
+
 def test_a_corrupt_database_file_is_reported_not_raised_as_sqlite(tmp_path: Path) -> None:
     path = tmp_path / "class.sqlite3"
     path.write_bytes(b"this is not a database" * 100)

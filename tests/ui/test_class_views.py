@@ -3,10 +3,13 @@ each student's own score and the presenter's summary say what the records hold."
 
 from __future__ import annotations
 
+import dataclasses
+
 from classroom import ClassHall, ClassLimits, RoomStore
 from classroom.tally import OwnScore
 from engine import Generation, SamplerSettings, StopSettings
 from ui.controllers.class_room import summary
+from ui.views import class_room
 from ui.views.class_room import follow_html, lesson_html, own_score_html, summary_html
 
 
@@ -45,3 +48,16 @@ def test_a_students_own_score_and_the_presenters_summary_say_what_the_records_ho
     shown = summary_html(lesson, hall.quiz_phases(room))
     assert "<b>6</b> guesses from <b>2</b> students" in shown and "Hardest for the class" in shown
     assert lesson_html(snapshot.lesson, ()).count("<table") == 0  # the score alone before any board row
+
+
+
+def test_a_room_keeps_only_its_latest_view_built(tiny_lm, tmp_path) -> None:
+    """Each view holds the whole context: a long lesson must not keep one per Step."""
+    _, room = revealed_room(tiny_lm, tmp_path)
+    older = room.snapshot
+    newer = dataclasses.replace(older, version=older.version + 1)
+    newer_view = follow_html(newer)
+    assert follow_html(newer) is newer_view  # built once per version
+    follow_html(older)  # a page still on the older version: built for it, not kept
+    assert list(class_room._views).count(older.code) == 1
+    assert class_room._views[older.code] == (newer.version, newer_view)

@@ -4,7 +4,9 @@ every text a student typed (a guess, a name) is escaped, so none of it can becom
 Markdown on anyone's screen.
 
 A student's view of one room version is the same for every student, so it is built once per
-version (`follow_html`) and sent as written: 60 followers cost one build per Step, not 60.
+version (`follow_html`) and sent as written: 60 followers cost one build per Step, not 60. Only
+each room's latest view is kept: a view holds the whole context, so keeping many versions of a
+long lesson grew the server by megabytes a minute (docs/class.md, the soak).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ui.views.format import esc, pct, quoted, sr_only
 from ui.views.records import LINE_CSS, decoded_text_html
 
 CLASS_COLOUR = "#2b8a3e"  # the class's guesses: green beside the model's blue
-KEPT_VIEWS = 64  # room versions whose student view is kept built
+KEPT_VIEWS = 64  # rooms whose latest student view is kept built (above ClassLimits.max_rooms)
 BOARD_ROWS = 8  # the board's latest steps shown (the download has every one)
 CLASS_CSS = """<style>
 .st-key-cls_qr [data-testid="stElementToolbar"]{top:0}  /* its full-screen button on the image, not the header */
@@ -47,7 +49,7 @@ CLASS_CSS = """<style>
 .tbt-chips{overflow-wrap:anywhere}
 </style>"""
 
-_views: OrderedDict[tuple[str, int], tuple[str, str]] = OrderedDict()
+_views: OrderedDict[str, tuple[int, tuple[str, str]]] = OrderedDict()  # code -> (version, view)
 _views_lock = threading.Lock()
 
 
@@ -67,11 +69,11 @@ def follow_html(snapshot: Snapshot) -> tuple[str, str]:
     """Everything a student sees of one room version, built once per version: what goes above
     the guess controls (the room's state, the context with its colour key, the text so far), and
     what goes below them (the last reveal, the score), so a phone shows the guess first."""
-    key = (snapshot.code, snapshot.version)
     with _views_lock:
-        if key in _views:
-            _views.move_to_end(key)
-            return _views[key]
+        kept = _views.get(snapshot.code)
+        if kept is not None and kept[0] == snapshot.version:
+            _views.move_to_end(snapshot.code)
+            return kept[1]
     above = (CLASS_CSS + LINE_CSS + status_html(snapshot)
              + context_html(prompt_chips(snapshot.prompt_pieces), snapshot.steps, legend=bool(snapshot.steps))
              + decoded_text_html(snapshot.prompt_text, snapshot.output_text,
@@ -82,7 +84,10 @@ def follow_html(snapshot: Snapshot) -> tuple[str, str]:
     below = CLASS_CSS + below if below else ""
     body = (above, below)
     with _views_lock:
-        _views[key] = body
+        kept = _views.get(snapshot.code)
+        if kept is None or kept[0] <= snapshot.version:  # a late build of an older version keeps the newer
+            _views[snapshot.code] = (snapshot.version, body)
+            _views.move_to_end(snapshot.code)
         while len(_views) > KEPT_VIEWS:
             _views.popitem(last=False)
     return body

@@ -4,9 +4,11 @@ every text a student typed (a guess, a name) is escaped, so none of it can becom
 Markdown on anyone's screen.
 
 A student's view of one room version is the same for every student, so it is built once per
-version (`follow_html`) and sent as written: 60 followers cost one build per Step, not 60. Only
-each room's latest view is kept: a view holds the whole context, so keeping many versions of a
-long lesson grew the server by megabytes a minute (docs/class.md, the soak).
+version (`follow_html`) and sent as written: 60 followers cost one build per Step, not 60. Each
+room keeps its newest KEPT_VERSIONS views: a view holds the whole context, so keeping every
+version of a long lesson grew the server by megabytes a minute (docs/class.md, the soak), while
+the version before the newest is still being drawn by the pages that were running when a peek
+made the next one.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from ui.views.format import esc, pct, quoted, sr_only
 from ui.views.records import LINE_CSS, decoded_text_html
 
 CLASS_COLOUR = "#2b8a3e"  # the class's guesses: green beside the model's blue
-KEPT_VIEWS = 64  # rooms whose latest student view is kept built (above ClassLimits.max_rooms)
+KEPT_VIEWS = 64  # rooms whose student views are kept built (above ClassLimits.max_rooms)
+KEPT_VERSIONS = 2  # per room: the newest, and the one before it
 BOARD_ROWS = 8  # the board's latest steps shown (the download has every one)
 CLASS_CSS = """<style>
 .st-key-cls_qr [data-testid="stElementToolbar"]{top:0}  /* its full-screen button on the image, not the header */
@@ -49,7 +52,7 @@ CLASS_CSS = """<style>
 .tbt-chips{overflow-wrap:anywhere}
 </style>"""
 
-_views: OrderedDict[str, tuple[int, tuple[str, str]]] = OrderedDict()  # code -> (version, view)
+_views: OrderedDict[str, dict[int, tuple[str, str]]] = OrderedDict()  # code -> {version: view}
 _views_lock = threading.Lock()
 
 
@@ -70,10 +73,9 @@ def follow_html(snapshot: Snapshot) -> tuple[str, str]:
     the guess controls (the room's state, the context with its colour key, the text so far), and
     what goes below them (the last reveal, the score), so a phone shows the guess first."""
     with _views_lock:
-        kept = _views.get(snapshot.code)
-        if kept is not None and kept[0] == snapshot.version:
+        if (kept := _views.get(snapshot.code, {}).get(snapshot.version)) is not None:
             _views.move_to_end(snapshot.code)
-            return kept[1]
+            return kept
     above = (CLASS_CSS + LINE_CSS + status_html(snapshot)
              + context_html(prompt_chips(snapshot.prompt_pieces), snapshot.steps, legend=bool(snapshot.steps))
              + decoded_text_html(snapshot.prompt_text, snapshot.output_text,
@@ -84,10 +86,11 @@ def follow_html(snapshot: Snapshot) -> tuple[str, str]:
     below = CLASS_CSS + below if below else ""
     body = (above, below)
     with _views_lock:
-        kept = _views.get(snapshot.code)
-        if kept is None or kept[0] <= snapshot.version:  # a late build of an older version keeps the newer
-            _views[snapshot.code] = (snapshot.version, body)
-            _views.move_to_end(snapshot.code)
+        room = _views.setdefault(snapshot.code, {})
+        room[snapshot.version] = body
+        for version in sorted(room)[:-KEPT_VERSIONS]:  # a late build of an old version is not kept
+            del room[version]
+        _views.move_to_end(snapshot.code)
         while len(_views) > KEPT_VIEWS:
             _views.popitem(last=False)
     return body

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -57,6 +58,7 @@ from engine import (
     to_trace,
 )
 
+LOG = logging.getLogger(__name__)
 SYNC_EVERY_S = 0.5  # how often a room's stored version is read, at most, for another process's changes
 PRESENCE_S = 5.0  # a student seen this recently is connected (a follower's page checks every 3 s)
 EXPIRE_EVERY_S = 60.0  # how often idle rooms are looked for
@@ -158,7 +160,8 @@ class LiveRoom:
     changed_at: float = field(default_factory=time.monotonic)  # when students last got a new step to see
     seen: dict[str, float] = field(default_factory=dict)  # student -> last time seen
     # browser -> the secret it showed: a reload or a second tab of that browser opens the room as
-    # presenter again. Kept in this process only (after a restart the presenter link does it).
+    # presenter again, with its presenter link. The store keeps the browsers, not the secret: after
+    # a restart the browser is the presenter still, but its link cannot be shown again.
     presenter_browsers: dict[str, str] = field(default_factory=dict)
     stored_version: int = 0  # the store's version this process last wrote or caught up with
     checked_at: float = float("-inf")  # when this process last read the store's version (monotonic)
@@ -233,6 +236,10 @@ class ClassHall:
             room.presenter_browsers[browser] = secret
             while len(room.presenter_browsers) > PRESENTER_BROWSERS:
                 room.presenter_browsers.pop(next(iter(room.presenter_browsers)))
+        try:
+            self.store.trust(room.code, browser, self.clock(), PRESENTER_BROWSERS)
+        except StoreError as exc:  # the secret still works: only a reload after a restart needs the link
+            LOG.warning("Room %s's presenter browser was not stored: %s", room.code, exc)
 
     def trusted_secret(self, code_text: str, browser: str) -> str | None:
         """The secret `browser` showed for this room before, if it did (see trust_browser)."""
@@ -240,6 +247,17 @@ class ClassHall:
         with self._lock:
             room = self._rooms.get(code) if code is not None else None
         return room.presenter_browsers.get(browser) if room is not None else None
+
+    def trusted_presenter(self, code_text: str, browser: str) -> LiveRoom | None:
+        """The room, when `browser` showed its secret before (to this process or, stored, to one
+        before a restart); None otherwise, or when there is no such room."""
+        if not browser.startswith("cookie:"):
+            return None
+        try:
+            room = self.room(code_text)
+        except AccessRefused:
+            return None
+        return room if self.store.trusts(room.code, browser) else None
 
     def room(self, code_text: str) -> LiveRoom:
         """The open room with this code (typed as a student may type it). Raises AccessRefused."""

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from classroom.quiz import AnswerRow
 
-SCHEMA_VERSION = 2  # 2 added the quiz's tables; a file of version 1 gains them when opened
+SCHEMA_VERSION = 3  # 2 added the quiz's tables, 3 the presenter's browsers; an older file gains them when opened
+READABLE_VERSIONS = (0, 1, 2, SCHEMA_VERSION)  # 0: a new file
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rooms (
     code TEXT PRIMARY KEY,
@@ -63,6 +64,12 @@ CREATE TABLE IF NOT EXISTS quiz_answers (
     choice INTEGER NOT NULL,
     made REAL NOT NULL,
     PRIMARY KEY (code, phase, student, question)
+);
+CREATE TABLE IF NOT EXISTS presenter_browsers (
+    code TEXT NOT NULL REFERENCES rooms(code) ON DELETE CASCADE,
+    browser TEXT NOT NULL,
+    trusted REAL NOT NULL,
+    PRIMARY KEY (code, browser)
 );
 """
 
@@ -107,7 +114,7 @@ class RoomStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, 1, SCHEMA_VERSION):
+            if version not in READABLE_VERSIONS:
                 raise StoreError(f"The class database is of schema version {version}; this app reads "
                                  f"version {SCHEMA_VERSION}.")
             self._db.executescript(SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
@@ -187,6 +194,22 @@ class RoomStore:
             codes = [row[0] for row in db.execute("SELECT code FROM rooms WHERE touched < ?", (before,))]
             db.execute("DELETE FROM rooms WHERE touched < ?", (before,))
         return codes
+
+    # ---- the presenter's browsers ----------------------------------------------------------
+
+    def trust(self, code: str, browser: str, now: float, keep: int) -> None:
+        """`browser` showed the room's secret: it opens the room as presenter again, after a
+        restart too. Only the `keep` most recent browsers stay trusted."""
+        with self._run("note the presenter's browser") as db:
+            db.execute("INSERT INTO presenter_browsers VALUES (?, ?, ?) ON CONFLICT (code, browser) DO UPDATE "
+                       "SET trusted = excluded.trusted", (code, browser, now))
+            db.execute("DELETE FROM presenter_browsers WHERE code = ? AND browser NOT IN (SELECT browser FROM "
+                       "presenter_browsers WHERE code = ? ORDER BY trusted DESC, browser LIMIT ?)", (code, code, keep))
+
+    def trusts(self, code: str, browser: str) -> bool:
+        with self._run("look up the presenter's browser") as db:
+            return db.execute("SELECT 1 FROM presenter_browsers WHERE code = ? AND browser = ?",
+                              (code, browser)).fetchone() is not None
 
     # ---- students and guesses --------------------------------------------------------------
 

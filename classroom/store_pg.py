@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from classroom.quiz import AnswerRow
-from classroom.store import SCHEMA, SCHEMA_VERSION, GuessRow, RoomRow, StoreError
+from classroom.store import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, GuessRow, RoomRow, StoreError
 
 # SQLite's schema, in PostgreSQL's types
 PG_SCHEMA = re.sub(r"\bREAL\b", "DOUBLE PRECISION", SCHEMA) + """
@@ -45,7 +45,7 @@ class PostgresRoomStore:
                 self._db.execute("SELECT pg_advisory_xact_lock(7411)")  # two processes starting together
                 self._db.execute(PG_SCHEMA)
                 row = self._db.execute("SELECT value FROM tbt_meta WHERE key = 'schema'").fetchone()
-                if row is not None and row[0] not in (1, SCHEMA_VERSION):
+                if row is not None and row[0] not in READABLE_VERSIONS:
                     raise StoreError(f"The class database is of schema version {row[0]}; this app reads "
                                      f"version {SCHEMA_VERSION}.")
                 self._db.execute("INSERT INTO tbt_meta VALUES ('schema', %s) ON CONFLICT (key) DO UPDATE "
@@ -140,6 +140,21 @@ class PostgresRoomStore:
     def delete_idle(self, before: float) -> list[str]:
         with self._run("remove expired rooms") as db:
             return [row[0] for row in db.execute("DELETE FROM rooms WHERE touched < %s RETURNING code", (before,))]
+
+    # ---- the presenter's browsers ----------------------------------------------------------
+
+    def trust(self, code: str, browser: str, now: float, keep: int) -> None:
+        with self._run("note the presenter's browser") as db, db.transaction():
+            db.execute("INSERT INTO presenter_browsers VALUES (%s, %s, %s) ON CONFLICT (code, browser) DO UPDATE "
+                       "SET trusted = excluded.trusted", (code, browser, now))
+            db.execute("DELETE FROM presenter_browsers WHERE code = %s AND browser NOT IN (SELECT browser FROM "
+                       "presenter_browsers WHERE code = %s ORDER BY trusted DESC, browser LIMIT %s)",
+                       (code, code, keep))
+
+    def trusts(self, code: str, browser: str) -> bool:
+        with self._run("look up the presenter's browser") as db:
+            return db.execute("SELECT 1 FROM presenter_browsers WHERE code = %s AND browser = %s",
+                              (code, browser)).fetchone() is not None
 
     # ---- students and guesses --------------------------------------------------------------
 

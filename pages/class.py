@@ -153,10 +153,17 @@ def invite(code: str) -> None:
             st.markdown("**Student link**")
             st.code(student_link, language=None, wrap_lines=True)
             with st.popover("Presenter link (keep it to yourself)", icon=":material/key:"):
-                st.caption("It carries this room's secret: whoever opens it drives the room. It is shown only here, "
-                           "on the presenter's screen. This browser stays the presenter when it reloads or opens "
-                           "the room in another tab; another browser or device needs this link.")
-                st.code(f"{student_link}&key={S[CLASS.secret]}", language=None, wrap_lines=True)
+                if control.presenter_link_known(S):
+                    st.caption("It carries this room's secret: whoever opens it drives the room. It is shown only "
+                               "here, on the presenter's screen. This browser stays the presenter when it reloads or "
+                               "opens the room in another tab, after a server restart too; another browser or device "
+                               "needs this link.")
+                    st.code(f"{student_link}&key={S[CLASS.secret]}", language=None, wrap_lines=True)
+                else:
+                    st.caption("The server restarted since this browser opened the room as presenter: it is the "
+                               "presenter still, but the server keeps only a fingerprint of the room's secret, so it "
+                               "cannot show the presenter link again. Another device needs the link as it was shown "
+                               "when the room was made.")
 
 
 def setup_controls() -> None:

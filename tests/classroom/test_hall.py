@@ -176,6 +176,20 @@ def test_after_a_restart_every_room_comes_back_with_the_same_tokens_and_both_lin
     assert again.generation.step().index == 6  # and it goes on
 
 
+def test_after_a_restart_a_browser_that_showed_the_secret_is_the_presenter_still(tiny_lm, tmp_path) -> None:
+    hall = make_hall(tiny_lm, tmp_path / "c.db")
+    room, secret = hall.start(new_generation(tiny_lm))
+    hall.trust_browser(room, "cookie:teacher", secret)
+    hall.trust_browser(room, "address:10.0.0.7", secret)  # a shared address never counts
+    hall.store.close()
+    restarted = make_hall(tiny_lm, tmp_path / "c.db")
+    assert restarted.trusted_secret(room.code, "cookie:teacher") is None  # the secret itself is not stored
+    assert restarted.trusted_presenter(room.code.lower(), "cookie:teacher").code == room.code
+    for browser in ("cookie:student", "address:10.0.0.7", ""):
+        assert restarted.trusted_presenter(room.code, browser) is None
+    assert restarted.trusted_presenter("ZZZZZZ", "cookie:teacher") is None
+
+
 def test_a_room_whose_stored_trace_is_damaged_is_reported(tiny_lm, tmp_path) -> None:
     hall = make_hall(tiny_lm, tmp_path / "c.db")
     room, _ = hall.start(new_generation(tiny_lm))

@@ -24,6 +24,7 @@ from classroom import (
     tally,
 )
 from classroom.codes import secret_digest, secret_matches
+from classroom.store import SCHEMA
 from classroom.tally import board
 from classroom.throttle import FORGET_S, FREE_TRIES, MAX_S
 
@@ -126,6 +127,32 @@ def test_a_lessons_guesses_are_read_with_one_statement_whatever_its_length(tmp_p
         assert [g.text for g in store.guesses("AAAAAA", contexts[:length])] == expected
     texts = {re.sub(r"'(?:[^']|'')*'", "?", s) for s in statements if "FROM guesses" in s}  # values left out
     assert len(texts) == 1
+
+
+def test_the_presenters_browsers_are_kept_the_newest_few_and_go_with_their_room(tmp_path: Path) -> None:
+    store = RoomStore(tmp_path / "class.sqlite3")
+    store.create("AAAAAA", "d", "{}", now=0.0)
+    for i, browser in enumerate(("cookie:laptop", "cookie:tablet", "cookie:spare")):
+        store.trust("AAAAAA", browser, float(i), keep=2)
+    store.trust("AAAAAA", "cookie:tablet", 5.0, keep=2)  # again: the newest now, still one row
+    store.close()
+    again = RoomStore(tmp_path / "class.sqlite3")  # a restart
+    browsers = ("cookie:laptop", "cookie:tablet", "cookie:spare")
+    assert [again.trusts("AAAAAA", b) for b in browsers] == [False, True, True]
+    assert not again.trusts("BBBBBB", "cookie:tablet")  # per room
+    again.delete_idle(before=10.0)
+    assert again._db.execute("SELECT COUNT(*) FROM presenter_browsers").fetchone()[0] == 0
+
+
+def test_a_database_of_an_older_schema_gains_the_new_tables(tmp_path: Path) -> None:
+    path = tmp_path / "class.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.executescript(SCHEMA.split("CREATE TABLE IF NOT EXISTS presenter_browsers")[0] + "PRAGMA user_version = 2;")
+        db.execute("INSERT INTO rooms VALUES ('AAAAAA', 'd', 0, 0, 0, '{}')")
+    store = RoomStore(path)
+    store.trust("AAAAAA", "cookie:laptop", 1.0, keep=4)
+    assert store.trusts("AAAAAA", "cookie:laptop") and store.room("AAAAAA") is not None
+
 
 def test_a_corrupt_database_file_is_reported_not_raised_as_sqlite(tmp_path: Path) -> None:
     path = tmp_path / "class.sqlite3"

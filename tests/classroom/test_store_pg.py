@@ -57,6 +57,10 @@ def test_rooms_students_guesses_and_the_quiz_are_kept_as_in_the_file(store) -> N
     assert store.open_phase("ABC234") == "before" and len(store.quiz_answers("ABC234")) == 2
     store.close_quiz("ABC234", 10.0)
     assert store.open_phase("ABC234") is None
+    for i, browser in enumerate(("cookie:laptop", "cookie:tablet", "cookie:spare", "cookie:tablet")):
+        store.trust("ABC234", browser, 11.0 + i, keep=2)  # the tablet again: the newest, one row
+    browsers = ("cookie:laptop", "cookie:tablet", "cookie:spare")
+    assert [store.trusts("ABC234", b) for b in browsers] == [False, True, True]
     assert store.delete_idle(100.0) == ["ABC234"] and store.guesses("ABC234") == [] and not store.exists("ABC234")
 
 

@@ -47,6 +47,28 @@ def test_a_browser_that_opened_the_presenter_link_is_remembered_too(tiny_lm, tmp
     assert control.role(tablet_again) == control.PRESENTER
 
 
+def test_after_a_restart_the_presenters_browser_drives_the_room_again_without_its_link(tiny_lm, tmp_path) -> None:
+    from ui.controllers import step_through as stepper
+
+    hall, throttle = make_hall(tiny_lm, tmp_path / "rooms.sqlite3"), WrongCodeThrottle()
+    first: dict = {}
+    control.start_class(first, hall, tiny_lm, None, TEACHER)
+    code = first[CLASS.code]
+    hall.store.close()
+    restarted = make_hall(tiny_lm, tmp_path / "rooms.sqlite3")
+    back: dict = {}  # the page's reconnect: a new session, the room alone in the address
+    control.open_address(back, restarted, {"room": code}, TEACHER, throttle)
+    assert control.role(back) == control.PRESENTER and not control.presenter_link_known(back)
+    room = control.current_room(back, restarted)
+    assert control.as_presenter(back, restarted, stepper.step, room.snapshot.context)
+    assert len(room.generation.steps) == 1 and control.lesson_files(back, restarted) is not None
+    student: dict = {}
+    control.open_address(student, restarted, {"room": code}, STUDENT_BROWSER, throttle)
+    assert control.role(student) == control.STUDENT
+    forged = {**student, CLASS.role: control.PRESENTER, CLASS.presenter_browser: STUDENT_BROWSER}
+    assert control.current_room(forged, restarted) is None and control.lesson_files(forged, restarted) is None
+
+
 def test_a_press_in_a_presenter_tab_the_room_moved_past_is_refused_with_why_and_acts_on_what_it_saw(
         tiny_lm, tmp_path) -> None:
     from ui.controllers import step_through as stepper

@@ -114,8 +114,16 @@ def start_class(state: State, hall: ClassHall, lm: LoadedModel, scheduler: Forwa
     hall.trust_browser(room, browser, secret)
 
 
-def _become_presenter(state: State, room: LiveRoom, secret: str) -> None:
-    state.update({CLASS.role: PRESENTER, CLASS.code: room.code, CLASS.secret: secret})
+def _become_presenter(state: State, room: LiveRoom, secret: str | None, browser: str = "") -> None:
+    """This session drives the room: by its secret, or (`secret` None) by its browser, which
+    the store trusts from before a restart."""
+    state.update({CLASS.role: PRESENTER, CLASS.code: room.code})
+    if secret is not None:
+        state[CLASS.secret] = secret
+        state.pop(CLASS.presenter_browser, None)
+    else:
+        state.pop(CLASS.secret, None)
+        state[CLASS.presenter_browser] = browser
     presenter = presenter_state(state)
     init_defaults(presenter)
     write_generation(presenter, room.generation)  # the widgets show the room's settings
@@ -126,7 +134,8 @@ def open_address(state: State, hall: ClassHall, params: Mapping[str, str], brows
     """On a session's first run, a room link in the address: `room` alone makes a student,
     `room` and `key` (the secret) the presenter. A wrong one is refused, and counted against
     this browser like a wrong code. A browser that showed the secret before (a reload, a second
-    tab, a laptop waking up) opens `room` alone as presenter again: the server remembers it."""
+    tab, a laptop waking up, the server restarted since) opens `room` alone as presenter again:
+    the server remembers it."""
     if state.get(CLASS.address_read):
         return
     state[CLASS.address_read] = True
@@ -137,6 +146,9 @@ def open_address(state: State, hall: ClassHall, params: Mapping[str, str], brows
         if (room := _checked(state, throttle, browser, now, lambda: hall.presenter(params["room"], secret))):
             _become_presenter(state, room, secret)
             hall.trust_browser(room, browser, secret)
+        return
+    if (room := hall.trusted_presenter(params["room"], browser)) is not None:  # after a restart
+        _become_presenter(state, room, None, browser)
         return
     join(state, hall, params["room"], None, browser, throttle, now)
 
@@ -158,6 +170,7 @@ def join(state: State, hall: ClassHall, code_text: str, name: str | None, browse
     if (guessed := hall.guess_of(room, student)) is not None:  # a reload shows the guess it made
         state[CLASS.my_guess] = (room.snapshot.context, guessed)
     state.pop(CLASS.secret, None)
+    state.pop(CLASS.presenter_browser, None)
 
 
 def _checked(state: State, throttle: WrongCodeThrottle, browser: str, now: float | None,
@@ -190,7 +203,7 @@ def _student_id(browser: str) -> str:
 
 def leave(state: State) -> None:
     """Leave the room (this session only; the room stays)."""
-    for key in (CLASS.role, CLASS.code, CLASS.secret, CLASS.my_guess):
+    for key in (CLASS.role, CLASS.code, CLASS.secret, CLASS.presenter_browser, CLASS.my_guess):
         state.pop(key, None)
     presenter = presenter_state(state)
     presenter.pop(STEP.generation, None)
@@ -200,19 +213,34 @@ def leave(state: State) -> None:
 
 
 def current_room(state: State, hall: ClassHall) -> LiveRoom | None:
-    """This session's room (the presenter's secret checked again on every run); None, with the
-    message beside the join form, when it is gone."""
+    """This session's room (the presenter's secret, or its browser's trust, checked again on
+    every run); None, with the message beside the join form, when it is gone."""
     code = state.get(CLASS.code)
     if code is None:
         return None
     try:
         if role(state) == PRESENTER:
-            return hall.presenter(code, state.get(CLASS.secret, ""))
+            return _room_by_presenters_right(state, hall, code)
         return hall.room(code)
     except OPEN_ERRORS as exc:
         leave(state)
         _say(state, "join", str(exc))
         return None
+
+
+def _room_by_presenters_right(state: State, hall: ClassHall, code: str) -> LiveRoom:
+    """The room, by the secret this session holds, or by its browser's stored trust."""
+    if CLASS.secret in state or CLASS.presenter_browser not in state:
+        return hall.presenter(code, state.get(CLASS.secret, ""))
+    if (room := hall.trusted_presenter(code, state[CLASS.presenter_browser])) is None:
+        raise AccessRefused
+    return room
+
+
+def presenter_link_known(state: State) -> bool:
+    """Whether this presenter's session holds the room's secret (a session the store's trust
+    made presenter after a restart does not: the server keeps the secret's digest only)."""
+    return bool(state.get(CLASS.secret))
 
 
 def as_presenter(state: State, hall: ClassHall, action: Callable[[State], object],

@@ -237,6 +237,8 @@ class ClassKeys(PageKeys):
     role: str = "cls_role"  # "presenter" or "student", decided on the server
     code: str = "cls_code"  # the room this session is in
     secret: str = "cls_secret"  # the presenter's own session only: shown in its Presenter link
+    # the presenter's browser, where it is the presenter by the store's trust alone (a restart forgot the secret)
+    presenter_browser: str = "cls_presenter_browser"
     student: str = "cls_student"  # this session's student id
     address_read: str = "cls_address_read"  # the room link in the address was read (first run)
     messages: str = "cls_messages"  # control name -> message

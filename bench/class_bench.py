@@ -165,7 +165,8 @@ class Student:
         self.saw(steps)
         if steps is not None:
             self.ran_at.setdefault(steps, time.perf_counter())
-        fields = [key for key in self.visitor.text_fields if key.startswith(GUESS_FIELD)]
+        # this run's field: the page uses a few keys in turn
+        fields = [key for key in result.drawn if key.startswith(GUESS_FIELD)]
         if steps and steps not in self.guessed and fields:
             self.guessed.add(steps)
             message = self.visitor.text_message(fields[-1], random.choice(GUESSES))

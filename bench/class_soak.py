@@ -85,7 +85,7 @@ from ui.views.format import plain, quoted
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-PICK_FIELD = CLASS.guess_pick  # + the context's first 16 characters, as GUESS_FIELD
+PICK_FIELD = CLASS.guess_pick  # + the slot, as GUESS_FIELD (ui/controllers/class_room.py guess_keys)
 MAX_TOKENS = CLASS.presenter + STEP_KEYS.max_new_tokens
 IGNORE_EOS = CLASS.presenter + STEP_KEYS.ignore_eos
 GAP_S = 0.5
@@ -163,11 +163,13 @@ class SoakStudent(Student):
         self.name = name
         self.run_errors: list[str] = []
         self.steps_shown = -1
-        self.contexts: dict[int, str] = {}  # steps shown -> the guess field's context (its first 16 characters)
-        self.guesses: dict[str, SentGuess] = {}  # context -> the latest guess sent for it
-        self.planned: set[str] = set()  # contexts this student has decided how to guess
-        self.wants_chip: set[str] = set()  # contexts whose chips this student waits for, to pick one
-        self.changed: set[str] = set()  # contexts whose guess this student changed (once at most)
+        # each keyed by the tokens shown when the page drew its guess controls: a guess is for the next
+        self.slots: dict[int, str] = {}  # -> the slot the guess controls were last drawn under
+        self.chip_labels: dict[int, tuple[str, ...]] = {}  # -> the candidate chips, once drawn
+        self.guesses: dict[int, SentGuess] = {}  # -> the latest guess sent
+        self.planned: set[int] = set()  # decided how to guess
+        self.wants_chip: set[int] = set()  # waiting for the chips, to pick one
+        self.changed: set[int] = set()  # changed its guess (once at most)
         self.waiting = 0  # guesses scheduled or queued, not sent yet
         self.score: tuple[int, int] | None = None  # (right, guessed), as their page last showed it
         self.shown_guess = ""  # "Your guess: ..." as their page last showed it
@@ -195,36 +197,33 @@ class SoakStudent(Student):
         field_keys = [key for key in result.drawn if key.startswith(GUESS_FIELD)]
         if not field_keys:
             return
-        context = field_keys[-1].removeprefix(GUESS_FIELD)
-        self.contexts.setdefault(steps, context)
-        sent = self.guesses.get(context)
+        slot = self.slots[steps] = field_keys[-1].removeprefix(GUESS_FIELD)
+        if PICK_FIELD + slot in result.drawn:  # a slot's key is used again later: only chips drawn now are this step's
+            self.chip_labels[steps] = self.visitor.widgets[PICK_FIELD + slot].options
+        sent = self.guesses.get(steps)
         if sent is None and any(text.startswith(YOUR_GUESS) for text in result.texts) and steps not in self.phantoms:
             self.phantoms.append(steps)
         if sent is not None and not sent.confirmed and sent.sent_at < result.began and sent.shown_in(result.texts):
             sent.confirmed = True
-            if context not in self.changed and random.random() < CHANGE_SHARE:  # a second thought: another chip
-                self.changed.add(context)
-                self.later(random.uniform(*GUESS_AFTER_S), lambda: self.guess(context, steps, True, change=True))
-        if context not in self.planned:
-            self.planned.add(context)
+            if steps not in self.changed and random.random() < CHANGE_SHARE:  # a second thought: another chip
+                self.changed.add(steps)
+                self.later(random.uniform(*GUESS_AFTER_S), lambda: self.guess(steps, True, change=True))
+        if steps not in self.planned:
+            self.planned.add(steps)
             if random.random() < CHIP_SHARE:
-                self.wants_chip.add(context)
-                asyncio.get_running_loop().call_later(CHIPS_WAIT_S, self.no_chips, context, steps)
+                self.wants_chip.add(steps)
+                asyncio.get_running_loop().call_later(CHIPS_WAIT_S, self.no_chips, steps)
             else:
-                self.later(random.uniform(*GUESS_AFTER_S), lambda: self.guess(context, steps, False))
-        if context in self.wants_chip and self.chips(context):  # the candidates came (a moment after the reveal)
-            self.wants_chip.discard(context)
-            self.later(random.uniform(*GUESS_AFTER_S), lambda: self.guess(context, steps, True))
+                self.later(random.uniform(*GUESS_AFTER_S), lambda: self.guess(steps, False))
+        if steps in self.wants_chip and self.chip_labels.get(steps):  # the candidates came (a moment after the reveal)
+            self.wants_chip.discard(steps)
+            self.later(random.uniform(*GUESS_AFTER_S), lambda: self.guess(steps, True))
 
-    def no_chips(self, context: str, steps: int) -> None:
+    def no_chips(self, steps: int) -> None:
         """No candidates came in time: type a word instead."""
-        if context in self.wants_chip:
-            self.wants_chip.discard(context)
-            self.guess(context, steps, False)
-
-    def chips(self, context: str) -> tuple[str, ...]:
-        info = self.visitor.widgets.get(PICK_FIELD + context)
-        return info.options if info is not None else ()
+        if steps in self.wants_chip:
+            self.wants_chip.discard(steps)
+            self.guess(steps, False)
 
     def later(self, seconds: float, then: Callable[[], None]) -> None:
         self.waiting += 1
@@ -234,30 +233,29 @@ class SoakStudent(Student):
             then()
         asyncio.get_running_loop().call_later(seconds, due)
 
-    def guess(self, context: str, steps: int, chip: bool, change: bool = False) -> None:
-        """Send a guess for `context` (a chip when one is there and `chip`, else a word typed; a
-        `change` is another chip, or none), unless the page has moved on since."""
-        if self.contexts.get(self.steps_shown) != context or self.closed.is_set():
+    def guess(self, steps: int, chip: bool, change: bool = False) -> None:
+        """Send a guess for the token after `steps` (a chip when one is there and `chip`, else a
+        word typed; a `change` is another chip, or none), unless the page has moved on since."""
+        if self.steps_shown != steps or steps not in self.slots or self.closed.is_set():
             return
-        chips, previous = self.chips(context), self.guesses.get(context)
+        slot, chips, previous = self.slots[steps], self.chip_labels.get(steps, ()), self.guesses.get(steps)
         others = [c for c in chips if previous is None or c != previous.value]
         if chip and others:
             label = random.choice(others)
-            sent, msg = SentGuess(steps, True, label), self.visitor.value_message(PICK_FIELD + context, [label])
+            sent, msg = SentGuess(steps, True, label), self.visitor.value_message(PICK_FIELD + slot, [label])
         elif not change:
             word = random.choice(GUESSES)
-            sent, msg = SentGuess(steps, False, word), self.visitor.text_message(GUESS_FIELD + context, word)
+            sent, msg = SentGuess(steps, False, word), self.visitor.text_message(GUESS_FIELD + slot, word)
         else:
             return
-        self.guesses[context] = sent
+        self.guesses[steps] = sent
         self.waiting += 1
         self.to_send.put_nowait((msg, sent))
 
     def settled(self, steps: int) -> bool:
         """This page has confirmed its guess for the token after `steps`, and means to send no other."""
-        context = self.contexts.get(steps)
-        sent = self.guesses.get(context) if context is not None else None
-        return sent is not None and sent.confirmed and not self.waiting and context not in self.wants_chip
+        sent = self.guesses.get(steps)
+        return sent is not None and sent.confirmed and not self.waiting and steps not in self.wants_chip
 
     # ---- the connection -----------------------------------------------------------------------
 
@@ -325,9 +323,13 @@ class Lesson:
     tokens: list[int]
     guesses: list  # classroom.store.GuessRow
 
+    def context_after(self, steps: int) -> str:
+        """The context the guesses for the token after `steps` are stored under."""
+        return context_key([*self.prompt_ids, *self.tokens[:steps]])
+
     def contexts(self) -> list[str]:
         """The context each revealed step's guesses are stored under (classroom.hall.step_contexts)."""
-        return [context_key([*self.prompt_ids, *self.tokens[:i]]) for i in range(len(self.tokens))]
+        return [self.context_after(i) for i in range(len(self.tokens))]
 
 
 def read_lesson(rooms: str, code: str) -> Lesson:
@@ -346,14 +348,14 @@ def read_lesson(rooms: str, code: str) -> Lesson:
 
 def lost_guesses(students: list[SoakStudent], lesson: Lesson, up_to: int) -> list[str]:
     """Every guess a page sent (its last for each token) for the tokens after 0..up_to steps that
-    the store does not hold as sent (by the student's name and the context's first 16 characters)."""
-    stored = {(row.name, row.context[:16]): row for row in lesson.guesses}
+    the store does not hold as sent (by the student's name and the context)."""
+    stored = {(row.name, row.context): row for row in lesson.guesses}
     lost = []
     for student in students:
-        for context, sent in student.guesses.items():
+        for sent in student.guesses.values():
             if sent.sent_at == float("inf") or sent.step > up_to:
                 continue
-            row = stored.get((student.name, context))
+            row = stored.get((student.name, lesson.context_after(sent.step)))
             if row is None:
                 lost.append(f"{student.name} step {sent.step}: {sent.value!r} is not in the store")
             elif (quoted(row.text) if sent.chip else row.text) != sent.value:
@@ -470,7 +472,7 @@ class Troubles:
         self.missed += len(late)
         self.unconfirmed += len(unsettled)
         self.samples += [f"{s.name} did not show step {steps}" for s in late]
-        self.samples += [f"{s.name} after step {steps}: sent {s.guesses.get(s.contexts.get(steps, ''))}, "
+        self.samples += [f"{s.name} after step {steps}: sent {s.guesses.get(steps)}, "
                          f"waiting {s.waiting}, page shows {s.shown_guess[:60]!r}" for s in unsettled]
         del self.samples[8:]
 

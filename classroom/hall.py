@@ -475,13 +475,13 @@ class ClassHall:
         """A student's guess for the next token: typed `text` (its first token counts) or a
         candidate's `token_id`. It replaces their earlier guess for this step. Returns the
         token that counts, or None, storing nothing, when `context` (the context the student's
-        controls were drawn for, or its first characters, as their keys hold them) is no longer
-        the room's: a browser sends every input's value with each rerun, so a field the reveal
-        replaced reaches the server again as a change if the page reruns before it has drawn the
-        new one, and must not become a guess for the next token. Raises RoomFull for a guess too
+        controls were drawn for) is no longer the room's: a browser sends every input's value
+        with each rerun, so a field the reveal replaced reaches the server again as a change if
+        the page reruns before it has drawn the new one, and must not become a guess for the
+        next token. Raises RoomFull for a guess too
         long, ValueError for one that cannot be a guess now (the message says why)."""
         snapshot = room.snapshot
-        if context is not None and not snapshot.context.startswith(context):
+        if context is not None and context != snapshot.context:
             return None
         if snapshot.finished:
             raise ValueError("The generation has finished: there is no next token to guess.")

@@ -94,14 +94,14 @@ def on_leave() -> None:
     st.query_params.clear()
 
 
-def on_guess_text(key: str) -> None:
+def on_guess_text(key: str, context: str) -> None:
     if text := (S.get(key) or "").strip():
-        control.guess(S, hall(), text=text, context=key.removeprefix(CLASS.guess_text))
+        control.guess(S, hall(), text=text, context=context)
 
 
-def on_guess_pick(key: str) -> None:
+def on_guess_pick(key: str, context: str) -> None:
     if (token_id := S.get(key)) is not None:
-        control.guess(S, hall(), token_id=token_id, context=key.removeprefix(CLASS.guess_pick))
+        control.guess(S, hall(), token_id=token_id, context=context)
 
 
 # ---- the lobby -------------------------------------------------------------------------------
@@ -372,18 +372,16 @@ def lesson_summary(room) -> None:
 
 def guess_controls(snapshot) -> None:
     """Guess the next token: type it, or pick a candidate chip. Changeable until the reveal."""
-    suffix = snapshot.context[:16]
+    pick_key, text_key = control.guess_keys(S, snapshot.context)
     # drawn (empty) before the candidates come too: the field below keeps its place in the page, so
     # their arrival, a moment after each reveal, never redraws a field a student is typing in
     chips = st.container()
     if snapshot.candidates:
         labels = {c.token_id: quoted(c.text) for c in snapshot.candidates}
-        key = CLASS.guess_pick + suffix
-        chips.pills("Pick a candidate", list(labels), format_func=labels.__getitem__, key=key,
-                    on_change=on_guess_pick, args=(key,))
-    key = CLASS.guess_text + suffix
-    st.text_input("Or type your guess for the next token (press Enter)", key=key,
-                  max_chars=hall().limits.max_guess_chars, on_change=on_guess_text, args=(key,))
+        chips.pills("Pick a candidate", list(labels), format_func=labels.__getitem__, key=pick_key,
+                    on_change=on_guess_pick, args=(pick_key, snapshot.context))
+    st.text_input("Or type your guess for the next token (press Enter)", key=text_key,
+                  max_chars=hall().limits.max_guess_chars, on_change=on_guess_text, args=(text_key, snapshot.context))
     if (mine := control.my_guess(S, snapshot)) is not None:
         st.markdown(f"Your guess: **{plain(quoted(mine))}** (you can change it until the reveal)")
     if problem := control.problem(S, "guess"):

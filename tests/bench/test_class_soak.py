@@ -56,11 +56,12 @@ def test_a_guess_missing_or_changed_in_the_store_is_lost_and_scores_count_the_re
     lesson = Lesson(prompt, tokens, stored)
     assert stored_scores(lesson) == {"s01": (1, 2), "s02": (0, 1)}  # the guess after the last step is not revealed
     student = SoakStudent(a_visitor(), "s01")
-    student.guesses = {contexts[0][:16]: SentGuess(0, False, "Paris", sent_at=1.0),
-                       contexts[1][:16]: SentGuess(1, True, "'z'", sent_at=1.0),  # stored as another token
-                       contexts[2][:16]: SentGuess(2, True, "'y'", sent_at=1.0),
-                       "0" * 16: SentGuess(2, False, "the")}  # never sent: not counted
-    assert lost_guesses([student], lesson, 2) == ["s01 step 1: \"'z'\" stored as 'x'"]
+    student, unsent = SoakStudent(a_visitor(), "s01"), SoakStudent(a_visitor(), "s02")
+    student.guesses = {0: SentGuess(0, False, "Paris", sent_at=1.0),
+                       1: SentGuess(1, True, "'z'", sent_at=1.0),  # stored as another token
+                       2: SentGuess(2, True, "'y'", sent_at=1.0)}
+    unsent.guesses = {0: SentGuess(0, False, "the")}  # never sent: not counted
+    assert lost_guesses([student, unsent], lesson, 2) == ["s01 step 1: \"'z'\" stored as 'x'"]
     assert lost_guesses([student], lesson, 0) == []
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from playwright.sync_api import expect
 
 from bench.appserver import served_app_process
 from tests.browser.conftest import ARTIFACTS
@@ -131,3 +132,29 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
         context.close()
     secret = presenter_link.split("key=", 1)[1].strip()
     assert len(secret) >= 22 and secret not in (ARTIFACTS / "class_streamlit.log").read_text()  # nor in a log
+
+
+def test_each_step_brings_an_empty_guess_field_and_each_guess_counts_for_its_own_step(browser, class_url):
+    # the page draws a few fields in turn (ui/controllers/class_room.py guess_keys): past the
+    # first round a field comes back for a new step, and must come back empty in the browser too
+    presenter = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    code = start_class(presenter, class_url)
+    student = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True).new_page()
+    student.goto(f"{class_url}/class?room={code}")
+    for shown, word in enumerate(("the", "a", "it", "and", "of")):
+        student.wait_for_function(f"{SHOWN} === {shown}", timeout=SLOW)
+        field = student.get_by_label(re.compile("type your guess"))
+        expect(field).to_have_value("", timeout=10_000)  # once the run that drew the step has ended
+        field.fill(word)
+        field.press("Enter")
+        student.get_by_text(re.compile(f"Your guess:.*\\b{word}\\b")).wait_for(timeout=10_000)
+        presenter.get_by_text(re.compile(r"\b1 guess for the next token")).wait_for(timeout=10_000)
+        settle(presenter)
+        presenter.get_by_role("button", name="Step").click()
+    student.wait_for_function(f"{SHOWN} === 5", timeout=10_000)
+    settle(student)
+    expect(student.get_by_label(re.compile("type your guess"))).to_have_value("")
+    assert not student.get_by_text(re.compile("Your guess:")).count()  # nothing guessed yet for the sixth
+    student.get_by_text(re.compile(r"Your score: \d+ of 5")).wait_for(timeout=10_000)
+    student.context.close()
+    presenter.context.close()

@@ -125,13 +125,13 @@ def test_a_guess_from_controls_drawn_before_the_reveal_is_not_taken_for_the_next
     room, _ = hall.start(new_generation(tiny_lm))
     hall.join(room, "a", "")
     before = room.snapshot.context
-    assert hall.guess(room, "a", text="abc", context=before[:16]) is not None
+    assert hall.guess(room, "a", text="abc", context=before) is not None
     room.generation.step()
     hall.publish(room, room.generation)
-    assert hall.guess(room, "a", text="abc", context=before[:16]) is None
-    assert hall.guess(room, "a", token_id=12345, context=before[:16]) is None  # no refusal to show either
+    assert hall.guess(room, "a", text="abc", context=before) is None
+    assert hall.guess(room, "a", token_id=12345, context=before) is None  # no refusal to show either
     assert hall.class_tally(room).total == 0 and hall.own_guess(room, "a") is None
-    assert hall.guess(room, "a", text="xyz", context=room.snapshot.context[:16]) is not None
+    assert hall.guess(room, "a", text="xyz", context=room.snapshot.context) is not None
     assert hall.class_tally(room).total == 1
 
 

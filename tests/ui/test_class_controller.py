@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from classroom import WrongCodeThrottle
 from engine import Generation
 from tests.classroom.test_hall import make_hall
@@ -153,11 +155,23 @@ def test_a_guess_from_a_field_drawn_for_a_step_the_room_has_passed_is_not_counte
     student: dict = {}
     control.join(student, hall, teacher[CLASS.code], None, STUDENT_BROWSER, throttle)
     room = control.current_room(student, hall)
-    drawn_for = room.snapshot.context[:16]  # as the page keys the field
+    drawn_for = room.snapshot.context  # as the page's callbacks carry it
     control.guess(student, hall, text="b", context=drawn_for)
     room.generation.step()
-    hall.publish(room, room.generation)  # the reveal: a new field, keyed by the new context
+    hall.publish(room, room.generation)  # the reveal: a new field, drawn for the new context
     control.guess(student, hall, text="b", context=drawn_for)  # the old field's value, sent again by a rerun
     assert hall.class_tally(room).total == 0 and control.problem(student, "guess") is None
-    control.guess(student, hall, text="c", context=room.snapshot.context[:16])
+    control.guess(student, hall, text="c", context=room.snapshot.context)
     assert hall.class_tally(room).total == 1
+
+
+def test_guess_controls_take_a_few_keys_in_turn_and_start_empty_for_each_new_step() -> None:
+    state: dict = {}
+    first = control.guess_keys(state, "c0")
+    state[first[0]], state[first[1]] = 7, " Paris"  # what the student picked and typed for c0
+    assert control.guess_keys(state, "c0") == first and state[first[1]] == " Paris"  # the same step: kept
+    drawn = [first] + [control.guess_keys(state, f"c{i}") for i in range(1, 3 * control.GUESS_SLOTS)]
+    assert len(set(drawn)) == control.GUESS_SLOTS  # a lesson-long page draws a bounded set of keys
+    assert all(a != b for a, b in pairwise(drawn))  # the field a reveal replaced keeps its own key
+    assert drawn[control.GUESS_SLOTS] == first and state[first[0]] is None and state[first[1]] == ""
+    assert len(state[CLASS.guess_slots]) == control.GUESS_SLOTS

@@ -14,6 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.ui.apptest import APP, as_read
+from ui.controllers.class_room import GUESS_SLOTS
 from ui.server import deployment
 from ui.server.class_room import current_hall
 from ui.session.keys import CLASS, STEP
@@ -133,6 +134,27 @@ def test_a_wrong_code_or_secret_gets_one_message_that_names_no_room(class_db) ->
     typed.text_input(key=CLASS.join_code).input("not a code")
     typed.button(key=CLASS.join).click().run()
     assert "No open room has that code" in as_read(typed.error[0].value)
+
+
+def test_a_students_page_draws_a_few_guess_fields_in_turn_each_empty_for_its_step(class_db) -> None:
+    # Streamlit keeps a record of each widget key a session draws until the session ends: a new
+    # key a step grew every student's memory for the whole lesson
+    presenter, code, _ = start_class()
+    student = session({"room": code})
+    keys = set()
+    for typed in (" the", " a", " it", " and", " of", " to", " in"):
+        field = next(t for t in student.text_input if t.key and t.key.startswith(CLASS.guess_text))
+        assert field.value == "", "a field drawn again for a new step shows nothing typed for an earlier one"
+        keys.add(field.key)
+        field.input(typed).run()
+        assert "Your guess:" in everything_shown(student)
+        step(presenter)
+        student.run()
+    assert len(keys) == GUESS_SLOTS
+    kept = student.session_state._state._state._new_widget_state.widget_metadata  # Streamlit's own records
+    assert len([wid for wid in kept if CLASS.guess_text in wid]) == GUESS_SLOTS
+    assert len([wid for wid in kept if CLASS.guess_pick in wid]) <= GUESS_SLOTS
+    assert current_hall().class_tally(current_hall().room(code)).total == 0  # nothing typed counted for the next token
 
 
 def test_guesses_and_names_reach_the_presenter_as_plain_text(class_db) -> None:

@@ -34,6 +34,7 @@ NOT_PRESENTER = "Only the room's presenter can change it: this page follows the 
 MOVED_ON = ("The room moved on in another presenter tab (it is at {count} tokens now): this screen shows it now. "
             "Press again to go on from here.")
 # what a room cannot be opened for: a wrong code or secret, a full room, an unreadable store or trace
+GUESS_SLOTS = 3  # sets of guess controls a student's page draws in turn (guess_keys)
 OPEN_ERRORS = (AccessRefused, RoomFull, StoreError, TraceError)
 
 
@@ -296,8 +297,8 @@ def follow(state: State, hall: ClassHall) -> Snapshot | None:
 def guess(state: State, hall: ClassHall, text: str | None = None, token_id: int | None = None,
           context: str | None = None) -> None:
     """This student's guess for the next token (typed, or a candidate chip), from controls drawn
-    for `context` (the start of the room's context key, as the controls' keys hold it): a field
-    the room has moved past since is ignored (ClassHall.guess says why)."""
+    for `context` (the room's context key then): a field the room has moved past since is
+    ignored (ClassHall.guess says why)."""
     room = current_room(state, hall) if role(state) == STUDENT else None
     if room is None:
         _say(state, "guess", "Join a room as a student to guess.")
@@ -311,6 +312,28 @@ def guess(state: State, hall: ClassHall, text: str | None = None, token_id: int 
         return
     _say(state, "guess", None)
     state[CLASS.my_guess] = (room.snapshot.context, piece.text)
+
+
+def guess_keys(state: State, context: str) -> tuple[str, str]:
+    """The keys of the guess controls (candidate chips, text field) drawn for `context`.
+
+    A page uses GUESS_SLOTS sets of keys in turn, not one per step: Streamlit keeps a record of
+    every widget key a session has drawn until the session ends, so a key per step grew each
+    student's session by two records a step, the whole lesson long. A slot given to a new context
+    starts empty (nothing typed or picked for an earlier step shows, nor counts), and it is the
+    oldest context's slot, so a field the reveal replaced is still known as its own step's while
+    a browser may send it again (the callbacks carry the context they were drawn for)."""
+    slots: dict[str, int] = state.setdefault(CLASS.guess_slots, {})
+    if context not in slots:
+        free = sorted(set(range(GUESS_SLOTS)) - set(slots.values()))
+        slots[context] = free[0] if free else slots.pop(next(iter(slots)))
+        pick, text = _slot_keys(slots[context])
+        state[pick], state[text] = None, ""
+    return _slot_keys(slots[context])
+
+
+def _slot_keys(slot: int) -> tuple[str, str]:
+    return f"{CLASS.guess_pick}{slot}", f"{CLASS.guess_text}{slot}"
 
 
 def my_guess(state: Mapping[str, Any], snapshot: Snapshot) -> str | None:

@@ -262,8 +262,9 @@ class ClassKeys(PageKeys):
     join: str = "cls_join"
     leave: str = "cls_leave"
     peek_answer: str = "cls_peek_answer"  # the presenter looks at the hidden answer (off: what the projector shows)
-    guess_text: str = "cls_guess_text_"  # prefix: one field per context
-    guess_pick: str = "cls_guess_pick_"  # prefix: one set of candidate chips per context
+    guess_text: str = "cls_guess_text_"  # + a slot: the guess field (class_room.guess_keys)
+    guess_pick: str = "cls_guess_pick_"  # + a slot: the candidate chips
+    guess_slots: str = "cls_guess_slots"  # context -> the slot its guess controls are drawn under
     qr: str = "cls_qr"  # the container of the QR code (its toolbar kept off the expander's header)
     invite: str = "cls_invite_"  # prefix: the invite panel, one key before the first token and one after
     # fragments

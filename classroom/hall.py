@@ -53,9 +53,9 @@ from engine import (
     StepRecord,
     TokenPiece,
     TraceError,
+    TraceText,
     catch_up,
     replay,
-    to_trace,
 )
 
 LOG = logging.getLogger(__name__)
@@ -165,6 +165,7 @@ class LiveRoom:
     presenter_browsers: dict[str, str] = field(default_factory=dict)
     stored_version: int = 0  # the store's version this process last wrote or caught up with
     checked_at: float = float("-inf")  # when this process last read the store's version (monotonic)
+    trace_text: TraceText = field(default_factory=TraceText)  # the stored trace, its steps encoded once each
 
     @property
     def version(self) -> int:
@@ -219,8 +220,10 @@ class ClassHall:
                            f"A room closes after {self.limits.idle_hours:g} hours unused.")
         code, secret = new_code(self.store.exists), new_secret()
         digest = secret_digest(secret)
-        self.store.create(code, digest, json.dumps(to_trace(generation)), self.clock())
-        room = LiveRoom(code, digest, generation, self._snapshot(code, generation, 0), _signature(generation))
+        trace_text = TraceText()
+        self.store.create(code, digest, trace_text.of(generation), self.clock())
+        room = LiveRoom(code, digest, generation, self._snapshot(code, generation, 0), _signature(generation),
+                        trace_text=trace_text)
         with self._lock:
             self._rooms[code] = room
         return room, secret
@@ -394,7 +397,7 @@ class ClassHall:
             visible_changed = _visible(generation) != room.stored[:-1]  # the stored signature ends with the sampler
             room.generation, room.stored = generation, signature
             version = room.version + 1
-            room.stored_version = self.store.save(room.code, json.dumps(to_trace(generation)), version, self.clock())
+            room.stored_version = self.store.save(room.code, room.trace_text.of(generation), version, self.clock())
             self.store.announce(room.code)
             if visible_changed:
                 room.peek, room.changed_at = None, time.monotonic()

@@ -94,28 +94,55 @@ def trace_head(generation: GenerationShell, draw: str) -> dict[str, Any]:
 
 def to_trace(generation: Generation) -> dict[str, Any]:
     """The generation as a JSON-ready dict (the format's top level is documented in docs/cli.md)."""
+    steps = [_step_to_dict(step, text) for step, text in zip(generation.steps, _texts_so_far(generation), strict=True)]
+    return {**trace_head(generation, generation.draw), "steps": steps, **_trace_end(generation)}
+
+
+def _trace_end(generation: Generation) -> dict[str, Any]:
+    """What follows the steps: how the generation ended, its text and its time."""
     steps = generation.steps
-    lm = generation.lm
     return {
-        **trace_head(generation, generation.draw),
-        "steps": [_step_to_dict(step, text) for step, text in zip(steps, _texts_so_far(generation), strict=True)],
         "finish_reason": generation.finish_reason,
         "text": generation.text,
         "timing": {
-            "load_s": lm.load_seconds,
+            "load_s": generation.lm.load_seconds,
             "prefill_s": steps[0].timing.forward_ms / 1e3 if steps else 0.0,
             "decode_s": sum(step.timing.step_ms for step in steps[1:]) / 1e3,
         },
     }
 
 
-def _texts_so_far(generation: Generation) -> list[str]:
-    """After each step, the output decoded so far (before any stop-sequence cut). Computed
-    here, at export, rather than kept on every step: kept, they grew with the square of the
-    length (`bench.memory_bench`)."""
+def _texts_so_far(generation: Generation, start: int = 0) -> list[str]:
+    """After each step from `start` on, the output decoded so far (before any stop-sequence
+    cut). Computed here, at export, rather than kept on every step: kept, they grew with the
+    square of the length (`bench.memory_bench`)."""
     ids = generation.generated_ids
-    prefixes = [ids[:count] for count in range(1, len(ids) + 1)]
+    prefixes = [ids[:count] for count in range(start + 1, len(ids) + 1)]
     return generation.lm.tokenizer.batch_decode(prefixes, skip_special_tokens=True) if prefixes else []
+
+
+class TraceText:
+    """One generation's trace as JSON text, saved again after every step (a class room's):
+    each step's part is encoded once and reused while that step's record stands, so a save
+    encodes the new steps only, where `json.dumps(to_trace(...))` encodes every step each time
+    (its cost grows with the lesson: docs/class.md, A lesson-long soak). The text loads as the
+    same dict as `to_trace`'s; its steps come last."""
+
+    def __init__(self) -> None:
+        self._records: list[StepRecord] = []  # the records the parts were made from
+        self._parts: list[str] = []
+
+    def of(self, generation: Generation) -> str:
+        steps = generation.steps
+        kept = 0  # a step's part holds the text so far, so it stands only while every record up to it does
+        while kept < min(len(steps), len(self._records)) and self._records[kept] is steps[kept]:
+            kept += 1
+        del self._records[kept:], self._parts[kept:]
+        for step, text in zip(steps[kept:], _texts_so_far(generation, kept), strict=True):
+            self._records.append(step)
+            self._parts.append(json.dumps(_step_to_dict(step, text)))
+        rest = json.dumps({**trace_head(generation, generation.draw), **_trace_end(generation)})
+        return f'{rest[:-1]}, "steps": [{", ".join(self._parts)}]}}'
 
 
 def save_trace(generation: Generation, path: str | Path) -> Path:

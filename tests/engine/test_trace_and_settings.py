@@ -153,3 +153,44 @@ def test_a_replay_records_each_steps_conditions_under_the_traces_own_stop_settin
     again = replay(tiny_lm, to_trace(generation)).generation
     assert [s.termination for s in again.steps] == [s.termination for s in generation.steps]
     assert again.termination == again.steps[-1].termination  # the page's "stop settings changed" stays silent
+
+
+def test_a_trace_text_kept_between_saves_loads_as_to_trace_and_encodes_only_the_steps_that_changed(
+        tiny_lm, monkeypatch) -> None:
+    """A class room saves its trace after every Step: the kept text must equal `to_trace` after
+    steps, a rewind, a forced token, a change of sampler and records rewritten in place, while
+    encoding each standing step once."""
+    from engine import TraceText
+    from engine import trace as trace_module
+
+    encoded: list[int] = []
+    step_to_dict = trace_module._step_to_dict
+    monkeypatch.setattr(trace_module, "_step_to_dict", lambda step, text: (encoded.append(step.index),
+                                                                           step_to_dict(step, text))[1])
+    generation = Generation(tiny_lm, "abc", sampler=SAMPLED, seed=3, stop=StopSettings(max_new_tokens=8))
+    text = TraceText()
+
+    def same_as_to_trace() -> None:
+        kept = json.loads(text.of(generation))
+        assert kept == json.loads(json.dumps(to_trace(generation)))
+        assert parse_trace(kept) == kept
+        encoded.clear()  # to_trace encodes every step
+
+    same_as_to_trace()  # no step yet
+    for _ in range(3):
+        generation.step()
+    same_as_to_trace()
+    generation.step()
+    assert json.loads(text.of(generation))["steps"][-1]["index"] == 4 and encoded == [4]
+    generation.rewind(2)
+    generation.sampler = SamplerSettings(temperature=0)
+    generation.step(force_token_id=5)
+    same_as_to_trace()
+    generation.step()
+    text.of(generation)
+    assert encoded == [4]  # steps 1-3 stand: only the new one is encoded
+    generation.recheck_terminations()  # every record replaced
+    encoded.clear()
+    text.of(generation)
+    assert encoded == [1, 2, 3, 4]
+    same_as_to_trace()

@@ -219,6 +219,10 @@ def describe_distribution(lm: LoadedModel, raw_logits: torch.Tensor, raw_probs: 
             logits.append(float(raw_logits[extra]))
             ranks.append(int((raw_logits > raw_logits[extra]).sum()) + 1)
     index = torch.tensor(ids)
+    # the rest's mass is the rest summed, not 1 minus the leaders': where the sampler keeps
+    # leaders only, the rest is exactly 0, which 1 - sum misses by the float32 probabilities' rounding
+    rest = torch.ones(raw_logits.numel(), dtype=torch.bool)
+    rest[index] = False
     probs, finals = raw_probs[index].tolist(), chain.final_probs[index].tolist()
     top = tuple(sorted((Candidate(i, lm.texts.piece(i).text, lg, p, fp, r)
                         for i, lg, p, fp, r in zip(ids, logits, probs, finals, ranks, strict=False)),
@@ -228,8 +232,8 @@ def describe_distribution(lm: LoadedModel, raw_logits: torch.Tensor, raw_probs: 
         raw_entropy_bits=entropy_bits(raw_probs),
         final_entropy_bits=chain.final_entropy_bits,
         others_count=raw_logits.numel() - len(top),
-        others_prob=max(0.0, 1.0 - float(raw_probs[index].double().sum())),
-        others_final_prob=max(0.0, 1.0 - float(chain.final_probs[index].double().sum())),
+        others_prob=float(raw_probs[rest].double().sum()),
+        others_final_prob=float(chain.final_probs[rest].double().sum()),
     )
 
 

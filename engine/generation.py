@@ -219,10 +219,6 @@ def describe_distribution(lm: LoadedModel, raw_logits: torch.Tensor, raw_probs: 
             logits.append(float(raw_logits[extra]))
             ranks.append(int((raw_logits > raw_logits[extra]).sum()) + 1)
     index = torch.tensor(ids)
-    # the rest's mass is the rest summed, not 1 minus the leaders': where the sampler keeps
-    # leaders only, the rest is exactly 0, which 1 - sum misses by the float32 probabilities' rounding
-    rest = torch.ones(raw_logits.numel(), dtype=torch.bool)
-    rest[index] = False
     probs, finals = raw_probs[index].tolist(), chain.final_probs[index].tolist()
     top = tuple(sorted((Candidate(i, lm.texts.piece(i).text, lg, p, fp, r)
                         for i, lg, p, fp, r in zip(ids, logits, probs, finals, ranks, strict=False)),
@@ -232,9 +228,18 @@ def describe_distribution(lm: LoadedModel, raw_logits: torch.Tensor, raw_probs: 
         raw_entropy_bits=entropy_bits(raw_probs),
         final_entropy_bits=chain.final_entropy_bits,
         others_count=raw_logits.numel() - len(top),
-        others_prob=float(raw_probs[rest].double().sum()),
-        others_final_prob=float(chain.final_probs[rest].double().sum()),
+        others_prob=_rest_mass(raw_probs, index),
+        others_final_prob=_rest_mass(chain.final_probs, index),
     )
+
+
+def _rest_mass(probs: torch.Tensor, leaders: torch.Tensor) -> float:
+    """The probability of every token but `leaders`, summed: not 1 minus the leaders', which
+    misses a rest of exactly 0 (a sampler that keeps leaders only) by the float32 probabilities'
+    rounding. The leaders are zeroed in a float64 copy, which costs a fraction of a boolean mask."""
+    rest = probs.to(torch.float64)
+    rest[leaders] = 0.0
+    return float(rest.sum())
 
 
 class Generation(GenerationShell):

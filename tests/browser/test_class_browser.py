@@ -13,6 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from bench.appserver import served_app_process
+from tests.browser.class_student import guess_field
 from tests.browser.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.browser
@@ -77,9 +78,7 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
     student.wait_for_function(f"{SHOWN} === 1", timeout=10_000)  # no reload: the page follows
     follow_s = time.monotonic() - clicked
     assert follow_s < 5, follow_s
-    student.wait_for_selector(".tbt-class-reveal", timeout=10_000)
-    field = student.get_by_label(re.compile("type your guess"))
-    field.wait_for(timeout=10_000)
+    field = guess_field(student, 1, timeout=10_000)
     field.fill("Paris")
     field.press("Enter")
     student.get_by_text(re.compile("Your guess:")).wait_for(timeout=10_000)
@@ -143,8 +142,8 @@ def test_each_step_brings_an_empty_guess_field_and_each_guess_counts_for_its_own
     student.goto(f"{class_url}/class?room={code}")
     for shown, word in enumerate(("the", "a", "it", "and", "of")):
         student.wait_for_function(f"{SHOWN} === {shown}", timeout=SLOW)
-        field = student.get_by_label(re.compile("type your guess"))
-        expect(field).to_have_value("", timeout=10_000)  # once the run that drew the step has ended
+        field = guess_field(student, shown)
+        expect(field).to_have_value("")
         field.fill(word)
         field.press("Enter")
         student.get_by_text(re.compile(f"Your guess:.*\\b{word}\\b")).wait_for(timeout=10_000)
@@ -152,8 +151,7 @@ def test_each_step_brings_an_empty_guess_field_and_each_guess_counts_for_its_own
         settle(presenter)
         presenter.get_by_role("button", name="Step").click()
     student.wait_for_function(f"{SHOWN} === 5", timeout=10_000)
-    settle(student)
-    expect(student.get_by_label(re.compile("type your guess"))).to_have_value("")
+    expect(guess_field(student, 5)).to_have_value("")
     assert not student.get_by_text(re.compile("Your guess:")).count()  # nothing guessed yet for the sixth
     student.get_by_text(re.compile(r"Your score: \d+ of 5")).wait_for(timeout=10_000)
     student.context.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
+from tests.browser.class_student import guess_field
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.test_class_browser import PHONE, SHOWN, SLOW, class_server, settle, start_class
 
@@ -43,7 +44,7 @@ def test_a_projected_lesson_with_three_students(browser, tmp_path_factory) -> No
             settle(page)
             students[name] = page
         for page in students.values():
-            field = page.get_by_label(re.compile("type your guess"))
+            field = guess_field(page, 0)
             field.fill("the")
             field.press("Enter")
             page.get_by_text(re.compile("Your guess:")).wait_for(timeout=30_000)

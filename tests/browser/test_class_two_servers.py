@@ -15,6 +15,7 @@ import pytest
 
 from bench.appserver import free_port, served_app_process
 from bench.postgres import fresh_database
+from tests.browser.class_student import guess_field
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.test_class_browser import SHOWN, SLOW, settle, start_class
 
@@ -51,8 +52,7 @@ def test_a_class_on_two_processes_follows_guesses_and_survives_a_restart(browser
                 settle(presenter)
                 presenter.get_by_role("button", name="Step").click()
                 student.wait_for_function(f"{SHOWN} === {count}", timeout=30_000)  # made on the other process
-            field = student.get_by_label(re.compile("type your guess"))
-            field.wait_for(timeout=30_000)
+            field = guess_field(student, 2)
             field.fill("the")
             field.press("Enter")
             student.get_by_text(re.compile("Your guess:")).wait_for(timeout=30_000)

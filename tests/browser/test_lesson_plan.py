@@ -17,6 +17,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from engine import VISIBLE
+from tests.browser.class_student import guess_field
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.test_class_browser import class_server, settle, start_class
 from tests.browser.test_presentation import presentation_on
@@ -116,7 +117,7 @@ def test_the_teachers_lesson_plan_runs_start_to_end(browser, plan_url) -> None:
             assert drawn == sorted(drawn), f"the candidates' order gives the answer away: {drawn}"
             pills.first.tap()
             for index, guesses in TYPED.items():
-                field = students[index].get_by_label(re.compile("type your guess"))
+                field = guess_field(students[index], number - 1, timeout=SLOW)
                 field.fill(guesses[number - 1])
                 field.press("Enter")
             for student in students:

@@ -38,7 +38,7 @@ from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
 from engine import load_model
-from engine.fast import LAYER_WEIGHTS, llama_weights, lone_rows_linear, rms_norm, rotate_half
+from engine.fast import LAYER_WEIGHTS, keep_grown, llama_weights, lone_rows_linear, rms_norm, room_to_grow, rotate_half
 from engine.forward import eager_step, forward_one, lone_pass_decision, new_cache
 from engine.speed import linear_weight_bytes, sample_context
 
@@ -209,9 +209,8 @@ def python_side_ms(lm, repeats: int) -> float:
     def around() -> None:
         hidden = weights.embed(torch.tensor([[5]]))
         weights.rotary(hidden, torch.tensor([[cache.get_seq_length()]]))
-        keys = [layer.keys for layer in cache.layers]
-        for layer, key in zip(cache.layers, keys, strict=True):
-            layer.keys = key
+        keys, values, block = room_to_grow(cache)  # the cache's own block, as on every step after its first
+        keep_grown(cache, block, [key[..., :-1, :] for key in keys], [value[..., :-1, :] for value in values])
 
     return median_ms(around, repeats)
 

@@ -33,7 +33,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     **{name: ("scripted_llama", name) for name in (
         "LAYER_PRODUCTS", "LAYER_WEIGHTS", "LONE_ROWS", "ONE_PRODUCT", "ONE_ROW_PRODUCTS", "ROW_LOOP", "LayerParts",
         "LlamaWeights", "PromptRows", "compiled_layer_parts", "compiled_pass", "compiled_prefill",
-        "grows_layer_by_layer", "llama_weights", "prompts_linear", "rms_norm", "rotate_half", "run_decode")},
+        "KVBlock", "grows_layer_by_layer", "keep_grown", "llama_weights", "prompts_linear", "rms_norm",
+        "room_to_grow", "rotate_half", "run_decode")},
     **{name: ("row_products", name) for name in ("group_products", "one_row_products")},
     "lens_kernel_usable": ("lens_kernel", "kernel_usable"),
     "lens_linear": ("lens_kernel", "lens_linear"),

@@ -87,13 +87,14 @@ class LonePass:
         cos, sin = w.rotary(hidden, torch.tensor([[cache.get_seq_length()]], device=w.head.device))
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         states, queries, grown = [hidden[0, -1].float().clone()], [], []
+        room_keys, room_values, block = scripted_llama.room_to_grow(cache)
         marks.append(("layer", 0, clock()))
         with torch.jit.optimized_execution(False):  # as run_decode: the ops as written
-            for layer, cached in enumerate(cache.layers):
+            for layer in range(len(cache.layers)):
                 lw, how = list(w.layers[layer * per:(layer + 1) * per]), hows[layer * per:(layer + 1) * per]
                 marks.append(("attention_start", layer + 1, clock()))
-                hidden, query, keys, values = parts.attention(hidden, cos, sin, lw, how, cached.keys, cached.values,
-                                                              w.eps, w.head_dim, w.scale, w.gqa)
+                hidden, query, keys, values = parts.attention(hidden, cos, sin, lw, how, room_keys[layer],
+                                                              room_values[layer], w.eps, w.head_dim, w.scale, w.gqa)
                 marks += [("attention_end", layer + 1, clock()), ("mlp_start", layer + 1, clock())]
                 hidden = parts.mlp(hidden, lw, how, w.eps)
                 marks.append(("mlp_end", layer + 1, clock()))
@@ -103,8 +104,7 @@ class LonePass:
                 marks.append(("layer_end", layer + 1, clock()))
             logits = parts.head(hidden, w.norm, w.eps, w.head, self.head_hows, int(w.head.shape[0]))[0, -1]
             marks.append(("head_end", -1, clock()))
-        for cached, (keys, values) in zip(cache.layers, grown, strict=True):
-            cached.keys, cached.values = keys, values
+        scripted_llama.keep_grown(cache, block, [keys for keys, _ in grown], [values for _, values in grown])
         return PartsSeen(logits, states, queries, grown, marks)
 
 

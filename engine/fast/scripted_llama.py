@@ -182,12 +182,15 @@ def mlp_block(hidden: Tensor, w: list[Tensor], how: list[int], eps: float, promp
 def attend_row(query: Tensor, key: Tensor, value: Tensor, i: int, keys: Tensor, values: Tensor, scale: float,
                gqa: bool) -> tuple[Tensor, Tensor, Tensor]:
     """Row i's attention in a decode pass: its query `[1, heads, 1, head_dim]` against its own
-    cache's keys and values grown by its token; returns the output and the grown keys and values."""
-    row_keys = torch.cat([keys, key[:, :, i:i + 1]], dim=-2)
-    row_values = torch.cat([values, value[:, :, i:i + 1]], dim=-2)
-    attended = F.scaled_dot_product_attention(query[:, :, i:i + 1], row_keys, row_values, attn_mask=None,
+    cache's keys and values grown by its token. `keys`, `values`: the cache with one free position
+    after it (`[1, kv_heads, length + 1, head_dim]`, see `room_to_grow`), where the token's key and
+    value are written; returns the output and those keys and values, now grown."""
+    length = keys.shape[-2] - 1
+    keys[:, :, length:].copy_(key[:, :, i:i + 1])
+    values[:, :, length:].copy_(value[:, :, i:i + 1])
+    attended = F.scaled_dot_product_attention(query[:, :, i:i + 1], keys, values, attn_mask=None,
                                               dropout_p=0.0, is_causal=False, scale=scale, enable_gqa=gqa)
-    return attended, row_keys, row_values
+    return attended, keys, values
 
 
 def decoder_pass(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor], hows: list[int],
@@ -195,9 +198,9 @@ def decoder_pass(hidden: Tensor, cos: Tensor, sin: Tensor, weights: list[Tensor]
                  gqa: bool) -> tuple[Tensor, list[Tensor], list[Tensor]]:
     """Every decoder layer for a packed pass of `rows` tokens (`hidden` `[1, rows, hidden]`, row
     i at its own position: `cos`, `sin` `[1, rows, head_dim]`). `keys[layer * rows + i]` is row
-    i's cache at that layer `[1, kv_heads, length_i, head_dim]`. Returns the last layer's
-    hidden states and each (layer, row)'s keys and values grown by the row's token, in the
-    same order; the caches passed in are not changed."""
+    i's cache at that layer with a free position after it `[1, kv_heads, length_i + 1, head_dim]`
+    (`room_to_grow`). Returns the last layer's hidden states and each (layer, row)'s keys and
+    values grown by the row's token (written in that free position), in the same order."""
     rows, per_layer = hidden.shape[1], 9  # LAYER_WEIGHTS
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     no_rows = no_prompt_rows()
@@ -308,7 +311,8 @@ def lone_attention(hidden: Tensor, cos: Tensor, sin: Tensor, w: list[Tensor], ho
     """One layer's attention half for one decode token, op for op as `decoder_pass` makes it for
     a row (`cos`, `sin` `[1, 1, 1, head_dim]`, already unsqueezed): the hidden state after the
     attention's residual, the rotated query `[1, heads, 1, head_dim]`, and the layer's keys and
-    values grown by the token (the cache passed in is not changed). A pass made of these,
+    values grown by the token (`keys`, `values`: with a free position for it, as `attend_row`
+    takes them). A pass made of these,
     `lone_mlp` and `lone_head` layer by layer gives `packed_logits`' digits for one row."""
     no_rows = no_prompt_rows()
     query, key, value = rotated_projections(hidden, w, how, eps, head_dim, cos, sin, no_rows)
@@ -334,25 +338,73 @@ def grows_layer_by_layer(cache: DynamicCache, layers: int) -> bool:
                                                for layer in cache.layers)
 
 
+KV_BLOCK = 64  # positions a cache grows by when a decode pass needs room
+
+
+@dataclass
+class KVBlock:
+    """A cache's keys and values with room after them, every layer in one tensor: the layers'
+    tensors are views of its first positions, and a decode step writes its token in place.
+    Growing by torch.cat copied the whole cache into new tensors every step and freed the old
+    ones, sizes that never repeat: the server's heap kept the holes, and its memory grew with a
+    lesson well beyond the cache itself (docs/class.md)."""
+
+    tensor: Tensor  # [layers, 2 (keys, values), batch, kv_heads, capacity, head_dim]
+    shown: list[tuple[Tensor, Tensor]] | None = None  # the views the layers hold since the last step
+
+
+def room_to_grow(cache: DynamicCache) -> tuple[list[Tensor], list[Tensor], KVBlock]:
+    """Each layer's keys and values with one free position after them, and the block they are
+    views of. The cache's own block is used while its layers still hold the views that block
+    gave them; otherwise (grown by transformers' pass, cropped by a rewind, a prefix sharing
+    another cache's tensors, no block yet) their positions are copied into a new block. So a
+    position is only ever written past the end of every view handed out: no tensor a caller
+    kept (an earlier step's keys, a prefix cache) changes."""
+    layers = cache.layers
+    lengths = [layer.keys.shape[-2] for layer in layers]
+    block = getattr(cache, "tbt_kv_block", None)
+    owned = (block is not None and block.shown is not None and block.tensor.shape[-2] > max(lengths)
+             and all(layer.keys is keys and layer.values is values
+                     for layer, (keys, values) in zip(layers, block.shown, strict=True)))
+    if not owned:
+        first = layers[0].keys
+        capacity = (max(lengths) // KV_BLOCK + 1) * KV_BLOCK
+        block = KVBlock(first.new_empty((len(layers), 2, *first.shape[:-2], capacity, first.shape[-1])))
+        for index, (layer, length) in enumerate(zip(layers, lengths, strict=True)):
+            block.tensor[index, 0, ..., :length, :].copy_(layer.keys)
+            block.tensor[index, 1, ..., :length, :].copy_(layer.values)
+    keys = [block.tensor[index, 0, ..., :length + 1, :] for index, length in enumerate(lengths)]
+    values = [block.tensor[index, 1, ..., :length + 1, :] for index, length in enumerate(lengths)]
+    return keys, values, block
+
+
+def keep_grown(cache: DynamicCache, block: KVBlock, keys: Sequence[Tensor], values: Sequence[Tensor]) -> None:
+    """The cache grown by a complete pass: `keys`, `values` are the views of `block` it wrote, a layer each."""
+    for layer, grown_keys, grown_values in zip(cache.layers, keys, values, strict=True):
+        layer.keys, layer.values = grown_keys, grown_values
+    block.shown = list(zip(keys, values, strict=True))
+    cache.tbt_kv_block = block
+
+
 def run_decode(run: Callable, weights: "LlamaWeights", layer_hows: list[int], head_hows: list[int], head_chunk: int,
                token_ids: Sequence[int], caches: Sequence[DynamicCache]) -> Tensor:
     """One decode token per cache through the compiled `packed_logits` (`run`): logits
     `[rows, vocab]` on the model's device. Each cache (plain DynamicCache, every layer filled)
     grows by its row's token only once the pass is complete: a failed pass leaves them as they were."""
-    rows, device = len(caches), weights.head.device
+    device = weights.head.device
     hidden = weights.embed(torch.tensor([list(token_ids)], device=device))  # [1, rows, hidden]
     positions = torch.tensor([[cache.get_seq_length() for cache in caches]], device=device)  # each row at its own place
     cos, sin = weights.rotary(hidden, positions)  # [1, rows, head_dim]
-    layers = len(caches[0].layers)
-    keys = [cache.layers[layer].keys for layer in range(layers) for cache in caches]
-    values = [cache.layers[layer].values for layer in range(layers) for cache in caches]
+    rows, layers = len(caches), len(caches[0].layers)
+    rooms = [room_to_grow(cache) for cache in caches]
+    keys = [rooms[row][0][layer] for layer in range(layers) for row in range(rows)]  # layer by layer, a row each
+    values = [rooms[row][1][layer] for layer in range(layers) for row in range(rows)]
     with torch.jit.optimized_execution(False):  # run the ops as written: no graph rewrites
         logits, grown_keys, grown_values = run(hidden, cos, sin, list(weights.layers), layer_hows, keys, values,
                                                weights.eps, weights.head_dim, weights.scale, weights.gqa,
                                                weights.norm, weights.head, head_hows, head_chunk)
-    for index, (grown_key, grown_value) in enumerate(zip(grown_keys, grown_values, strict=True)):
-        layer = caches[index % rows].layers[index // rows]
-        layer.keys, layer.values = grown_key, grown_value
+    for row, (cache, room) in enumerate(zip(caches, rooms, strict=True)):
+        keep_grown(cache, room[2], grown_keys[row::rows], grown_values[row::rows])
     return logits[0]
 
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from engine import Generation, SamplerSettings
 from engine.fast import LONE_PASS_ENV, kernel_agrees, lone_decision, lone_rows_linear, lone_rows_linears, lone_step
-from engine.forward import eager_step, forward_one, lone_pass_decision, new_cache
+from engine.forward import cache_prefix, crop_cache, eager_step, forward_one, lone_pass_decision, new_cache
 from tests.engine.test_scheduler import tiny_llama
 from tests.threads import threads
 
@@ -170,6 +170,44 @@ def test_a_failed_fast_pass_leaves_the_cache_as_it_was(lone_order) -> None:
     with pytest.raises(IndexError):
         forward_one(tiny, [10_000], cache)  # past the vocabulary
     assert cache.get_seq_length() == 3 and all(torch.equal(a, b.keys) for a, b in zip(keys, cache.layers, strict=True))
+
+
+def test_steps_write_into_the_caches_block_and_never_into_a_tensor_handed_out(lone_order) -> None:
+    """The fast pass grows a cache in place, in blocks (engine/fast/scripted_llama.py KVBlock);
+    keys and values a caller kept (an earlier step's, those from before a rewind, a prefix
+    cache's) keep their numbers, and each step's cache is the eager pass's."""
+    tiny = kernel_shaped_tiny()
+    assert lone_pass_decision(tiny).fast
+    cache, eager = new_cache(tiny), new_cache(tiny)
+    for both in (cache, eager):
+        eager_step(tiny, [1, 2, 3], both)
+
+    def step(token: int) -> None:
+        assert torch.equal(forward_one(tiny, [token], cache), eager_step(tiny, [token], eager)[0])
+        for ours, theirs in zip(cache.layers, eager.layers, strict=True):
+            assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+
+    def kept() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(tensor, tensor.clone()) for layer in cache.layers for tensor in (layer.keys, layer.values)]
+
+    step(4)
+    block = cache.tbt_kv_block.tensor
+    early = kept()
+    for token in range(5, 15):
+        step(token)
+    assert cache.tbt_kv_block.tensor is block  # one block, written in place
+    before_rewind = kept()
+    crop_cache(cache, 8)
+    crop_cache(eager, 8)
+    step(40)  # another token where the rewound ones were
+    assert cache.tbt_kv_block.tensor is not block
+    prefix = cache_prefix(cache, 5)
+    before_prefix = kept()
+    forward_one(tiny, [41], prefix)
+    for token in range(60, 130):  # past a block's 64 positions
+        step(token)
+    for view, numbers in early + before_rewind + before_prefix:
+        assert torch.equal(view, numbers)
 
 
 def test_a_prompt_or_a_first_step_without_a_cache_takes_the_eager_pass() -> None:

@@ -44,3 +44,8 @@ def room_exports(package: str, exports: dict[str, tuple[str, ...]]) -> tuple[Cal
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__, sorted({*exports, *home})
+
+
+# the C allocator's thresholds, once per process (ui/server/allocator.py says why); last, as
+# ui.server's package imports room_exports from here
+import_module("ui.server.allocator").settle_allocator()

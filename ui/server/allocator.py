@@ -1,15 +1,24 @@
 """The server's C allocator, set once per process (glibc's malloc; elsewhere nothing is done).
 
 A class lesson's server grew by far more than the lesson's own data (docs/class.md, "A
-lesson-long soak"): glibc serves every block below its mmap threshold from its heap, and that
-threshold follows the largest block freed so far, up to 32 MB, which the model's loading
-reaches at once. From then on a room's large short-lived blocks (the trace saved at each Step,
-megabytes long late in a lesson; a decode cache moved to a bigger block) came from the heap,
-each a little larger than the last, and the heap kept the holes they left. Blocks of a
-megabyte and more are mapped on their own and given back when freed; a high trim threshold
-keeps the heap's top from being handed back and taken again on every step, which is what made
-a lower fixed threshold cost decode steps before (bench.room_memory and the step timings in
-docs/benchmarks.md).
+lesson-long soak"). Three of glibc's defaults caused it:
+
+- Every block below the mmap threshold comes from a heap, and that threshold follows the
+  largest block freed so far, up to 32 MB, which the model's loading reaches at once. From then
+  on a room's large short-lived blocks (the trace saved at each Step, a decode cache moved to a
+  bigger block) came from the heap, each a little larger than the last, and the heap kept the
+  holes they left. Blocks of a megabyte and more are now mapped on their own and given back
+  when freed.
+- A low trim threshold hands the heap's top back and takes it again on every decode step,
+  which cost steps when the mmap threshold alone was fixed (fixing one fixes the other at its
+  default). A high one keeps the top.
+- Each thread may get its own heap, up to eight per core, and Streamlit runs every rerun on a
+  new thread: sixty students' reruns spread over sixteen heaps, each keeping the free top its
+  busiest moment left (glibc trims a thread's heap only above the trim threshold, and
+  `malloc_trim` never trims it). Two heaps share that space; the server's Python threads take
+  turns on the interpreter anyway, so they seldom wait for a heap.
+
+`bench.class_soak` and `bench.room_memory` measure the effect; docs/class.md has the figures.
 """
 
 from __future__ import annotations
@@ -17,17 +26,31 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-
-MMAP_THRESHOLD = 1 << 20  # bytes: blocks this large are mapped on their own
-TRIM_THRESHOLD = 64 << 20  # bytes of free heap top kept rather than handed back
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
-ENV_SET = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")  # glibc's own: an explicit setting wins
+from dataclasses import dataclass
 
 
-def settle_allocator() -> bool:
-    """Fix glibc's thresholds as above; returns whether they were set (False: not glibc, or the
-    environment already sets them)."""
-    if platform.libc_ver()[0] != "glibc" or any(name in os.environ for name in ENV_SET):
-        return False
+@dataclass(frozen=True)
+class Setting:
+    """One of glibc's `mallopt` parameters, and the environment variable that sets it at start."""
+
+    parameter: int  # glibc's M_* number
+    value: int
+    env: str  # an explicit setting in the environment wins
+
+
+SETTINGS = (
+    Setting(-3, 1 << 20, "MALLOC_MMAP_THRESHOLD_"),  # M_MMAP_THRESHOLD: blocks this large are mapped on their own
+    Setting(-1, 64 << 20, "MALLOC_TRIM_THRESHOLD_"),  # M_TRIM_THRESHOLD: free heap top kept rather than handed back
+    Setting(-8, 2, "MALLOC_ARENA_MAX"),  # M_ARENA_MAX: heaps the threads share
+)
+
+
+def settle_allocator() -> list[str]:
+    """Set glibc's parameters as above, each unless the environment sets it; returns the
+    environment names of those set (none where the C library is not glibc).
+
+    Called once, early: glibc fixes its number of heaps when a ninth thread first needs one."""
+    if platform.libc_ver()[0] != "glibc":
+        return []
     mallopt = ctypes.CDLL(None).mallopt
-    return bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)) and bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    return [s.env for s in SETTINGS if s.env not in os.environ and mallopt(s.parameter, s.value) == 1]

@@ -46,6 +46,6 @@ def room_exports(package: str, exports: dict[str, tuple[str, ...]]) -> tuple[Cal
     return __getattr__, sorted({*exports, *home})
 
 
-# the C allocator's thresholds, once per process (ui/server/allocator.py says why); last, as
+# the C allocator's thresholds and heaps, once per process (ui/server/allocator.py says why); last, as
 # ui.server's package imports room_exports from here
 import_module("ui.server.allocator").settle_allocator()

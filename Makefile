@@ -19,9 +19,10 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 install: $(BIN)/.installed
 
 # OpenMP threads sleep between parallel regions instead of spinning on the cores the server's
-# event loop and a local browser need (see ui/__init__.py, which sets it too when app.py loads first)
+# event loop and a local browser need (see ui/__init__.py, which sets it too when app.py loads first);
+# the threads share two malloc heaps, from the process's start (ui/server/allocator.py says why)
 run: install
-	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.headless true
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} MALLOC_ARENA_MAX=$${MALLOC_ARENA_MAX:-2} $(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.headless true
 
 lint: install
 	$(BIN)/python -m ruff check .

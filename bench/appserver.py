@@ -18,6 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# as `make run` starts the server: OpenMP threads that sleep between parallel regions, two malloc heaps
+SERVER_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "MALLOC_ARENA_MAX": "2"}
 START_TIMEOUT_S = 120  # a first start loads the model, slower from a cold GGUF cache (docs/benchmarks.md)
 
 
@@ -62,7 +64,7 @@ def served_app(log: Path | None = None, *flags: str) -> Iterator[str]:
 def served_app_process(log: Path | None = None, *flags: str, env: dict[str, str] | None = None,
                        port: int | None = None) -> Iterator[tuple[str, int]]:
     """As served_app, yielding the URL and the server's process id (to read its memory).
-    The server's OpenMP threads sleep between parallel regions, as `make run` sets them;
+    The server's environment is `make run`'s (SERVER_ENV) where this one does not set it;
     `env` adds to (or overrides) the environment; `port` (a restarted server's, say) instead of
     a free one."""
     port = port or free_port()
@@ -74,7 +76,7 @@ def served_app_process(log: Path | None = None, *flags: str, env: dict[str, str]
          "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
          *flags],
         cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
-        env={"OMP_WAIT_POLICY": "PASSIVE"} | os.environ | (env or {}))
+        env=SERVER_ENV | os.environ | (env or {}))
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, process)

@@ -5,6 +5,8 @@ here, so the image itself is not built; its install steps are run by test_requir
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,3 +46,19 @@ def test_the_image_and_ci_have_the_compiler_the_exact_rows_kernel_is_built_with(
     assert DOCKERFILE.index("apt-get install") < DOCKERFILE.index("USER app")  # installed as root
     ci = (ROOT / ".ci" / "run").read_text()
     assert "g++ ninja-build" in ci and ci.index("ninja-build") < ci.index("make test")
+
+
+def test_make_run_the_image_and_the_benchmarks_servers_start_with_two_malloc_heaps() -> None:
+    """glibc reads MALLOC_ARENA_MAX when a process starts: the app's own call comes after the
+    server's first threads took their heaps (ui/server/allocator.py)."""
+    from bench.appserver import SERVER_ENV
+
+    # in a process of its own: importing the ui package would set this process's allocator too
+    heaps = int(subprocess.run(
+        [sys.executable, "-c", "from ui.server.allocator import SETTINGS; "
+                               "print(next(s.value for s in SETTINGS if s.env == 'MALLOC_ARENA_MAX'))"],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=120).stdout)
+    assert re.search(rf"^\s*MALLOC_ARENA_MAX={heaps} ", DOCKERFILE, re.M)
+    run = (ROOT / "Makefile").read_text().split("\nrun:", 1)[1].split("\n\n", 1)[0]
+    assert f"MALLOC_ARENA_MAX=$${{MALLOC_ARENA_MAX:-{heaps}}}" in run
+    assert SERVER_ENV["MALLOC_ARENA_MAX"] == str(heaps)

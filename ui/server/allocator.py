@@ -16,7 +16,10 @@ lesson-long soak"). Three of glibc's defaults caused it:
   new thread: sixty students' reruns spread over sixteen heaps, each keeping the free top its
   busiest moment left (glibc trims a thread's heap only above the trim threshold, and
   `malloc_trim` never trims it). Two heaps share that space; the server's Python threads take
-  turns on the interpreter anyway, so they seldom wait for a heap.
+  turns on the interpreter anyway, so they seldom wait for a heap. glibc reads
+  MALLOC_ARENA_MAX when the process starts, which `make run`, the Dockerfile and the benchmarks'
+  servers set; the setting here holds for a process started otherwise only from the app's first
+  import on, so the threads that had a heap by then keep theirs (six heaps in a class's server).
 
 `bench.class_soak` and `bench.room_memory` measure the effect; docs/class.md has the figures.
 """

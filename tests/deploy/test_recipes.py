@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.appserver import SERVER_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 SERVING = (ROOT / "docs" / "serving.md").read_text()  # the deployment page of the docs site
@@ -51,8 +53,6 @@ def test_the_image_and_ci_have_the_compiler_the_exact_rows_kernel_is_built_with(
 def test_make_run_the_image_and_the_benchmarks_servers_start_with_two_malloc_heaps() -> None:
     """glibc reads MALLOC_ARENA_MAX when a process starts: the app's own call comes after the
     server's first threads took their heaps (ui/server/allocator.py)."""
-    from bench.appserver import SERVER_ENV
-
     # in a process of its own: importing the ui package would set this process's allocator too
     heaps = int(subprocess.run(
         [sys.executable, "-c", "from ui.server.allocator import SETTINGS; "

@@ -183,13 +183,28 @@ def _dequantise_to_cache(path: Path, key: dict[str, object], folder: Path
         tokenizer.save_pretrained(staging)
         model.generation_config.save_pretrained(staging)
         (staging / "manifest.json").write_text(json.dumps(key, indent=2))  # written last
-        shutil.rmtree(folder, ignore_errors=True)
-        staging.rename(folder)
+        _put_in_place(staging, folder, key)
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)  # a read-only cache only costs speed
     else:
         prune_stale_copies(folder, path)
     return model, tokenizer
+
+
+def _put_in_place(staging: Path, folder: Path, key: dict[str, object]) -> None:
+    """Rename the finished copy into place. Another process loading the same GGUF at the same
+    moment (a second server, a test worker) may have put its own copy there first and be reading
+    it: a rename onto a folder that holds files fails, so theirs is kept and ours dropped. Only a
+    copy without this key's manifest (one cut short) is replaced."""
+    try:
+        staging.rename(folder)
+        return
+    except OSError:
+        if _read_manifest(folder) == key:
+            shutil.rmtree(staging, ignore_errors=True)
+            return
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
 
 
 def prune_stale_copies(kept: Path, path: Path) -> list[Path]:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from engine import Generation, ModelLoadError, SamplerSettings, load_model, resolve_source
-from engine.loading import _gguf_cache_dir, _gguf_cache_key, bundled_gguf_path, prune_stale_copies
+from engine.loading import _gguf_cache_dir, _gguf_cache_key, _put_in_place, bundled_gguf_path, prune_stale_copies
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +23,28 @@ def gguf_copy(tmp_path_factory):
     path = folder / "model.gguf"
     shutil.copy(bundled_gguf_path(), path)
     return path
+
+
+def a_copy(folder: Path, key: dict | None, marker: str) -> Path:
+    folder.mkdir()
+    (folder / "weights").write_text(marker)
+    if key is not None:
+        (folder / "manifest.json").write_text(json.dumps(key))
+    return folder
+
+
+def test_a_copy_another_process_put_in_place_first_is_kept_and_one_cut_short_is_replaced(tmp_path) -> None:
+    key = {"gguf": "model.gguf", "size": 1}
+    kept = tmp_path / "model-kept"
+    _put_in_place(a_copy(tmp_path / "ours", key, "ours"), a_copy(kept, key, "theirs"), key)
+    assert (kept / "weights").read_text() == "theirs"  # a reader of theirs is never cut off
+    assert not (tmp_path / "ours").exists()
+    short = tmp_path / "model-short"
+    _put_in_place(a_copy(tmp_path / "ours2", key, "ours"), a_copy(short, None, "half"), key)
+    assert (short / "weights").read_text() == "ours" and not (tmp_path / "ours2").exists()
+    fresh = tmp_path / "model-fresh"
+    _put_in_place(a_copy(tmp_path / "ours3", key, "ours"), fresh, key)
+    assert (fresh / "weights").read_text() == "ours"
 
 
 def first_token_prob(lm) -> tuple[str, float]:

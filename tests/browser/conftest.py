@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.appserver import CHROMIUM_FLAGS, chromium_path, served_app
+from tests.browser.runs import WatchingBrowser
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -19,13 +20,15 @@ ARTIFACTS = ROOT / "test-artifacts"
 @pytest.fixture(scope="package")
 def app_url() -> Iterator[str]:
     """The app served by a real `streamlit run`, shared by the browser tests."""
-    with served_app(ARTIFACTS / "streamlit.log") as url:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # each test worker serves its own app
+    with served_app(ARTIFACTS / (f"streamlit-{worker}.log" if worker else "streamlit.log")) as url:
         yield url
 
 
 @pytest.fixture(scope="package")
 def browser():
-    """Headless Chromium through Playwright. Missing Chromium fails in CI, skips elsewhere."""
+    """Headless Chromium through Playwright, each of its tabs watching the app's runs
+    (tests/browser/runs.py). Missing Chromium fails in CI, skips elsewhere."""
     executable = chromium_path()
     if executable is None:
         message = "no Chromium found: install Debian's `chromium` (CI installs it) or set CHROMIUM_PATH"
@@ -36,7 +39,7 @@ def browser():
 
     with sync_playwright() as playwright:
         instance = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
-        yield instance
+        yield WatchingBrowser(instance)
         instance.close()
 
 

@@ -14,8 +14,9 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.runs import SLOW, settle
 from tests.browser.test_determinism_browser import run_experiment
-from tests.browser.test_teaching_pages import SLOW, click_to_heading, open_page, settle
+from tests.browser.test_teaching_pages import click_to_heading, open_page
 from tests.contrast import contrast
 
 pytestmark = pytest.mark.browser

@@ -12,8 +12,9 @@ from contextlib import contextmanager
 import pytest
 
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.runs import SLOW, settle
 from tests.browser.test_presentation import outside_viewport, presentation_on
-from tests.browser.test_teaching_pages import SLOW, open_page, settle, shoot
+from tests.browser.test_teaching_pages import open_page, shoot
 
 pytestmark = pytest.mark.browser
 

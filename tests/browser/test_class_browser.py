@@ -15,9 +15,9 @@ from playwright.sync_api import expect
 from bench.appserver import served_app_process
 from tests.browser.class_student import guess_field
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.runs import SLOW, settle
 
 pytestmark = pytest.mark.browser
-SLOW = 240_000  # ms: the first visit loads the model on 2 CPU cores
 PHONE = {"width": 390, "height": 844}
 SHOWN = "Number(document.querySelector('.tbt-class-status')?.dataset.steps ?? -1)"
 
@@ -45,12 +45,6 @@ def start_class(presenter, url: str) -> str:
     code = presenter.locator(".tbt-class-code").inner_text().strip()
     assert re.fullmatch(r"[A-Z2-9]{6}", code), code
     return code
-
-
-def settle(page) -> None:
-    page.wait_for_timeout(400)
-    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
-    page.wait_for_timeout(300)
 
 
 def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the_presenter(browser, class_url):

@@ -13,7 +13,8 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 
 from bench.appserver import free_port, served_app_process
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.test_class_browser import SHOWN, SLOW, start_class
+from tests.browser.runs import SLOW
+from tests.browser.test_class_browser import SHOWN, start_class
 
 pytestmark = pytest.mark.browser
 

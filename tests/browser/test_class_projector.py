@@ -13,7 +13,8 @@ from axe_playwright_python.sync_playwright import Axe
 
 from tests.browser.class_student import guess_field
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.test_class_browser import PHONE, SHOWN, SLOW, class_server, settle, start_class
+from tests.browser.runs import SLOW, settle
+from tests.browser.test_class_browser import PHONE, SHOWN, class_server, start_class
 
 pytestmark = pytest.mark.browser
 SHOTS = ARTIFACTS / "class_projector"

@@ -17,7 +17,8 @@ from bench.appserver import free_port, served_app_process
 from bench.postgres import fresh_database
 from tests.browser.class_student import guess_field
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.test_class_browser import SHOWN, SLOW, settle, start_class
+from tests.browser.runs import SLOW, settle
+from tests.browser.test_class_browser import SHOWN, start_class
 
 pytestmark = pytest.mark.browser
 # true once the page has shown no status (connecting, running) for 3 s in a row

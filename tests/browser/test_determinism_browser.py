@@ -11,8 +11,9 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.runs import SLOW, settle
 from tests.browser.test_presentation import outside_viewport, presentation_on
-from tests.browser.test_teaching_pages import SLOW, open_page, settle
+from tests.browser.test_teaching_pages import open_page
 
 pytestmark = pytest.mark.browser
 SHOTS = ARTIFACTS / "determinism"

@@ -17,10 +17,10 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.runs import SLOW
 from tests.browser.test_accessibility import BLOCKING
 
 pytestmark = pytest.mark.browser
-SLOW = 240_000
 FRAME = {"width": 850, "height": 450}
 COURSE_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>A course page</title></head>
 <body><h1>Decoding, one token at a time</h1><p>Press Step to see the next token.</p>

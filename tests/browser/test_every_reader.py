@@ -11,9 +11,9 @@ import re
 import pytest
 
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.runs import SLOW, settle
 
 pytestmark = pytest.mark.browser
-SLOW = 240_000  # ms: the first visit may load the model on 2 CPU cores
 STEPS = "Number(document.querySelector('.tbt-chips')?.dataset.steps ?? -1)"
 PHONE = {"width": 390, "height": 844}
 
@@ -35,12 +35,6 @@ FOCUS = """() => {
   window.tbtFocus = el === document.body ? null : {chain, look: look(chain), name, key};
   return {name: el === document.body ? 'BODY' : name, key, body: el === document.body, left};
 }"""
-
-
-def settle(page) -> None:
-    page.wait_for_timeout(400)
-    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
-    page.wait_for_timeout(400)
 
 
 def tab_to(page, found, limit: int = 60, key: str = "Tab") -> list[dict]:

@@ -19,12 +19,12 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from engine import VISIBLE
 from tests.browser.class_student import guess_field
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.test_class_browser import class_server, settle, start_class
+from tests.browser.runs import SLOW, settle
+from tests.browser.test_class_browser import class_server, start_class
 from tests.browser.test_presentation import presentation_on
 from ui.domain.lesson import STAGES
 
 pytestmark = pytest.mark.browser
-SLOW = 240_000  # ms: the first visit loads the model on 2 CPU cores
 PROJECTOR = {"width": 1280, "height": 720}
 LAPTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}

@@ -10,11 +10,11 @@ from contextlib import contextmanager
 import pytest
 
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.runs import SLOW, settle
 from ui.domain.lesson import STAGES
 
 pytestmark = pytest.mark.browser
 SIZES = [(1280, 720), (1920, 1080)]
-SLOW = 240_000  # ms: the first visit may load the model on 2 CPU cores
 STEPS = "Number(document.querySelector('.tbt-chips')?.dataset.steps ?? -1)"
 ON_STEP_SCREEN = {
     "newest chip": ".tbt-newest",
@@ -24,13 +24,6 @@ ON_STEP_SCREEN = {
     "sampler decision": ".tbt-decision",
     "termination line": ".tbt-check",
 }
-
-
-def settle(page) -> None:
-    """Wait until Streamlit has finished this run (its 'running' indicator is gone)."""
-    page.wait_for_timeout(400)
-    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
-    page.wait_for_timeout(400)
 
 
 def presentation_on(page) -> None:

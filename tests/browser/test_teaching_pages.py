@@ -8,23 +8,15 @@ import re
 import pytest
 
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.runs import SLOW, settle
 
 pytestmark = pytest.mark.browser
-SLOW = 240_000  # ms: the first visit measures or runs the model on 2 CPU cores
 
 
 def open_page(page, title: str) -> None:
     """Go to a page the way a visitor does: its link in the sidebar."""
     page.get_by_role("link", name=title).click()
     page.get_by_role("heading", name=re.compile(title)).first.wait_for(timeout=SLOW)
-
-
-def settle(page) -> None:
-    """Wait until Streamlit has finished this run (its 'running' indicator is gone). The
-    indicator shows only after a short delay, so give a run time to start first."""
-    page.wait_for_timeout(400)
-    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
-    page.wait_for_timeout(500)
 
 
 def click_to_heading(page, button: str, heading: str) -> None:

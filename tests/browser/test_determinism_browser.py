@@ -33,6 +33,7 @@ def run_experiment(page, fields: dict[str, str] = SMALL) -> None:
         box.press("Tab")
     page.get_by_role("button", name="Run the experiment").click()
     page.get_by_role("heading", name=re.compile("One run, token by token")).wait_for(timeout=SLOW)
+    page.get_by_test_id("stMetric").first.wait_for(timeout=SLOW)  # the findings, drawn above it
     settle(page)
 
 

@@ -18,8 +18,12 @@ import os
 import re
 import shutil
 import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -167,10 +171,41 @@ def _load_pretrained(location: str, dtype: torch.dtype, **kwargs: object
     return model, tokenizer
 
 
+_GGUF_READS = threading.Lock()
+
+
+@contextmanager
+def _gguf_parsed_once(path: Path) -> Iterator[None]:
+    """While transformers loads `path`: one parse of its header for the tokenizer's, the config's
+    and the weights' three reads, and one table of tensor names instead of one per parameter.
+    Those parses, not the dequantisation, are most of a cold load (docs/benchmarks.md, the load
+    figures). The data read is the same, so the weights are too; any other file is parsed as
+    before. One load at a time holds the substitutes (they are module attributes of `gguf`)."""
+    import gguf
+
+    with _GGUF_READS:
+        reader, names = gguf.GGUFReader, gguf.get_tensor_name_map
+        parsed: dict[str, object] = {}
+
+        def read_once(file, *args, **kwargs):
+            if args or kwargs or Path(file) != path:
+                return reader(file, *args, **kwargs)
+            if "reader" not in parsed:
+                parsed["reader"] = reader(file)
+            return parsed["reader"]
+
+        gguf.GGUFReader, gguf.get_tensor_name_map = read_once, lru_cache(maxsize=None)(names)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = reader, names
+
+
 def _dequantise_to_cache(path: Path, key: dict[str, object], folder: Path
                          ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Slow path: dequantise the GGUF, then save plain safetensors for next time."""
-    model, tokenizer = _load_pretrained(str(path.parent), torch.float32, gguf_file=path.name)
+    with _gguf_parsed_once(path):
+        model, tokenizer = _load_pretrained(str(path.parent), torch.float32, gguf_file=path.name)
     # the weights are now plain float32; a saved quantization_config would send the next
     # load back through the GGUF path
     if hasattr(model.config, "quantization_config"):

@@ -13,7 +13,14 @@ import pytest
 import torch
 
 from engine import Generation, ModelLoadError, SamplerSettings, load_model, resolve_source
-from engine.loading import _gguf_cache_dir, _gguf_cache_key, _put_in_place, bundled_gguf_path, prune_stale_copies
+from engine.loading import (
+    _gguf_cache_dir,
+    _gguf_cache_key,
+    _gguf_parsed_once,
+    _put_in_place,
+    bundled_gguf_path,
+    prune_stale_copies,
+)
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +83,26 @@ def test_gguf_cold_load_fills_the_cache_and_warm_load_reuses_it(gguf_copy, tmp_p
     # the cache folder is also a plain model folder
     as_folder = load_model(str(folder))
     assert as_folder.source.kind == "folder" and first_token_prob(as_folder) == first_token_prob(lm)
+
+
+def test_one_parse_of_the_gguf_gives_transformers_own_weights_and_tokenizer(gguf_copy, lm) -> None:
+    """The cold load parses the GGUF once (`_gguf_parsed_once`); transformers on its own parses
+    it for each of its reads. Both give the same weights, bit for bit, and the same tokenizer."""
+    import gguf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with _gguf_parsed_once(gguf_copy):
+        assert gguf.GGUFReader(gguf_copy) is gguf.GGUFReader(str(gguf_copy))
+        assert gguf.GGUFReader(bundled_gguf_path()) is not gguf.GGUFReader(bundled_gguf_path())  # another file
+    assert gguf.GGUFReader.__name__ == "GGUFReader" and not hasattr(gguf.get_tensor_name_map, "cache_info")
+
+    folder, name = str(gguf_copy.parent), gguf_copy.name
+    own = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    assert own.state_dict().keys() == lm.model.state_dict().keys()
+    assert all(torch.equal(a, lm.model.state_dict()[k]) for k, a in own.state_dict().items())
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    assert tokenizer.backend_tokenizer.to_str() == lm.tokenizer.backend_tokenizer.to_str()
+    assert tokenizer.chat_template == lm.tokenizer.chat_template
 
 
 def test_a_changed_gguf_or_library_version_makes_the_cache_stale(gguf_copy) -> None:

@@ -8,20 +8,27 @@ from pathlib import Path
 
 import pytest
 
-from bench.appserver import CHROMIUM_FLAGS, chromium_path, served_app
+from bench.appserver import CHROMIUM_FLAGS, chromium_path, free_port, served_app_process
 from tests.browser.runs import WatchingBrowser
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # each test worker serves its own app
+APP_LOG = ARTIFACTS / (f"streamlit-{_WORKER}.log" if _WORKER else "streamlit.log")
 
 
 # Package scope: the server and Chromium hold a gigabyte and more between them; they go once the
 # browser tests are done instead of waiting, idle, through the rest of the suite.
 @pytest.fixture(scope="package")
-def app_url() -> Iterator[str]:
-    """The app served by a real `streamlit run`, shared by the browser tests."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")  # each test worker serves its own app
-    with served_app(ARTIFACTS / (f"streamlit-{worker}.log" if worker else "streamlit.log")) as url:
+def app_url(tmp_path_factory) -> Iterator[str]:
+    """The app served by a real `streamlit run`, shared by the browser tests, the Class page's
+    included: its rooms in a database of its own (not the user's), its follow endpoint on a free
+    port. Its output goes to APP_LOG. Each class is a room of its own, so the class tests share
+    the server as teachers on one server do; a test that needs a server's start, end, log or
+    settings to itself starts its own."""
+    rooms = tmp_path_factory.mktemp("rooms") / "class.sqlite3"
+    env = {"TBT_CLASS_DB": str(rooms), "TBT_FOLLOW_PORT": str(free_port())}
+    with served_app_process(APP_LOG, env=env) as (url, _pid):
         yield url
 
 
@@ -41,6 +48,21 @@ def browser():
         instance = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
         yield WatchingBrowser(instance)
         instance.close()
+
+
+@pytest.fixture(autouse=True)
+def closes_its_tabs(request) -> Iterator[None]:
+    """Every browser context a test opened is closed when it ends, whatever it left open: a tab
+    left behind keeps polling its server (or reconnecting to one that is gone) and drawing, on
+    the cores the tests after it need."""
+    if "browser" not in request.fixturenames:
+        yield
+        return
+    browser = request.getfixturevalue("browser")
+    before = set(browser.contexts)
+    yield
+    for context in [c for c in browser.contexts if c not in before]:
+        context.close()
 
 
 @pytest.fixture()

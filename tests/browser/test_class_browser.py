@@ -6,34 +6,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 from playwright.sync_api import expect
 
-from bench.appserver import served_app_process
 from tests.browser.class_student import guess_field
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import APP_LOG, ARTIFACTS
 from tests.browser.runs import SLOW, settle
 
 pytestmark = pytest.mark.browser
 PHONE = {"width": 390, "height": 844}
 SHOWN = "Number(document.querySelector('.tbt-class-status')?.dataset.steps ?? -1)"
-
-
-@contextmanager
-def class_server(tmp_path_factory, name: str) -> Iterator[str]:
-    """A server of its own, with its own rooms database; its log is test-artifacts/<name>_streamlit.log."""
-    db = tmp_path_factory.mktemp(name) / "class.sqlite3"
-    with served_app_process(ARTIFACTS / f"{name}_streamlit.log", env={"TBT_CLASS_DB": str(db)}) as (url, _pid):
-        yield url
-
-
-@pytest.fixture(scope="module")
-def class_url(tmp_path_factory) -> Iterator[str]:
-    with class_server(tmp_path_factory, "class") as url:
-        yield url
 
 
 def start_class(presenter, url: str) -> str:
@@ -47,10 +30,10 @@ def start_class(presenter, url: str) -> str:
     return code
 
 
-def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the_presenter(browser, class_url):
+def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the_presenter(browser, app_url):
     teacher = browser.new_context(viewport={"width": 1280, "height": 900})
     presenter = teacher.new_page()
-    code = start_class(presenter, class_url)
+    code = start_class(presenter, app_url)
     settle(presenter)
     assert "key=" not in presenter.url  # the secret is not in the address bar on the projector
     presenter.get_by_test_id("stImage").first.hover()  # the QR code's full-screen button shows
@@ -61,7 +44,7 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
 
     phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
     student = phone.new_page()
-    student.goto(f"{class_url}/class?room={code}")
+    student.goto(f"{app_url}/class?room={code}")
     student.wait_for_function(f"{SHOWN} === 0", timeout=SLOW)
     assert not student.get_by_role("button", name="Step").count()  # no control that changes the room
     assert "key=" not in student.content()
@@ -90,7 +73,7 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
 
     dark_phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True, color_scheme="dark")
     dark_student = dark_phone.new_page()
-    dark_student.goto(f"{class_url}/class?room={code}")  # a late joiner sees the current state
+    dark_student.goto(f"{app_url}/class?room={code}")  # a late joiner sees the current state
     dark_student.wait_for_function(f"{SHOWN} === 1", timeout=SLOW)
     settle(dark_student)
     dark_student.screenshot(path=str(ARTIFACTS / "class_student_phone_dark.png"), full_page=True)
@@ -98,7 +81,7 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
     presenter.reload()  # a reload, and a second tab of the same browser, are the presenter again
     presenter.get_by_role("button", name="Step").wait_for(timeout=SLOW)
     second_tab = teacher.new_page()
-    second_tab.goto(f"{class_url}/class?room={code}")
+    second_tab.goto(f"{app_url}/class?room={code}")
     second_tab.get_by_role("button", name="Step").wait_for(timeout=SLOW)
     assert not second_tab.get_by_label(re.compile("type your guess")).count()
     second_tab.close()
@@ -124,16 +107,16 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
     for context in (teacher, phone, dark_phone, dark):
         context.close()
     secret = presenter_link.split("key=", 1)[1].strip()
-    assert len(secret) >= 22 and secret not in (ARTIFACTS / "class_streamlit.log").read_text()  # nor in a log
+    assert len(secret) >= 22 and secret not in APP_LOG.read_text()  # nor in a log
 
 
-def test_each_step_brings_an_empty_guess_field_and_each_guess_counts_for_its_own_step(browser, class_url):
+def test_each_step_brings_an_empty_guess_field_and_each_guess_counts_for_its_own_step(browser, app_url):
     # the page draws a few fields in turn (ui/controllers/class_room.py guess_keys): past the
     # first round a field comes back for a new step, and must come back empty in the browser too
     presenter = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-    code = start_class(presenter, class_url)
+    code = start_class(presenter, app_url)
     student = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True).new_page()
-    student.goto(f"{class_url}/class?room={code}")
+    student.goto(f"{app_url}/class?room={code}")
     for shown, word in enumerate(("the", "a", "it", "and", "of")):
         student.wait_for_function(f"{SHOWN} === {shown}", timeout=SLOW)
         field = guess_field(student, shown)

@@ -6,25 +6,15 @@ alone (its id in the BackMsg, no run of the page)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 from streamlit.proto.BackMsg_pb2 import BackMsg
 
-from bench.appserver import free_port, served_app_process
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.runs import SLOW
 from tests.browser.test_class_browser import SHOWN, start_class
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(scope="module")
-def class_url(tmp_path_factory) -> Iterator[str]:
-    db = tmp_path_factory.mktemp("follow") / "class.sqlite3"
-    env = {"TBT_CLASS_DB": str(db), "TBT_FOLLOW_PORT": str(free_port())}
-    with served_app_process(ARTIFACTS / "class_follow_streamlit.log", env=env) as (url, _pid):
-        yield url
 
 
 def reruns(page) -> list[BackMsg]:
@@ -60,16 +50,16 @@ WATCH = """steps => {
 }"""
 
 
-def test_a_presenters_step_shows_from_the_endpoint_then_reruns_only_the_follow_fragment(browser, class_url):
+def test_a_presenters_step_shows_from_the_endpoint_then_reruns_only_the_follow_fragment(browser, app_url):
     teacher = browser.new_context(viewport={"width": 1280, "height": 900})
     presenter = teacher.new_page()
-    code = start_class(presenter, class_url)
+    code = start_class(presenter, app_url)
 
     student = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
     sent = reruns(student)
     polls = []
     student.on("request", lambda request: polls.append(request.url) if "/version?" in request.url else None)
-    student.goto(f"{class_url}/class?room={code}")
+    student.goto(f"{app_url}/class?room={code}")
     student.wait_for_function(f"{SHOWN} === 0", timeout=SLOW)
     view = student.locator(".st-key-cls_follow_view")
     view.wait_for(state="attached", timeout=10_000)

@@ -11,7 +11,6 @@ No page shows an exception at any point."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -20,7 +19,7 @@ from engine import VISIBLE
 from tests.browser.class_student import guess_field
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.runs import SLOW, settle
-from tests.browser.test_class_browser import class_server, start_class
+from tests.browser.test_class_browser import start_class
 from tests.browser.test_presentation import presentation_on
 from ui.domain.lesson import STAGES
 
@@ -34,12 +33,6 @@ NAMES = ("Ana", "Ben", "Chloé 😀")
 TYPED = {0: ("London", "Lyon", "Rome"), 2: ("banana", "violin", "tulip")}  # student → a guess a round
 UNDRAWN = {glyph: ch for ch, glyph in VISIBLE.items()}  # a drawn token's text back to its characters
 PILLS = "[data-testid='stButtonGroup'] button"
-
-
-@pytest.fixture(scope="module")
-def plan_url(tmp_path_factory) -> Iterator[str]:
-    with class_server(tmp_path_factory, "lesson_plan") as url:
-        yield url
 
 
 def give_name(student, name: str, tries: int = 3) -> None:
@@ -83,7 +76,7 @@ def class_panel(presenter):
     return heading.locator("xpath=ancestor::div[@data-testid='stVerticalBlock'][1]")
 
 
-def test_the_teachers_lesson_plan_runs_start_to_end(browser, plan_url) -> None:
+def test_the_teachers_lesson_plan_runs_start_to_end(browser, app_url) -> None:
     contexts = []
 
     def person(**options):
@@ -93,7 +86,7 @@ def test_the_teachers_lesson_plan_runs_start_to_end(browser, plan_url) -> None:
     try:
         # ---- the class: a presenter at the projector, three students ---------------------------
         presenter = person(viewport=PROJECTOR)
-        code = start_class(presenter, plan_url)
+        code = start_class(presenter, app_url)
         settle(presenter)
         presentation_on(presenter)
         assert "key=" not in presenter.url
@@ -102,7 +95,7 @@ def test_the_teachers_lesson_plan_runs_start_to_end(browser, plan_url) -> None:
                     person(viewport=LAPTOP, color_scheme="dark")]
         phone = students[1]
         for student, name in zip(students, NAMES, strict=True):
-            student.goto(f"{plan_url}/class?room={code}")
+            student.goto(f"{app_url}/class?room={code}")
             student.wait_for_function(f"{SHOWN} === 0", timeout=SLOW)
             assert not student.get_by_role("button", name="Step").count()  # no control that changes the room
             give_name(student, name)
@@ -202,7 +195,7 @@ def test_the_teachers_lesson_plan_runs_start_to_end(browser, plan_url) -> None:
 
         # ---- at home: Step through, Inside the pass, a share link --------------------------------
         laptop = person(viewport=LAPTOP)
-        laptop.goto(plan_url)
+        laptop.goto(app_url)
         laptop.wait_for_function(f"{STEPS} === 0", timeout=SLOW)
         prompt = laptop.get_by_label("Prompt", exact=True)
         prompt.fill("Le petit chat 🐱 est")
@@ -272,7 +265,7 @@ def test_the_teachers_lesson_plan_runs_start_to_end(browser, plan_url) -> None:
 
         # ---- a very long prompt -------------------------------------------------------------------
         home = person(viewport=LAPTOP)
-        home.goto(plan_url)
+        home.goto(app_url)
         home.wait_for_function(f"{STEPS} === 0", timeout=SLOW)
         long_prompt = " ".join(f"Sentence {i} tells of a river, a town and the people who lived there."
                                for i in range(120))

@@ -337,10 +337,11 @@ class ClassHall:
         self.peek_later(room)
         return True
 
-    def watch(self) -> None:
+    def watch(self) -> threading.Event:
         """Follow the other processes' announcements (PostgreSQL's NOTIFY; nothing for a file):
-        a room this process holds catches up the moment another moves it on."""
-        self.store.listen(self._announced)
+        a room this process holds catches up the moment another moves it on. Returns the store's
+        event, set while announcements are heard."""
+        return self.store.listen(self._announced)
 
     def _announced(self, code: str) -> None:
         with self._lock:

@@ -177,8 +177,12 @@ class RoomStore:
         """Tell the other processes serving this database that the room moved on: nothing to do
         for a file (they read its version when their students next check: ClassHall.sync)."""
 
-    def listen(self, on_change: Callable[[str], None]) -> None:
-        """Call `on_change(code)` when another process announces a room: never, for a file."""
+    def listen(self, on_change: Callable[[str], None]) -> threading.Event:
+        """Call `on_change(code)` when another process announces a room: never, for a file. The
+        event returned is set while announcements are heard: always, for a file (nothing to hear)."""
+        heard = threading.Event()
+        heard.set()
+        return heard
 
     def touch(self, code: str, now: float) -> None:
         with self._run("note the room's use") as db:

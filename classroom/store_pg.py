@@ -112,22 +112,30 @@ class PostgresRoomStore:
         with self._run("announce the room's change") as db:
             db.execute("SELECT pg_notify(%s, %s)", (CHANNEL, code))
 
-    def listen(self, on_change: Callable[[str], None]) -> None:
+    def listen(self, on_change: Callable[[str], None]) -> threading.Event:
         """Call `on_change(code)` on a thread of its own for every room another process (or this
         one) announces, on a connection of its own; a dropped connection is made again after
-        RELISTEN_S, and a room announced meanwhile is found by its students' next check."""
-        threading.Thread(target=self._listen, args=(on_change,), name="class-rooms-listen", daemon=True).start()
+        RELISTEN_S, and a room announced meanwhile is found by its students' next check. The
+        event returned is set while the connection listens: an announcement made before it is
+        set is not heard."""
+        heard = threading.Event()
+        threading.Thread(target=self._listen, args=(on_change, heard), name="class-rooms-listen",
+                         daemon=True).start()
+        return heard
 
-    def _listen(self, on_change: Callable[[str], None]) -> None:
+    def _listen(self, on_change: Callable[[str], None], heard: threading.Event) -> None:
         while not self._closed:
             try:
                 with self._psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as db:
                     db.execute(f"LISTEN {CHANNEL}")
+                    heard.set()
                     while not self._closed:
                         for note in db.notifies(timeout=RELISTEN_S):
                             on_change(note.payload)
             except self._psycopg.Error:
+                heard.clear()
                 time.sleep(RELISTEN_S)
+        heard.clear()
 
     def touch(self, code: str, now: float) -> None:
         with self._run("note the room's use") as db:

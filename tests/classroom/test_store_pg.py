@@ -76,7 +76,7 @@ def test_two_halls_serve_one_class_and_a_students_hall_catches_up_with_each_step
     student_hall = ClassHall(PostgresRoomStore(store.url), tiny_lm, ClassLimits(), quiz=load_quiz())
     woken = threading.Event()
     student_hall.on_version(lambda code: woken.set())
-    student_hall.watch()
+    assert student_hall.watch().wait(10), "the students' hall never listened"  # what is announced before is not heard
     room, secret = presenter_hall.start(new_generation(tiny_lm))
     theirs = student_hall.room(room.code)  # rebuilt there from the stored trace
     student_hall.join(theirs, "s1", "Ada")

@@ -87,8 +87,9 @@ def test_two_halls_serve_one_class_and_a_students_hall_catches_up_with_each_step
         assert until(lambda count=count: len(theirs.snapshot.steps) == count), "the other process was not told"
         assert theirs.snapshot.steps[-1].token_id == room.generation.steps[-1].token_id
     assert woken.is_set()  # and its own followers were woken
-    assert [s["token_id"] for s in to_trace(theirs.generation)["steps"]] == \
-        [s["token_id"] for s in to_trace(room.generation)["steps"]]
+    with theirs.lock:  # a peek on the students' hall's own thread steps and rewinds under the lock
+        caught_up = [s["token_id"] for s in to_trace(theirs.generation)["steps"]]
+    assert caught_up == [s["token_id"] for s in to_trace(room.generation)["steps"]]
     student_hall.peek(theirs)  # the student's own process gives its students the candidates
     student_hall.guess(theirs, "s1", token_id=theirs.snapshot.candidates[0].token_id)
     assert presenter_hall.class_tally(room).total == 1  # the guess reaches the presenter's process

@@ -28,6 +28,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 @dataclass(frozen=True)
 class Reading:
     parent: int
+    started: int  # clock ticks after boot: with the pid, names one process even if its pid is reused
     cpu_s: float
 
 
@@ -50,14 +51,15 @@ def kind(command: str) -> str:
 
 
 def read(pid: int) -> tuple[Reading, str] | None:
-    """A process's parent and CPU time so far, and its command line; None once it is gone."""
+    """A process's parent, start and CPU time so far, and its command line (empty once it has
+    ended and waits to be reaped); None once it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return None
     fields = stat.rsplit(")", 1)[1].split()  # after the program's name, which may hold spaces
-    return Reading(int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS), command.strip()
+    return Reading(int(fields[1]), int(fields[19]), (int(fields[11]) + int(fields[12])) / TICKS), command.strip()
 
 
 def descendants(root: int, readings: dict[int, Reading]) -> set[int]:
@@ -78,7 +80,8 @@ def cpu_by_kind(command: list[str]) -> tuple[Counter, float, int]:
     """Run `command`; its processes' CPU seconds by kind, its wall seconds and its exit code."""
     started = time.perf_counter()
     process = subprocess.Popen(command)
-    last: dict[int, tuple[float, str]] = {}  # pid: (CPU seconds, kind), the latest reading
+    last: dict[tuple[int, int], float] = {}  # (pid, start): CPU seconds at the latest reading
+    kinds: dict[tuple[int, int], str] = {}  # from the latest command line (empty once ended; a fork execs)
     while True:
         readings, commands = {}, {}
         for entry in os.listdir("/proc"):
@@ -86,13 +89,16 @@ def cpu_by_kind(command: list[str]) -> tuple[Counter, float, int]:
                 readings[int(entry)], commands[int(entry)] = found
         for pid in descendants(process.pid, readings):
             if pid in readings:
-                last[pid] = (readings[pid].cpu_s, kind(commands[pid]))
+                process_id = (pid, readings[pid].started)
+                last[process_id] = readings[pid].cpu_s
+                if commands[pid]:
+                    kinds[process_id] = kind(commands[pid])
         if process.poll() is not None:
             break
         time.sleep(SAMPLE_S)
     totals: Counter = Counter()
-    for cpu_s, name in last.values():
-        totals[name] += cpu_s
+    for process_id, cpu_s in last.items():
+        totals[kinds.get(process_id, "other")] += cpu_s
     return totals, time.perf_counter() - started, process.returncode
 
 

@@ -100,6 +100,8 @@ def drive(page, jupyterlab: str, theme: str) -> None:
     page.locator(".jp-Notebook").wait_for(timeout=SLOW)
     page.wait_for_function("document.body.dataset.jpThemeLight !== undefined", timeout=SLOW)
     assert page.evaluate("document.body.dataset.jpThemeLight") == ("true" if "Light" in theme else "false")
+    # Run all before the kernel is connected runs nothing (seen once on a busy machine): wait for it
+    page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first.wait_for(timeout=SLOW)
     page.locator(".jp-Notebook").click()
     page.keyboard.press("Escape")
     page.get_by_role("menuitem", name="Run").click()

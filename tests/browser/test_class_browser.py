@@ -1,6 +1,7 @@
 """The Class page in a real browser: a presenter and a student in two browser contexts (two
 visitors), the student's screen following the presenter's Step without a reload. Screenshots of
-both views, light and dark, and the student's on a 390x844 phone, go to test-artifacts/."""
+both views, light and dark, and the student's on a 390x844 phone, go to test-artifacts/; axe finds
+nothing serious on the dark phone after a reveal."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.class_student import guess_field
+from tests.browser.class_student import guess_field, serious_violations
 from tests.browser.conftest import APP_LOG, ARTIFACTS
 from tests.browser.runs import SLOW, settle
 
@@ -77,6 +78,7 @@ def test_a_students_screen_follows_the_presenters_step_and_the_guess_reaches_the
     dark_student.wait_for_function(f"{SHOWN} === 1", timeout=SLOW)
     settle(dark_student)
     dark_student.screenshot(path=str(ARTIFACTS / "class_student_phone_dark.png"), full_page=True)
+    assert not serious_violations(dark_student)  # a phone in dark mode, after a reveal
 
     presenter.reload()  # a reload, and a second tab of the same browser, are the presenter again
     presenter.get_by_role("button", name="Step").wait_for(timeout=SLOW)

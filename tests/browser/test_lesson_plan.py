@@ -3,20 +3,25 @@ presenter at the projector (1280x720, presentation mode, driven by the remote's 
 students (a laptop, a phone at 390x844, a laptop in dark mode) who give their names and guess
 three tokens, typed or picked from the candidate chips; the projector never shows the model's
 answer, a guess or a name before the reveal (only while the presenter peeks), and every screen
-shows the reveal after it; the presenter visits another page and comes back to the room. Then,
+shows the reveal after it, no student's screen another student's name, and axe finds nothing
+serious on any of the four; the presenter visits another page, comes back to the room and downloads
+the lesson's file (every named student's guesses). Then,
 as a student at home: Step through with a French prompt and an emoji, Inside the pass, a share
 link opened in another tab, the Sampler lab, the Lesson by keyboard only and a very long prompt.
 No page shows an exception at any point."""
 
 from __future__ import annotations
 
+import csv
+import io
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from engine import VISIBLE
-from tests.browser.class_student import guess_field
+from tests.browser.class_student import guess_field, serious_violations
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.runs import SLOW, settle
 from tests.browser.test_class_browser import start_class
@@ -174,6 +179,15 @@ def test_the_teachers_lesson_plan_runs_start_to_end(browser, app_url) -> None:
             width = phone.evaluate("document.documentElement.scrollWidth")
             assert width <= PHONE["width"] + 1, f"the phone's page is {width} px wide"
             assert_no_exception(presenter, *students)
+        # after the reveals: each student's screen holds the board and no other student's name, and
+        # axe finds nothing serious on any of the four screens
+        for student, name in zip(students, NAMES, strict=True):
+            settle(student)
+            shown = student.locator("[data-testid='stMain']").inner_text()
+            assert not [other for other in NAMES if other != name and other in shown], name
+            assert "the class named it" in shown
+            assert not serious_violations(student), name
+        assert not serious_violations(presenter)
         presenter.screenshot(path=str(ARTIFACTS / "lesson_plan_projector.png"))
         phone.screenshot(path=str(ARTIFACTS / "lesson_plan_phone.png"), full_page=True)
         students[2].screenshot(path=str(ARTIFACTS / "lesson_plan_dark_student.png"), full_page=True)
@@ -192,6 +206,16 @@ def test_the_teachers_lesson_plan_runs_start_to_end(browser, app_url) -> None:
         assert code in presenter.locator("body").inner_text()
         presenter.locator(".tbt-class-reveal", has_text="Step 3 revealed").wait_for(timeout=SLOW)
         assert_no_exception(presenter, *students)
+        # the lesson's file: every named student's guesses, made at the click
+        presenter.get_by_text("End of the lesson: summary and download").click()
+        with presenter.expect_download(timeout=SLOW) as made:
+            presenter.get_by_role("button", name="Download the lesson (CSV)").click()
+        table = Path(made.value.path()).read_text(encoding="utf-8")
+        assert table.startswith("step,token,model_probability,student,name,guess")
+        rows = list(csv.DictReader(io.StringIO(table)))
+        assert len(rows) == 3 * 3  # three steps, three guesses a step
+        assert {row["name"] for row in rows} == set(NAMES)  # the names: the teacher's file alone holds them
+        assert len({row["student"] for row in rows}) == 3
 
         # ---- at home: Step through, Inside the pass, a share link --------------------------------
         laptop = person(viewport=LAPTOP)

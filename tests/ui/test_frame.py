@@ -1,6 +1,6 @@
 """The first visit on a page's own link goes through the app's frame (ui/widgets/frame.py), the
 one place that works around Streamlit's pages/ mode: fast checks of its rule without a server.
-(tests/browser/test_deep_link.py proves it on a real server and browser.)"""
+(tests/browser/test_fresh_server.py proves it on a real server and browser.)"""
 
 from __future__ import annotations
 

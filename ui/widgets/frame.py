@@ -16,7 +16,7 @@ lands on the same page, since a page's URL path is the same in both modes.
 Only a visitor's first run is rerun: a rerun drops the run's button clicks, and a first run has
 none. (Streamlit's AppTest starts every run in the old mode; its later runs stay as they are.)
 This module is the whole workaround: tests/ui/test_frame.py checks its rule and that every page
-and app.py take part; tests/browser/test_deep_link.py checks it on a real server.
+and app.py take part; tests/browser/test_fresh_server.py checks it on a real server.
 """
 
 from __future__ import annotations

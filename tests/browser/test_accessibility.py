@@ -79,6 +79,7 @@ def unreadable_chart_text(page) -> list[str]:
 
 
 def step_through(page) -> None:
+    open_page(page, "Step through")
     page.get_by_role("button", name="Step", exact=True).wait_for(timeout=SLOW)
     for count in (1, 2, 3):
         page.get_by_role("button", name="Step", exact=True).click()
@@ -128,15 +129,23 @@ PAGES: dict[str, Callable] = {"step_through": step_through, "lesson": lesson,
                               "kv_speed": kv_speed, "determinism": determinism}
 
 
-@pytest.fixture(params=THEMES)
-def themed_page(request, browser, app_url):
-    """A fresh tab on the app with the system set to light or dark (Streamlit follows it)."""
+@pytest.fixture(scope="module", params=THEMES)
+def themed_tab(request, browser, app_url):
+    """One tab a theme, on the app with the system set to light or dark (Streamlit follows it): a
+    visitor going from page to page through the sidebar, each page in its own state."""
     context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=request.param)
     tab = context.new_page()
     tab.goto(app_url)
     tab.wait_for_selector("[data-testid='stApp']", timeout=60_000)
     yield request.param, tab
     context.close()
+
+
+@pytest.fixture()
+def themed_page(themed_tab):
+    theme, tab = themed_tab
+    tab.set_viewport_size({"width": 1280, "height": 900})  # the last page's test made it as tall as its page
+    return theme, tab
 
 
 @pytest.mark.parametrize("name", list(PAGES))

@@ -2,7 +2,8 @@
 branch pills and the presenter's keys included), with the focus always visible and never trapped;
 a screen reader hears each new token from a live region and reads the chart in words; a phone
 (390 x 844) shows the page with no sideways scroll, Step on the first screen, the chips wrapped
-and the chart inside the screen. Screenshots go to test-artifacts/ for a person to look at."""
+and the chart inside the screen; a switch to dark while the page is open recolours it. Screenshots
+go to test-artifacts/ for a person to look at."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.runs import SLOW, settle
+from tests.browser.test_accessibility import unreadable_chart_text
+from ui.views.theme import PAGE_COLOURS
 
 pytestmark = pytest.mark.browser
 STEPS = "Number(document.querySelector('.tbt-chips')?.dataset.steps ?? -1)"
@@ -145,6 +148,30 @@ def test_a_screen_reader_hears_each_new_token_and_reads_the_chart_in_words(page)
     assert f"The pick is '{pick}'." in words and "raw" in words and "final" in words
     assert page.get_by_role("heading", name="Next-token distribution at step 2", exact=True).evaluate(
         "h => h.tagName") == "H3"
+
+
+def test_a_switch_to_dark_recolours_the_pages_own_text_at_once_and_the_chart_at_the_next_step(page) -> None:
+    """The system (or Streamlit's menu) turns dark while the page is open, as a projector's laptop
+    may at dusk: the page's own text takes the dark theme's colours at once, without a run; the
+    chart, drawn by the script, takes them at the next Step."""
+    page.get_by_role("button", name="Step", exact=True).click()
+    page.wait_for_function(f"{STEPS} === 1", timeout=SLOW)
+    settle(page)
+    caption = page.get_by_test_id("stCaptionContainer").locator("p").first
+    assert caption.evaluate("e => getComputedStyle(e).color") == css_rgb(PAGE_COLOURS["light"]["muted"])
+    page.emulate_media(color_scheme="dark")
+    page.wait_for_function("([e, colour]) => getComputedStyle(e).color === colour",  # no run comes between
+                           arg=[caption.element_handle(), css_rgb(PAGE_COLOURS["dark"]["muted"])], timeout=10_000)
+    page.get_by_role("button", name="Step", exact=True).click()
+    page.wait_for_function(f"{STEPS} === 2", timeout=SLOW)
+    settle(page)
+    assert not unreadable_chart_text(page)
+
+
+def css_rgb(hex_colour: str) -> str:
+    """'#5f5b57' as a computed style says it: 'rgb(95, 91, 87)'."""
+    red, green, blue = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])

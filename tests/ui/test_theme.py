@@ -37,10 +37,13 @@ def test_a_boxed_cells_text_reads_on_its_box_and_the_box_is_the_themes_own(name:
     assert contrast(colours["cell"], page) < 1.6
 
 
-def test_theme_css_sets_the_variables_of_the_theme_asked_for() -> None:
+def test_theme_css_sets_the_variables_of_the_theme_asked_for_and_inside_the_app_either_by_its_scheme() -> None:
     css = theme_css(DARK)
-    assert f"--tbt-muted:{PAGE_COLOURS['dark']['muted']}" in css
-    assert PAGE_COLOURS["light"]["muted"] not in css
+    root, inside = css.split("@supports", 1)
+    assert f"--tbt-muted:{PAGE_COLOURS['dark']['muted']}" in root
+    assert PAGE_COLOURS["light"]["muted"] not in root
+    for key, light in PAGE_COLOURS["light"].items():  # the app's own scheme picks, whatever the script thought
+        assert f"--tbt-{key}:light-dark({light},{PAGE_COLOURS['dark'][key]})" in inside
     assert current_theme() is LIGHT  # outside a Streamlit run: light
 
 

@@ -66,10 +66,21 @@ FOCUS_CSS = ("a:focus-visible,main:focus-visible,[role=option]:focus-visible{out
              "{outline:2px solid var(--tbt-accent);outline-offset:2px;border-radius:4px}")
 
 
+# Inside the app the colours follow Streamlit's own theme at once: Streamlit marks its app's
+# colour scheme, and light-dark() picks by it. The script's idea of the theme (`theme` below) can
+# lag a switch until a whole run (Streamlit's issue 11920), and a fragment's run (a Step) leaves
+# this style as it was; it stays for what Streamlit draws outside the app (menus, popovers).
+FOLLOWS_THE_APP = ("@supports (color:light-dark(#000,#fff)){[data-testid='stApp']{"
+                   + ";".join(f"--tbt-{key}:light-dark({light},{PAGE_COLOURS['dark'][key]})"
+                              for key, light in PAGE_COLOURS["light"].items())
+                   + "}}")
+
+
 def theme_css(theme: ChartTheme) -> str:
-    """A style element setting the custom HTML's `--tbt-*` colours for `theme`, the fixes to
-    Streamlit's own colours, and a visible focus ring wherever Streamlit draws none."""
-    return f"<style>:root{{{theme_variables(theme.name)}}}{STREAMLIT_FIXES}{FOCUS_CSS}</style>"
+    """A style element setting the custom HTML's `--tbt-*` colours for `theme` (and, inside the
+    app, for whichever theme it shows), the fixes to Streamlit's own colours, and a visible focus
+    ring wherever Streamlit draws none."""
+    return f"<style>:root{{{theme_variables(theme.name)}}}{FOLLOWS_THE_APP}{STREAMLIT_FIXES}{FOCUS_CSS}</style>"
 
 
 def theme_variables(name: str) -> str:

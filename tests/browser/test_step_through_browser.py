@@ -113,3 +113,4 @@ def test_a_long_prompt_is_announced_with_its_estimate_and_its_first_step_shows_p
     page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
     assert not page.get_by_text(re.compile(r"^This prompt is")).count()  # said before the first step only
     assert not page.get_by_test_id("stException").count()
+    assert "Traceback" not in page.locator("body").inner_text()

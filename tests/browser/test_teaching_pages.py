@@ -1,9 +1,11 @@
-"""The three teaching pages in a real browser: reached from the sidebar, they render, answer
-their controls, and leave screenshots in test-artifacts/ for a person to look at."""
+"""The three teaching pages in a real browser: reached from the sidebar, one after another in
+one visitor's tab, they render, answer their controls, and leave screenshots in test-artifacts/
+for a person to look at."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 
@@ -24,6 +26,18 @@ def click_to_heading(page, button: str, heading: str) -> None:
     page.get_by_role("button", name=button).click()
     page.get_by_role("heading", name=heading).wait_for(timeout=SLOW)
     settle(page)
+
+
+@pytest.fixture(scope="module")
+def page(browser, app_url) -> Iterator:
+    """Here one tab (not conftest's fresh one a test) visits the three pages in turn, as a student
+    does: each is reached from the sidebar in a state of its own."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    tab = context.new_page()
+    tab.goto(app_url)
+    tab.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+    yield tab
+    context.close()
 
 
 def shoot(page, name: str, height: int = 2400) -> None:

@@ -107,11 +107,15 @@ def choose_preset(page, name: str) -> None:
     settle(page)
 
 
-@pytest.mark.parametrize("width", [1440, 1024])
-def test_the_accept_reject_cards_hold_their_numbers_at_1440_and_1024_px(browser, app_url, width):
+CARD_WIDTHS = (1440, 1024)
+TWO_FRAMES = "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+
+
+def test_the_accept_reject_cards_hold_their_numbers_at_1440_and_1024_px(browser, app_url):
     """Sampled copying, round by round until a guess is rejected (the residual column shows):
-    no card's text runs past its border, no number past its cell."""
-    with chain_page(browser, app_url, viewport={"width": width, "height": 900}) as page:
+    no card's text runs past its border, no number past its cell, at either width (the same
+    rounds, the window resized after each)."""
+    with chain_page(browser, app_url, viewport={"width": CARD_WIDTHS[0], "height": 900}) as page:
         choose_preset(page, "Sampled copying")
         page.get_by_role("button", name="Sampler and stop").click()  # seed 0 rejects a guess within the budget
         seed = page.locator(".st-key-bc_seed input")
@@ -130,12 +134,18 @@ def test_the_accept_reject_cards_hold_their_numbers_at_1440_and_1024_px(browser,
             page.get_by_role("button", name="Step", exact=True).click()
             page.wait_for_function(f"{ROUNDS} === {round_number}", timeout=SLOW)
             settle(page)
-            assert page.evaluate(CARD_OVERFLOW) == []
+            for width in CARD_WIDTHS:
+                page.set_viewport_size({"width": width, "height": 900})
+                page.evaluate(TWO_FRAMES)  # laid out again at this width
+                assert page.evaluate(CARD_OVERFLOW) == [], (round_number, width)
             if page.locator(".bc-pos th", has_text="residual").count():
                 break
         assert page.locator(".bc-pos th", has_text="residual").count() == 1
-        page.locator(".bc-guesses").scroll_into_view_if_needed()
-        page.screenshot(path=str(ARTIFACTS / f"breaking_the_chain_cards_{width}.png"))
+        for width in CARD_WIDTHS:
+            page.set_viewport_size({"width": width, "height": 900})
+            page.locator(".bc-guesses").scroll_into_view_if_needed()
+            page.evaluate(TWO_FRAMES)
+            page.screenshot(path=str(ARTIFACTS / f"breaking_the_chain_cards_{width}.png"))
 
 
 ROUNDS = "Number(document.querySelector('[data-rounds]')?.dataset.rounds ?? -1)"

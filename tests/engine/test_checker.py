@@ -3,30 +3,55 @@ passes, each known mistake is caught and named, and the command line's exit code
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import torch
 
 from engine import (
     CheckReport,
+    LoadedModel,
     SamplerSettings,
     StudentCodeError,
     check_sampler,
     check_stop,
+    checker,
     load_student,
     on_sampler_thread,
     run_chain,
 )
-from engine.checker import greedy_logits, greedy_texts, stop_lists, top_p_boundaries
+from engine.checker import stop_lists, top_p_boundaries
 from engine.cli import main
 from engine.stopping import first_match, stop_sequence_states
 
-ROOT = Path(__file__).resolve().parents[2]
 STUDENTS = Path(__file__).parent / "students"
 GOOD_SAMPLER = STUDENTS / "good_sampler.py"
+T = TypeVar("T")
+
+
+def once_per_model(compute: Callable[[LoadedModel], list[T]]) -> Callable[[LoadedModel], list[T]]:
+    """`compute(lm)` run once per model, a fresh list of its items handed out each call."""
+    kept: dict[int, tuple[LoadedModel, list[T]]] = {}  # id(lm): (lm, its items); lm kept so its id stays its own
+
+    def memo(lm: LoadedModel) -> list[T]:
+        if id(lm) not in kept:
+            kept[id(lm)] = (lm, compute(lm))
+        return list(kept[id(lm)][1])
+
+    return memo
+
+
+@pytest.fixture(scope="module", autouse=True)
+def real_runs_once() -> Iterator[None]:
+    """Every check here reads the same greedy runs of the model (the sampler's logits, the stop
+    rule's texts): each is run once for this module. The checker hands a student clones of the
+    logits and strings are immutable, so no check can change them for the next."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checker, "greedy_logits", once_per_model(checker.greedy_logits))
+        patch.setattr(checker, "greedy_texts", once_per_model(checker.greedy_texts))
+        yield
 
 
 def wrong_sampler(mistake: str):
@@ -106,7 +131,7 @@ def test_at_an_exact_top_p_boundary_either_side_of_the_tie_is_accepted(lm) -> No
     """Keeping the token whose mass before it equals p exactly (<= instead of <) differs from the
     engine only where float rounding decides, and passes; just below and above, the engine's
     own answers are one token apart, so an off-by-one there is caught."""
-    source = greedy_logits(lm)[0]
+    source = checker.greedy_logits(lm)[0]
     below, at, above = top_p_boundaries(source, 1.0, (1,))
     kept = [int((run_chain(source.values, source.context_ids, s).final_probs > 0).sum()) for s in (below, above)]
     assert below.top_p < at.top_p < above.top_p and kept == [1, 2]
@@ -151,7 +176,7 @@ def test_a_correct_stop_rule_agrees_with_the_engine_on_every_case(lm) -> None:
 
 
 def test_the_stop_cases_cover_the_hard_places_in_a_real_text(lm) -> None:
-    texts = greedy_texts(lm)
+    texts = checker.greedy_texts(lm)
     kinds = dict(stop_lists(texts))
     assert len(kinds) == 8 and all(len(texts[i]) > len(texts[i - 1]) for i in range(1, len(texts)))
     full = texts[-1]
@@ -232,9 +257,9 @@ def test_the_check_command_exits_2_naming_what_is_wrong(cli_on_lm, capsys, tmp_p
     assert "Traceback" not in err
 
 
-@pytest.mark.model  # the command line loads the real model in its own process
-def test_python_m_engine_check_sampler_runs_as_a_command() -> None:
-    out = subprocess.run([sys.executable, "-m", "engine", "check", "sampler", str(GOOD_SAMPLER)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "final_distribution agrees with the engine's sampler on all" in out.stdout
+def test_the_check_command_runs_a_students_file_and_prints_the_report(cli_on_lm, capsys) -> None:
+    """`python -m engine` as a command (its own interpreter and load) is run by
+    test_cli_prints_a_step_table_and_writes_the_trace; here its `check sampler` in this process."""
+    assert main(["check", "sampler", str(GOOD_SAMPLER)]) == 0
+    captured = capsys.readouterr()
+    assert "final_distribution agrees with the engine's sampler on all" in captured.out, captured.err[-2000:]

@@ -209,12 +209,12 @@ PICTURED = [("parallel decoding heads (Medusa-style, trained here)", "medusa-hea
             ("early exit: the model's own first layers draft", "early-exit-")]
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_each_methods_round_has_its_own_picture_in_either_theme(browser, app_url, scheme):
+def test_each_methods_round_has_its_own_picture_in_either_theme(browser, app_url):
     """Heads fan out from one state, MTP chains its guesses, lookahead shows its window and pool,
     early exit its layers: each drawn under the round it made, its guesses marked as judged, and
-    nothing in it wider than the page."""
-    with chain_page(browser, app_url, viewport={"width": 1280, "height": 900}, color_scheme=scheme) as page:
+    nothing in it wider than the page. A picture takes the page's own colours, so each is shot in
+    light and again with the system switched to dark."""
+    with chain_page(browser, app_url, viewport={"width": 1280, "height": 900}, color_scheme="light") as page:
         for label, method in PICTURED:
             choose_method(page, label)
             figure = page.locator(f"figure.dp[data-method^='{method}']")
@@ -236,4 +236,9 @@ def test_each_methods_round_has_its_own_picture_in_either_theme(browser, app_url
             else:
                 assert figure.locator(".dp-leaders").count() == guesses  # the draft's leading tokens per guess
             figure.scroll_into_view_if_needed()
-            figure.screenshot(path=str(ARTIFACTS / f"draft_picture_{method.rstrip('-')}_{scheme}.png"))
+            for scheme in ("light", "dark"):  # the page's colours follow the system at once, no run between
+                page.emulate_media(color_scheme=scheme)
+                page.evaluate(TWO_FRAMES)
+                assert page.get_by_test_id("stApp").evaluate("e => getComputedStyle(e).colorScheme") == scheme
+                figure.screenshot(path=str(ARTIFACTS / f"draft_picture_{method.rstrip('-')}_{scheme}.png"))
+            page.emulate_media(color_scheme="light")

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from engine import LoadedModel
 from engine.fast import lone_rows_linear, set_aside
 from engine.serving.packed import scripted_prefill
 
@@ -36,6 +37,38 @@ def meeting_sizes(multiply, inputs: int) -> list[list[int]]:
         sums = multiply(torch.ones(1, inputs), weight)[0]
         sizes.append([inputs - round(v) if j != i else 1 for j, v in enumerate(sums.tolist())])
     return sizes
+
+
+def run_generate(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, penalty: float = 1.0,
+                 stops: tuple[str, ...] = (), **options) -> list[int]:
+    """transformers' own greedy generate(): the new tokens, stopping at an end token or a stop
+    string; `options` go to generate() as they are (an assistant model, prompt lookup)."""
+    ids = torch.tensor([prompt_ids])
+    if penalty != 1.0:
+        options["repetition_penalty"] = penalty
+    if stops:
+        options.update(stop_strings=list(stops), tokenizer=lm.tokenizer)
+    with torch.inference_mode():
+        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                max_new_tokens=new_tokens, **options)
+    return out[0, len(prompt_ids):].tolist()
+
+
+# (model, prompt, penalty, stop strings): (the model, the cap it ran with, the tokens it gave)
+_GENERATED: dict[tuple, tuple[LoadedModel, int, list[int]]] = {}
+
+
+def greedy_generate(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, penalty: float = 1.0,
+                    stops: tuple[str, ...] = ()) -> list[int]:
+    """`run_generate` with no options, run once per session for each prompt, however many tests
+    (of plain decoding and of every draft method) compare with it. Greedy decoding is
+    deterministic, so a run with a larger cap begins with a smaller cap's tokens, and a run
+    that ended before its cap (an end token, a stop string) is the whole answer for any cap."""
+    key = (id(lm), tuple(prompt_ids), penalty, stops)
+    kept = _GENERATED.get(key)
+    if kept is None or not (new_tokens <= kept[1] or len(kept[2]) < kept[1]):
+        kept = _GENERATED[key] = (lm, new_tokens, run_generate(lm, prompt_ids, new_tokens, penalty, stops))
+    return kept[2][:new_tokens]
 
 
 @pytest.fixture()

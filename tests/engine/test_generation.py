@@ -11,18 +11,11 @@ import torch
 from engine import Generation, GenerationFinished, SamplerSettings, StopSettings
 from engine.generation import TOP_N, describe_distribution
 from engine.sampling import ChainOutput
+from tests.engine.conftest import greedy_generate
 from tests.passes import counted_passes
 
 GREEDY = SamplerSettings(temperature=0)
 SAMPLED = SamplerSettings(temperature=0.9, top_k=40, top_p=0.95, min_p=0.02, repetition_penalty=1.1)
-
-
-def reference_greedy(lm, prompt_ids: list[int], new_tokens: int, **options) -> list[int]:
-    ids = torch.tensor([prompt_ids])
-    with torch.inference_mode():
-        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                max_new_tokens=new_tokens, **options)
-    return out[0, len(prompt_ids):].tolist()
 
 
 @pytest.mark.parametrize(("prompt", "chat", "penalty"), [
@@ -36,8 +29,7 @@ def test_greedy_equals_generate_token_for_token(lm, prompt: str, chat: bool, pen
     generation = Generation(lm, prompt, chat=chat, sampler=settings,
                             stop=StopSettings(max_new_tokens=40, ignore_eos=True))
     list(generation.run())
-    options = {"repetition_penalty": penalty} if penalty != 1.0 else {}
-    expected = reference_greedy(lm, generation.prompt_ids, 40, **options)
+    expected = greedy_generate(lm, generation.prompt_ids, 40, penalty)  # shared with tests/engine/test_speculative.py
     # generate() stops at the end token; we were told to ignore it, so compare up to there
     assert len(expected) == 40 or expected[-1] in lm.eos_ids
     assert generation.generated_ids[:len(expected)] == expected
@@ -167,22 +159,31 @@ def test_kv_positions_grow_by_one_a_step_and_bytes_equal_the_tensors(lm) -> None
     assert last.bytes == 2 * 30 * 3 * 64 * 10 * 4
 
 
-@pytest.mark.parametrize("keep", [0, 1, 4])
-def test_rewind_then_step_equals_a_fresh_run(lm, keep: int) -> None:
-    def fresh() -> Generation:
-        return Generation(lm, "The old lighthouse keeper", sampler=SAMPLED, seed=5,
-                          stop=StopSettings(max_new_tokens=8, ignore_eos=True))
+def lighthouse(lm) -> Generation:
+    return Generation(lm, "The old lighthouse keeper", sampler=SAMPLED, seed=5,
+                      stop=StopSettings(max_new_tokens=8, ignore_eos=True))
 
-    reference = fresh()
-    list(reference.run())
-    generation = fresh()
+
+@pytest.fixture(scope="module")
+def fresh_run(lm) -> Generation:
+    """`lighthouse` run to its end once for the module: each rewind is compared with its records
+    (which stay readable once it is closed)."""
+    generation = lighthouse(lm)
+    list(generation.run())
+    generation.close()
+    return generation
+
+
+@pytest.mark.parametrize("keep", [0, 1, 4])
+def test_rewind_then_step_equals_a_fresh_run(lm, fresh_run: Generation, keep: int) -> None:
+    generation = lighthouse(lm)
     list(generation.run())
     generation.rewind(keep)
     assert generation.kv.positions == max(len(generation.prompt_ids), len(generation.prompt_ids) + keep - 1)
     list(generation.run())
-    assert generation.generated_ids == reference.generated_ids
-    assert [s.prob for s in generation.steps] == [s.prob for s in reference.steps]
-    assert [s.decision.draw for s in generation.steps] == [s.decision.draw for s in reference.steps]
+    assert generation.generated_ids == fresh_run.generated_ids
+    assert [s.prob for s in generation.steps] == [s.prob for s in fresh_run.steps]
+    assert [s.decision.draw for s in generation.steps] == [s.decision.draw for s in fresh_run.steps]
 
 
 def test_resample_reruns_only_the_sampler_and_matches_a_real_step(lm) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 from transformers import GenerationConfig
@@ -184,13 +186,25 @@ def test_other_chain_orders_apply_the_same_stages_in_their_order(chain_name: str
                                                   else ["top_k", "top_p", "min_p", "temperature"])
 
 
-def full_sort_pick(probs: torch.Tensor, u: float) -> tuple[int, float, float]:
-    """Inverse CDF the slow, obvious way: sort every token (ties by id), accumulate, search."""
-    order = sorted(range(probs.numel()), key=lambda i: (-float(probs[i]), i))
-    total = probs.double().sum()
-    cdf = probs[order].double().cumsum(0) / total
-    rank0 = min(int((cdf <= u).sum()), int((probs > 0).sum()) - 1)
-    return order[rank0], float(cdf[rank0 - 1]) if rank0 else 0.0, float(cdf[rank0])
+@dataclass(frozen=True)
+class FullSort:
+    """Inverse CDF the slow, obvious way: every token sorted (ties by id) and accumulated, once
+    per distribution; `pick(u)` searches it."""
+
+    order: list[int]  # token ids, most probable first
+    cdf: torch.Tensor  # [vocab] float64, in `order`
+    kept: int  # tokens with a probability above 0
+
+    @classmethod
+    def of(cls, probs: torch.Tensor) -> FullSort:
+        order = sorted(range(probs.numel()), key=lambda i: (-float(probs[i]), i))
+        cdf = probs[order].double().cumsum(0) / probs.double().sum()
+        return cls(order, cdf, int((probs > 0).sum()))
+
+    def pick(self, u: float) -> tuple[int, float, float]:
+        """The token whose band holds `u`, and that band (low, high)."""
+        rank0 = min(int((self.cdf <= u).sum()), self.kept - 1)
+        return self.order[rank0], float(self.cdf[rank0 - 1]) if rank0 else 0.0, float(self.cdf[rank0])
 
 
 @pytest.mark.parametrize("probs", [
@@ -201,9 +215,10 @@ def full_sort_pick(probs: torch.Tensor, u: float) -> tuple[int, float, float]:
 ])
 def test_inverse_cdf_pick_equals_a_full_sort_of_the_vocabulary(probs: torch.Tensor) -> None:
     generator = torch.Generator().manual_seed(0)
+    full_sort = FullSort.of(probs)
     for u in [*torch.rand(300, generator=generator, dtype=torch.float64).tolist(), 0.0, 0.5, 1 - 1e-12]:
         token, draw = pick_by_cdf(probs, u)
-        expected, low, high = full_sort_pick(probs, u)
+        expected, low, high = full_sort.pick(u)
         assert token == expected
         assert (draw.cdf_low, draw.cdf_high) == pytest.approx((low, high), abs=1e-12)
 
@@ -211,8 +226,9 @@ def test_inverse_cdf_pick_equals_a_full_sort_of_the_vocabulary(probs: torch.Tens
 def test_multinomial_band_is_the_picks_band_in_cdf_order() -> None:
     probs = random_logits(7, vocab=2000).softmax(-1)
     generator = torch.Generator().manual_seed(3)
+    full_sort = FullSort.of(probs)
     for _ in range(20):
         token, draw = pick_like_multinomial(probs, generator)
-        _, low, high = full_sort_pick(probs, (draw.cdf_low + draw.cdf_high) / 2)
+        expected, low, high = full_sort.pick((draw.cdf_low + draw.cdf_high) / 2)
         assert (draw.cdf_low, draw.cdf_high) == pytest.approx((low, high), abs=1e-12)
-        assert full_sort_pick(probs, (draw.cdf_low + draw.cdf_high) / 2)[0] == token
+        assert expected == token

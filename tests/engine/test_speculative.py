@@ -16,6 +16,7 @@ from engine.errors import ModelLoadError
 from engine.forward import forward_all, forward_one, new_cache, plain_head, verify_pass_decision
 from engine.speculative.drafting import NO_DRAFT, Draft, DraftModel, PromptLookup, latest_match, self_draft
 from engine.speculative.generation import SpeculativeGeneration
+from tests.engine.conftest import greedy_generate, run_generate
 
 GREEDY = SamplerSettings(temperature=0)
 COPY_PROMPT = ("Fix the spelling in this sentence and write it out again: The wether in Lndon was cold and rainy, "
@@ -35,10 +36,10 @@ def greedy(penalty: float) -> SamplerSettings:
     return SamplerSettings(temperature=0, repetition_penalty=penalty)
 
 
-# Greedy decoding is deterministic: each case's plain run and generate() run once per session,
-# however many draft methods (here and in test_chainless_methods.py) are compared with them.
+# Greedy decoding is deterministic: each case's plain run (and generate(): tests/engine/conftest.py)
+# runs once per session, however many draft methods (here and in test_chainless_methods.py) are
+# compared with it.
 _PLAIN: dict[tuple, list[int]] = {}
-_REFERENCE: dict[tuple, list[int]] = {}
 
 
 def plain_ids(lm, prompt: str, chat: bool, penalty: float, stops: tuple[str, ...]) -> list[int]:
@@ -62,23 +63,8 @@ def speculative(lm, prompt: str, chat: bool, penalty: float, stops: tuple[str, .
 def reference(lm, prompt_ids: list[int], penalty: float, stops: tuple[str, ...], **options) -> list[int]:
     """transformers' own greedy generate(), optionally assisted (prompt lookup or a draft model)."""
     if options:
-        return _generate(lm, prompt_ids, penalty, stops, **options)
-    key = (id(lm), tuple(prompt_ids), penalty, stops)
-    if key not in _REFERENCE:
-        _REFERENCE[key] = _generate(lm, prompt_ids, penalty, stops)
-    return list(_REFERENCE[key])
-
-
-def _generate(lm, prompt_ids: list[int], penalty: float, stops: tuple[str, ...], **options) -> list[int]:
-    ids = torch.tensor([prompt_ids])
-    if penalty != 1.0:
-        options["repetition_penalty"] = penalty
-    if stops:
-        options.update(stop_strings=list(stops), tokenizer=lm.tokenizer)
-    with torch.inference_mode():
-        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                max_new_tokens=NEW_TOKENS, **options)
-    return out[0, len(prompt_ids):].tolist()
+        return run_generate(lm, prompt_ids, NEW_TOKENS, penalty, stops, **options)
+    return greedy_generate(lm, prompt_ids, NEW_TOKENS, penalty, stops)
 
 
 @pytest.fixture(scope="module")

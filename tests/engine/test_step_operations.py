@@ -3,6 +3,8 @@ on a Generation, each checked against the plain loop it stands for."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 import engine.generation as generation_module
@@ -16,6 +18,23 @@ SAMPLED = SamplerSettings(temperature=0.9, top_k=40, top_p=0.95)
 def sampled(lm, max_new_tokens: int = 8) -> Generation:
     return Generation(lm, "The old lighthouse keeper", sampler=SAMPLED, seed=5,
                       stop=StopSettings(max_new_tokens=max_new_tokens, ignore_eos=True))
+
+
+@dataclass(frozen=True)
+class Undisturbed:
+    """What an undisturbed `sampled` run to its end gives: its tokens and each step's probability."""
+
+    generated_ids: list[int]
+    probs: list[float]
+
+
+@pytest.fixture(scope="module")
+def undisturbed(lm) -> Undisturbed:
+    """The undisturbed run, once for the module: every test that disturbs a generation compares
+    its end with this."""
+    reference = sampled(lm)
+    list(reference.run())
+    return Undisturbed(list(reference.generated_ids), [s.prob for s in reference.steps])
 
 
 def state_of(generation: Generation) -> tuple:
@@ -89,7 +108,7 @@ def test_branch_and_repick_need_a_step_to_take_again(lm) -> None:
             operation()
 
 
-def test_a_refused_repick_keeps_the_latest_step(lm) -> None:
+def test_a_refused_repick_keeps_the_latest_step(lm, undisturbed) -> None:
     """Lowering max new tokens below the steps taken: taking the last one again is refused,
     and the generation is as it was."""
     generation = sampled(lm)
@@ -101,9 +120,7 @@ def test_a_refused_repick_keeps_the_latest_step(lm) -> None:
     assert state_of(generation) == before
     generation.stop = StopSettings(max_new_tokens=8, ignore_eos=True)
     list(generation.run())
-    reference = sampled(lm)
-    list(reference.run())
-    assert generation.generated_ids == reference.generated_ids
+    assert generation.generated_ids == undisturbed.generated_ids
 
 
 class Injected(RuntimeError):
@@ -136,7 +153,7 @@ STAGES_TO_BREAK = {
 
 @pytest.mark.parametrize("stage", list(STAGES_TO_BREAK))
 @pytest.mark.parametrize("steps_before", [0, 2])
-def test_a_step_that_fails_at_any_stage_leaves_the_generation_as_it_was(lm, monkeypatch, stage,
+def test_a_step_that_fails_at_any_stage_leaves_the_generation_as_it_was(lm, undisturbed, monkeypatch, stage,
                                                                        steps_before) -> None:
     generation = sampled(lm)
     list(generation.run(max_steps=steps_before))
@@ -148,10 +165,8 @@ def test_a_step_that_fails_at_any_stage_leaves_the_generation_as_it_was(lm, monk
             generation.step()
     assert state_of(generation) == before
     list(generation.run())  # and it goes on exactly as an undisturbed run
-    reference = sampled(lm)
-    list(reference.run())
-    assert generation.generated_ids == reference.generated_ids
-    assert [s.prob for s in generation.steps] == [s.prob for s in reference.steps]
+    assert generation.generated_ids == undisturbed.generated_ids
+    assert [s.prob for s in generation.steps] == undisturbed.probs
 
 
 def test_a_failure_after_the_forward_pass_crops_what_it_wrote_into_the_cache(lm, monkeypatch) -> None:

@@ -8,6 +8,8 @@ AppTest (whose first run loads it); given automatically, so no test can forget i
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from engine import LoadedModel, load_model
@@ -25,10 +27,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.model)
 
 
+@functools.cache
+def bundled_lm() -> LoadedModel:
+    """The real SmolLM2-135M-Instruct from the bundled GGUF (warm from the user cache), loaded
+    once per session: the `lm` fixture's, and the app's in AppTest (tests/ui/conftest.py)."""
+    return load_model()
+
+
 @pytest.fixture(scope="session")
 def lm() -> LoadedModel:
     """The real SmolLM2-135M-Instruct from the bundled GGUF (warm from the user cache)."""
-    return load_model()
+    return bundled_lm()
 
 
 @pytest.fixture(scope="session")

@@ -3,22 +3,34 @@ without measuring again."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.forward import lone_pass_decision
 from engine.serving import exact_rows_kernel_in_use, sum_order
-from engine.speed import KNOWN_CONFIGS, QUICK, loaded_kv_config
+from engine.speed import KNOWN_CONFIGS, QUICK, Sizes, loaded_kv_config
 from tests.ui.apptest import open_page
+from ui.controllers import kv_speed as kv
+from ui.server.measurements import shared_board
 from ui.session.keys import KV
 from ui.views.format import nbytes
 from ui.views.kv_speed import SUM_ORDER_WORDS
 
+# The page's first visit measures the "quick" tier; here at smaller sizes, since what is tested is
+# what the page shows of its measurements (the measurements themselves: tests/engine/test_speed.py).
+SMALL = Sizes(cache_lengths=(16, 32), prompt_tokens=16, decode_steps=2, batch_context=8, repeats=QUICK.repeats)
+
 
 @pytest.fixture(scope="module")
-def page() -> AppTest:
-    """The page after its first (quick) measurements: taken once for this module."""
-    return open_page("pages/kv_speed.py", timeout=300)
+def page() -> Iterator[AppTest]:
+    """The page after its first (quick, here SMALL) measurements: taken once for this module.
+    The server's board forgets them after, so no later test reads them as the quick tier's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(kv.TIERS, "quick", SMALL)
+        yield open_page("pages/kv_speed.py", timeout=300)
+    shared_board.clear()
 
 
 def results(at: AppTest) -> dict:
@@ -31,7 +43,7 @@ def test_page_measures_every_section_once(page):
                         "device compute and bandwidth", "one decode step", "how the step reads", "batched decode",
                         "packed vs lone passes"}
     cache_points = next(v for k, v in results(page).items() if k[-1] == "cache vs recompute")
-    assert [p.context_tokens for p in cache_points] == list(QUICK.cache_lengths)
+    assert [p.context_tokens for p in cache_points] == list(SMALL.cache_lengths)
     last = cache_points[-1]
     assert any(f"**{last.ratio:.1f}× slower**" in m.value for m in page.markdown)
     batch = next(v for k, v in results(page).items() if k[-1] == "batched decode")

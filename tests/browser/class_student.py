@@ -23,11 +23,3 @@ def guess_field(page: Page, steps: int, timeout: float = 30_000) -> Locator:
     page.wait_for_function(_FIELD_DRAWN, arg=[GUESS_LABEL, steps], timeout=timeout)
     return page.get_by_label(GUESS_LABEL)
 
-
-def serious_violations(page: Page) -> list[str]:
-    """What axe-core finds serious or critical on `page`, one line each (the rule, its first node)."""
-    from axe_playwright_python.sync_playwright import Axe
-
-    violations = Axe().run(page).response["violations"]
-    return [f"{v['id']} ({v['impact']}): {v['nodes'][0]['html'][:160]}" for v in violations
-            if v["impact"] in {"serious", "critical"}]

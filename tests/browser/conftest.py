@@ -65,12 +65,20 @@ def closes_its_tabs(request) -> Iterator[None]:
         context.close()
 
 
+def app_tab(browser, url: str, **options):
+    """A fresh browser tab in a context of its own (a visitor of its own, its own Streamlit session;
+    `options` for the context, 1280x800 unless they give a viewport) on the app at `url`, once the
+    app is drawn. Closing its context closes it."""
+    context = browser.new_context(**({"viewport": {"width": 1280, "height": 800}} | options))
+    tab = context.new_page()
+    tab.goto(url)
+    tab.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+    return tab
+
+
 @pytest.fixture()
 def page(browser, app_url):
     """A fresh browser tab (its own Streamlit session) on the app, 1280x800."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    tab = context.new_page()
-    tab.goto(app_url)
-    tab.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+    tab = app_tab(browser, app_url)
     yield tab
-    context.close()
+    tab.context.close()

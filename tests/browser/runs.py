@@ -12,6 +12,8 @@ from __future__ import annotations
 SLOW = 240_000  # ms: a first visit measures or runs the model on 2 CPU cores
 QUIET_MS = 400  # an action followed by no run for this long started none
 TAIL_MS = 150  # the page draws what the run's last messages carried
+# Resolves once the browser has drawn twice: a resized window or a switched colour scheme laid out
+TWO_FRAMES = "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
 
 # Installed before any of the page's own scripts (BrowserContext.add_init_script), in every frame
 WATCH_RUNS = """(() => {

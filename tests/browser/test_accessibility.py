@@ -13,7 +13,8 @@ from collections.abc import Callable
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.axe_audit import BLOCKING
+from tests.browser.conftest import ARTIFACTS, app_tab
 from tests.browser.runs import SLOW, settle
 from tests.browser.test_determinism_browser import run_experiment
 from tests.browser.test_teaching_pages import click_to_heading, open_page
@@ -22,7 +23,6 @@ from tests.contrast import contrast
 pytestmark = pytest.mark.browser
 SHOTS = ARTIFACTS / "accessibility"
 THEMES = ("light", "dark")
-BLOCKING = {"serious", "critical"}
 STEPS = "Number(document.querySelector('.tbt-chips')?.dataset.steps ?? -1)"
 
 # Every text element of every Plotly chart: its colour, and the colour behind its centre made
@@ -133,12 +133,9 @@ PAGES: dict[str, Callable] = {"step_through": step_through, "lesson": lesson,
 def themed_tab(request, browser, app_url):
     """One tab a theme, on the app with the system set to light or dark (Streamlit follows it): a
     visitor going from page to page through the sidebar, each page in its own state."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=request.param)
-    tab = context.new_page()
-    tab.goto(app_url)
-    tab.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+    tab = app_tab(browser, app_url, viewport={"width": 1280, "height": 900}, color_scheme=request.param)
     yield request.param, tab
-    context.close()
+    tab.context.close()
 
 
 @pytest.fixture()

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.browser.conftest import ARTIFACTS
-from tests.browser.runs import SLOW, settle
+from tests.browser.conftest import ARTIFACTS, app_tab
+from tests.browser.runs import SLOW, TWO_FRAMES, settle
 from tests.browser.test_presentation import outside_viewport, presentation_on
 from tests.browser.test_teaching_pages import open_page, shoot
 
@@ -84,17 +84,14 @@ CARD_OVERFLOW = """() => [...document.querySelectorAll('.bc-pos')].flatMap(card 
 def chain_page(browser, app_url: str, **options) -> Iterator:
     """A tab of its own (`options` for its context: viewport, colour scheme) on Breaking the
     chain, its Step button drawn and the run over."""
-    context = browser.new_context(**options)
-    page = context.new_page()
+    page = app_tab(browser, app_url, **options)
     try:
-        page.goto(app_url)
-        page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
         open_page(page, "Breaking the chain")
         page.get_by_role("button", name="Step").wait_for(timeout=SLOW)
         settle(page)
         yield page
     finally:
-        context.close()
+        page.context.close()
 
 
 def choose_preset(page, name: str) -> None:
@@ -108,7 +105,6 @@ def choose_preset(page, name: str) -> None:
 
 
 CARD_WIDTHS = (1440, 1024)
-TWO_FRAMES = "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
 
 
 def test_the_accept_reject_cards_hold_their_numbers_at_1440_and_1024_px(browser, app_url):

@@ -11,7 +11,8 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.class_student import guess_field, serious_violations
+from tests.browser.axe_audit import serious_violations
+from tests.browser.class_student import guess_field
 from tests.browser.conftest import APP_LOG, ARTIFACTS
 from tests.browser.runs import SLOW, settle
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from axe_playwright_python.sync_playwright import Axe
 
+from tests.browser.axe_audit import serious_violations
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.runs import SLOW, settle
 from tests.browser.test_presentation import outside_viewport, presentation_on
@@ -37,11 +37,6 @@ def run_experiment(page, fields: dict[str, str] = SMALL) -> None:
     settle(page)
 
 
-def serious(page) -> list[str]:
-    violations = Axe().run(page).response["violations"]
-    return [f"{v['id']} ({v['impact']}): {v['nodes'][0]['html'][:160]}" for v in violations
-            if v["impact"] in {"serious", "critical"} or v["id"] == "heading-order"]
-
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_a_visitor_runs_it_and_presents_it_on_one_projector_screen(browser, app_url, theme) -> None:
@@ -56,13 +51,13 @@ def test_a_visitor_runs_it_and_presents_it_on_one_projector_screen(browser, app_
         assert any(re.search(r"exact: completions\s+1 of 3", text) for text in metrics), metrics
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"page_{theme}.png"), full_page=False)
-        assert not serious(page)
+        assert not serious_violations(page, also={"heading-order"})
         presentation_on(page)
         page.get_by_test_id("stMain").evaluate("main => main.scrollTo(0, 0)")
         settle(page)
         page.screenshot(path=str(SHOTS / f"presenting_1280x720_{theme}.png"))
         assert not outside_viewport(page, FIRST_SCREEN, 1280, 720)
-        assert not serious(page)
+        assert not serious_violations(page, also={"heading-order"})
     finally:
         context.close()
 
@@ -82,6 +77,6 @@ def test_at_a_phones_width_nothing_runs_off_the_side(browser, app_url) -> None:
         assert texts is not None and texts["x"] >= 0 and texts["x"] + texts["width"] <= 391
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "phone.png"), full_page=True)
-        assert not serious(page)
+        assert not serious_violations(page, also={"heading-order"})
     finally:
         context.close()

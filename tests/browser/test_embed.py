@@ -14,11 +14,10 @@ from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from axe_playwright_python.sync_playwright import Axe
 
+from tests.browser.axe_audit import serious_violations
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.runs import SLOW
-from tests.browser.test_accessibility import BLOCKING
 
 pytestmark = pytest.mark.browser
 FRAME = {"width": 850, "height": 450}
@@ -66,11 +65,6 @@ def outside_frame(frame, parts: dict, settle_s: float = 10.0) -> list[str]:
         time.sleep(0.25)
 
 
-def serious_violations(page) -> list[str]:
-    """What axe finds serious or critical inside the frame (the app's own page)."""
-    violations = Axe().run(page.frames[1]).response["violations"]
-    return [f"{v['id']} ({v['impact']}): {v['nodes'][0]['html'][:160]}" for v in violations if v["impact"] in BLOCKING]
-
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_the_step_pages_working_part_fits_an_850_by_450_frame_in_a_course_page(browser, app_url, course_site,
@@ -98,7 +92,7 @@ def test_the_step_pages_working_part_fits_an_850_by_450_frame_in_a_course_page(b
         assert outside == [], f"not in the 850x450 frame without scrolling: {outside}"
         assert frame.locator(".tbt-newest").inner_text() == "."  # "The capital of France is Paris."
         page.screenshot(path=str(ARTIFACTS / f"embed_step_{scheme}.png"))
-        assert serious_violations(page) == []
+        assert serious_violations(page.frames[1]) == []  # the app's own page, in the frame
         frame.get_by_text("Settings", exact=True).click()  # the rest opens on demand, below
         frame.get_by_label("Seed", exact=True).wait_for(timeout=SLOW)
     finally:
@@ -145,7 +139,7 @@ def test_the_sampler_labs_sliders_and_what_they_do_fit_the_frame(browser, app_ur
         assert outside == [], f"not in the 850x450 frame without scrolling: {outside}"
         assert "Paris" in frame.locator(".tbt-bars-label.tbt-bars-pick").inner_text()
         page.screenshot(path=str(ARTIFACTS / "embed_sampler_lab_dark.png"))
-        assert serious_violations(page) == []
+        assert serious_violations(page.frames[1]) == []  # the app's own page, in the frame
         frame.get_by_role("heading", name="Sweeps: one knob at a time").wait_for(timeout=SLOW)  # the rest, below
     finally:
         context.close()
@@ -165,7 +159,7 @@ def test_the_kv_pages_first_chart_and_its_figures_fit_the_frame(browser, app_url
         outside = outside_frame(frame, parts)
         assert outside == [], f"not in the 850x450 frame without scrolling: {outside}"
         page.screenshot(path=str(ARTIFACTS / "embed_kv_speed.png"))
-        assert serious_violations(page) == []
+        assert serious_violations(page.frames[1]) == []  # the app's own page, in the frame
         frame.get_by_role("heading", name="2 · Prefill against decode").wait_for(timeout=SLOW)  # the rest, below
     finally:
         context.close()

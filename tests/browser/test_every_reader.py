@@ -14,6 +14,7 @@ import pytest
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.runs import SLOW, settle
 from tests.browser.test_accessibility import unreadable_chart_text
+from tests.contrast import rgb
 from ui.views.theme import PAGE_COLOURS
 
 pytestmark = pytest.mark.browser
@@ -170,8 +171,7 @@ def test_a_switch_to_dark_recolours_the_pages_own_text_at_once_and_the_chart_at_
 
 def css_rgb(hex_colour: str) -> str:
     """'#5f5b57' as a computed style says it: 'rgb(95, 91, 87)'."""
-    red, green, blue = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
-    return f"rgb({red}, {green}, {blue})"
+    return "rgb({}, {}, {})".format(*rgb(hex_colour))
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])

@@ -21,7 +21,8 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from engine import VISIBLE
-from tests.browser.class_student import guess_field, serious_violations
+from tests.browser.axe_audit import serious_violations
+from tests.browser.class_student import guess_field
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.runs import SLOW, settle
 from tests.browser.test_class_browser import start_class

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from axe_playwright_python.sync_playwright import Axe
 
 from bench.appserver import free_port
+from tests.browser.axe_audit import serious_violations
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.test_accessibility import BLOCKING
 from ui.views.theme import PAGE_COLOURS
 
 pytestmark = [pytest.mark.browser, pytest.mark.model]
@@ -145,6 +144,4 @@ def check_theme(page, name: str) -> None:
     muted = stepper.locator(".tbt-nb").first.evaluate("e => getComputedStyle(e).getPropertyValue('--tbt-muted')")
     assert muted.strip() == PAGE_COLOURS[name]["muted"]
     stepper.screenshot(path=str(ARTIFACTS / f"notebook_stepper_{name}.png"))
-    violations = Axe().run(page, context=".tbt-stepper").response["violations"]
-    serious = [f"{v['id']}: {v['nodes'][0]['html'][:160]}" for v in violations if v["impact"] in BLOCKING]
-    assert serious == []
+    assert serious_violations(page, context=".tbt-stepper") == []

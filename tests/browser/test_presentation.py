@@ -10,13 +10,12 @@ from contextlib import contextmanager
 import pytest
 
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.runs import SLOW, settle
+from tests.browser.runs import SLOW, TWO_FRAMES, settle
 from ui.domain.lesson import STAGES
 
 pytestmark = pytest.mark.browser
 SIZES = [(1280, 720), (1920, 1080)]
 STEPS = "Number(document.querySelector('.tbt-chips')?.dataset.steps ?? -1)"
-TWO_FRAMES = "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
 ON_STEP_SCREEN = {
     "newest chip": ".tbt-newest",
     "chips": ".tbt-chip-window",

@@ -8,9 +8,9 @@ import json
 import re
 
 import pytest
-from axe_playwright_python.sync_playwright import Axe
 
 from engine import Generation, SamplerSettings, StopSettings, parse_trace, replay, save_recording, to_trace
+from tests.browser.axe_audit import serious_violations
 from tests.browser.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.browser
@@ -83,8 +83,7 @@ def test_the_recording_opens_offline_and_steps_through_every_token_with_the_trac
         channels = [int(c) for c in re.findall(r"\d+", background)[:3]]
         assert (max(channels) < 80) == (scheme == "dark"), background
         page.screenshot(path=str(ARTIFACTS / f"recording_{scheme}.png"), full_page=True)
-        violations = [v for v in Axe().run(page).response["violations"] if v["impact"] in ("serious", "critical")]
-        assert not violations, [f"{v['id']}: {v['nodes'][0]['html'][:120]}" for v in violations]
+        assert not serious_violations(page)
         assert [url for url in asked if not url.startswith("file:")] == []  # nothing asked of a network
     finally:
         context.close()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import ARTIFACTS, app_tab
 from tests.browser.runs import SLOW, settle
 
 pytestmark = pytest.mark.browser
@@ -32,12 +32,9 @@ def click_to_heading(page, button: str, heading: str) -> None:
 def page(browser, app_url) -> Iterator:
     """Here one tab (not conftest's fresh one a test) visits the three pages in turn, as a student
     does: each is reached from the sidebar in a state of its own."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    tab = context.new_page()
-    tab.goto(app_url)
-    tab.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+    tab = app_tab(browser, app_url)
     yield tab
-    context.close()
+    tab.context.close()
 
 
 def shoot(page, name: str, height: int = 2400) -> None:

@@ -77,7 +77,13 @@ def test_a_class_on_two_processes_follows_guesses_and_survives_a_restart(browser
                 step.wait_for(timeout=SLOW)  # as the presenter's
                 step.click()
                 student.wait_for_function(f"{SHOWN} === 4", timeout=60_000)
+                # the student sees the step once it is published, which can be before the presenter's
+                # own run is over: clicked during that run, the popover once showed nothing in 30 s
+                settle(presenter)
                 presenter.get_by_text(re.compile("Invite the class")).click()
-                presenter.get_by_role("button", name=re.compile("Presenter link")).click()
+                popover = presenter.get_by_role("button", name=re.compile("Presenter link"))
+                popover.wait_for(timeout=30_000)
+                settle(presenter)
+                popover.click()
                 presenter.get_by_text(re.compile("cannot show the presenter link again")).wait_for(timeout=30_000)
                 presenter.screenshot(path=str(ARTIFACTS / "class_presenter_after_restart.png"))

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tests.browser.axe_audit import serious_violations
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import ARTIFACTS, app_tab
 from tests.browser.runs import SLOW, settle
 from tests.browser.test_presentation import outside_viewport, presentation_on
 from tests.browser.test_teaching_pages import open_page
@@ -37,14 +37,10 @@ def run_experiment(page, fields: dict[str, str] = SMALL) -> None:
     settle(page)
 
 
-
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_a_visitor_runs_it_and_presents_it_on_one_projector_screen(browser, app_url, theme) -> None:
-    context = browser.new_context(viewport={"width": 1280, "height": 720}, color_scheme=theme)
-    page = context.new_page()
+    page = app_tab(browser, app_url, viewport={"width": 1280, "height": 720}, color_scheme=theme)
     try:
-        page.goto(app_url)
-        page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
         open_page(page, "Same prompt, different answers")
         run_experiment(page)
         metrics = page.get_by_test_id("stMetric").all_inner_texts()
@@ -59,7 +55,7 @@ def test_a_visitor_runs_it_and_presents_it_on_one_projector_screen(browser, app_
         assert not outside_viewport(page, FIRST_SCREEN, 1280, 720)
         assert not serious_violations(page, also={"heading-order"})
     finally:
-        context.close()
+        page.context.close()
 
 
 def test_at_a_phones_width_nothing_runs_off_the_side(browser, app_url) -> None:

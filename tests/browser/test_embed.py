@@ -65,7 +65,6 @@ def outside_frame(frame, parts: dict, settle_s: float = 10.0) -> list[str]:
         time.sleep(0.25)
 
 
-
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_the_step_pages_working_part_fits_an_850_by_450_frame_in_a_course_page(browser, app_url, course_site,
                                                                               scheme) -> None:

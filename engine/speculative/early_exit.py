@@ -16,6 +16,8 @@ pays.
 from __future__ import annotations
 
 import copy
+import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -38,13 +40,29 @@ def _decoder_layers(model: nn.Module) -> tuple[nn.Module, str]:
     raise SettingsError("early-exit draft", type(model).__name__, "a model whose decoder layers this app can find")
 
 
+# Each target's cut models, by layer count: a cut model is read-only and shareable, and a fresh
+# one would be probed afresh (its lone decode step's proof is kept per model object), a second
+# on a visitor's first round; it goes with the target's model
+_cuts: weakref.WeakKeyDictionary[nn.Module, dict[int, LoadedModel]] = weakref.WeakKeyDictionary()
+_cuts_lock = threading.Lock()
+
+
 def truncated(target: LoadedModel, layers: int) -> LoadedModel:
     """The target cut after its first `layers` decoder layers: the same tensors, its own final
-    norm and head, a config that says `layers` (so its KV cache has that many)."""
+    norm and head, a config that says `layers` (so its KV cache has that many). Made once per
+    target model and layer count, and shared."""
     decoder, name = _decoder_layers(target.model)
     total = len(getattr(decoder, name))
     if not isinstance(layers, int) or isinstance(layers, bool) or not 1 <= layers < total:
         raise SettingsError("early-exit layer", layers, f"a whole number from 1 to {total - 1} (of {total} layers)")
+    with _cuts_lock:
+        cuts = _cuts.setdefault(target.model, {})
+        if layers not in cuts:
+            cuts[layers] = _cut(target, layers, name, total)
+        return cuts[layers]
+
+
+def _cut(target: LoadedModel, layers: int, name: str, total: int) -> LoadedModel:
     shared = {id(t): t for t in (*target.model.parameters(), *target.model.buffers())}
     twin = copy.deepcopy(target.model, memo=shared)  # modules and config copied, every tensor shared
     twin_decoder, _ = _decoder_layers(twin)

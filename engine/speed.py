@@ -184,6 +184,13 @@ class DecodeReads:
         activation, the residual adds, and the calls between them."""
         return max(0.0, self.step.step_ms - self.products_ms - self.attention_ms)
 
+    @property
+    def parts_add_up(self) -> bool:
+        """Whether the parts, each timed on its own, fit inside the whole step as timed: on a busy
+        machine the step's best run can beat its products' best run, and then `other_ms` is no
+        measurement (it shows 0)."""
+        return self.products_ms + self.attention_ms <= self.step.step_ms
+
 
 @dataclass(frozen=True)
 class BatchPoint:

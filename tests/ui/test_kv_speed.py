@@ -93,7 +93,10 @@ def test_the_step_is_set_against_a_plain_read_and_its_own_products_and_the_path_
     assert shown["the whole step"].delta == f"{100 * reads.achieved_fraction:.0f}% of the plain read"
     parts = page.dataframe[1].value
     assert list(parts["ms"]) == [f"{reads.products_ms:.1f}", f"{reads.attention_ms:.2f}", f"{reads.other_ms:.1f}"]
-    assert 0 < reads.products_ms < step.step_ms and reads.products_bytes > 0.9 * step.weight_bytes
+    assert reads.products_ms > 0 and reads.products_bytes > 0.9 * step.weight_bytes
+    # timed apart, the parts can outrun the step on a busy machine: the page then says so
+    said = "the rest of its" if reads.parts_add_up else "the split above is no measurement"
+    assert any(said in m.value for m in page.markdown)
     decision = lone_pass_decision(lm)
     assert reads.path == decision.path
     assert any(f"take **{decision.path}**" in c.value for c in page.caption)

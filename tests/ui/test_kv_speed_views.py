@@ -44,3 +44,11 @@ def test_a_gpu_step_far_slower_than_its_bytes_is_not_called_memory_bound_and_say
 def test_a_step_above_the_devices_balance_point_is_compute_bound() -> None:
     heavy = DecodeIntensity(64, 4000 * (WEIGHTS + CACHE), WEIGHTS, CACHE, 40.0)
     assert bound_text(CPU, heavy).endswith("That is above the device's 7.5, so the step is bound by **compute**.")
+
+
+def test_parts_timed_apart_that_outrun_the_whole_step_are_not_shown_as_a_split() -> None:
+    whole = step(40.0)
+    assert "**7.0 ms** of everything else" in reads_text(reads(whole), whole, "cpu")
+    busy = step(31.0)  # the products' 30 ms and attention's 3 ms are more than the step's best run
+    text = reads_text(reads(busy), busy, "cpu")
+    assert "of everything else" not in text and "the machine may be busy, press Measure again" in text

@@ -92,12 +92,16 @@ def reads_text(reads: DecodeReads, step: DecodeIntensity, device_type: str) -> s
     each = ("each launched as a kernel of its own on the GPU and finished before the next can begin"
             if device_type == "cuda" else
             "each started, shared out among the CPU's threads and finished before the next can begin")
-    return (f"Measured the way the step reads, the weights come in at **{reads.products_bytes_per_s / 1e9:.1f} GB/s**: "
-            f"{100 * reads.products_bytes_per_s / reads.read_bytes_per_s:.0f}% of a plain read, where one long read "
-            f"streams on; the step reads them in {reads.product_calls} separate products, {each}. The whole step "
-            f"reaches **{100 * reads.achieved_fraction:.0f}%** of the plain read; the rest of its "
-            f"{step.step_ms:.1f} ms is attention ({reads.attention_ms:.2f} ms) and **{reads.other_ms:.1f} ms** of "
-            "everything else, each part measured above.")
+    products = reads.products_bytes_per_s
+    start = (f"Measured the way the step reads, the weights come in at **{products / 1e9:.1f} GB/s**: "
+             f"{100 * products / reads.read_bytes_per_s:.0f}% of a plain read, where one long read "
+             f"streams on; the step reads them in {reads.product_calls} separate products, {each}. The whole step "
+             f"reaches **{100 * reads.achieved_fraction:.0f}%** of the plain read; ")
+    if not reads.parts_add_up:
+        return start + (f"its parts, each timed on its own, took longer than the whole {step.step_ms:.1f} ms step this "
+                        "time, so the split above is no measurement: the machine may be busy, press Measure again.")
+    return start + (f"the rest of its {step.step_ms:.1f} ms is attention ({reads.attention_ms:.2f} ms) and "
+                    f"**{reads.other_ms:.1f} ms** of everything else, each part measured above.")
 
 
 def batch_one_text(reading_bound: bool) -> str:

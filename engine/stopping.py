@@ -48,8 +48,17 @@ def partial_match_length(text: str, sequence: str) -> int:
     return 0
 
 
+# what a decoded text ends with while a character's bytes are still coming: a byte-level token
+# can carry part of one (SmolLM2 writes "パ" in two), and the part decodes as U+FFFD
+INCOMPLETE = "\ufffd"
+
+
 def stop_sequence_states(text: str, sequences: tuple[str, ...]) -> tuple[StopSequenceState, ...]:
-    """Each stop sequence's first occurrence in the text, or how much of it the text ends with."""
+    """Each stop sequence's first occurrence in the text, or how much of it the text ends with.
+    A tail of U+FFFD is held back until the next token completes it, as vLLM's incremental
+    detokenizer holds it back (and transformers' stop strings, matched on tokens' bytes, never
+    see it): otherwise a stop sequence with U+FFFD in it would fire inside a character."""
+    text = text.rstrip(INCOMPLETE)
     states = []
     for sequence in sequences:
         position = text.find(sequence)

@@ -110,6 +110,29 @@ def test_returned_text_ends_just_before_the_first_match() -> None:
     assert returned_text("one. two\n three", states) == "one. "
 
 
+def test_a_character_whose_bytes_are_still_coming_is_held_back_from_matching() -> None:
+    held = stop_sequence_states("ab\ufffd", ("\ufffd", "b\ufffd", "bc"))
+    assert [(s.matched, s.partial) for s in held] == [(False, 0), (False, 1), (False, 1)]
+    assert stop_sequence_states("a\ufffdb", ("\ufffd",))[0].position == 1  # completed by what followed
+
+
+def test_a_stop_sequence_never_fires_inside_a_character_split_over_two_tokens(lm) -> None:
+    """SmolLM2 writes each of these katakana in two byte-level tokens; the first decodes as U+FFFD.
+    transformers' stop strings, matched on the tokens' bytes, never see it either."""
+    import torch
+
+    prompt = "日本の首都は東京です。🍣🎉 Ünïcödé café — naïve façade: "  # greedy: "パ" "ッ" "ケ" ..., two tokens each
+    generation = Generation(lm, prompt, sampler=GREEDY, stop=StopSettings(max_new_tokens=4,
+                                                                          stop_sequences=("\ufffd", "ケ")))
+    list(generation.run())
+    assert generation.finish_reason == "max_tokens" and generation.text == "パッ"
+    ids = torch.tensor([generation.prompt_ids])
+    theirs = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=4,
+                               stop_strings=["\ufffd", "ケ"], tokenizer=lm.tokenizer, pad_token_id=lm.eos_ids[0])
+    assert theirs[0, ids.shape[1]:].tolist() == [s.token.token_id for s in generation.steps]
+    assert run_paris(lm, "\ufffd").finish_reason == "max_tokens"
+
+
 def test_termination_is_rechecked_when_stop_settings_change(lm) -> None:
     generation = Generation(lm, PARIS, sampler=GREEDY, stop=StopSettings(max_new_tokens=10))
     generation.step()

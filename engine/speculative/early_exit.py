@@ -40,17 +40,17 @@ def _decoder_layers(model: nn.Module) -> tuple[nn.Module, str]:
     raise SettingsError("early-exit draft", type(model).__name__, "a model whose decoder layers this app can find")
 
 
-# Each target's cut models, by layer count: a cut model is read-only and shareable, and a fresh
-# one would be probed afresh (its lone decode step's proof is kept per model object), a second
-# on a visitor's first round; it goes with the target's model
-_cuts: weakref.WeakKeyDictionary[nn.Module, dict[int, LoadedModel]] = weakref.WeakKeyDictionary()
+# Each target model's cut modules, by layer count: a cut is read-only and shareable, and a fresh
+# one would be probed afresh (a fast pass's proof is kept per module), a second on a visitor's
+# first round; it goes with the target's model
+_cuts: weakref.WeakKeyDictionary[nn.Module, dict[int, nn.Module]] = weakref.WeakKeyDictionary()
 _cuts_lock = threading.Lock()
 
 
 def truncated(target: LoadedModel, layers: int) -> LoadedModel:
     """The target cut after its first `layers` decoder layers: the same tensors, its own final
-    norm and head, a config that says `layers` (so its KV cache has that many). Made once per
-    target model and layer count, and shared."""
+    norm and head, a config that says `layers` (so its KV cache has that many). The cut module
+    is made once per target model and layer count, and shared."""
     decoder, name = _decoder_layers(target.model)
     total = len(getattr(decoder, name))
     if not isinstance(layers, int) or isinstance(layers, bool) or not 1 <= layers < total:
@@ -58,22 +58,23 @@ def truncated(target: LoadedModel, layers: int) -> LoadedModel:
     with _cuts_lock:
         cuts = _cuts.setdefault(target.model, {})
         if layers not in cuts:
-            cuts[layers] = _cut(target, layers, name, total)
-        return cuts[layers]
+            cuts[layers] = _cut(target.model, layers, name)
+        cut = cuts[layers]
+    short = target.name.split(" (")[0]
+    return replace(target, model=cut, geometry=replace(target.geometry, layers=layers),
+                   name=f"{short} (first {layers} of {total} layers)")
 
 
-def _cut(target: LoadedModel, layers: int, name: str, total: int) -> LoadedModel:
-    shared = {id(t): t for t in (*target.model.parameters(), *target.model.buffers())}
-    twin = copy.deepcopy(target.model, memo=shared)  # modules and config copied, every tensor shared
+def _cut(model: nn.Module, layers: int, name: str) -> nn.Module:
+    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    twin = copy.deepcopy(model, memo=shared)  # modules and config copied, every tensor shared
     twin_decoder, _ = _decoder_layers(twin)
     setattr(twin_decoder, name, nn.ModuleList(list(getattr(twin_decoder, name))[:layers]))
     config = twin.config.get_text_config()
     config.num_hidden_layers = layers
     if isinstance(getattr(config, "layer_types", None), list):
         config.layer_types = config.layer_types[:layers]
-    short = target.name.split(" (")[0]
-    return replace(target, model=twin.eval(), geometry=replace(target.geometry, layers=layers),
-                   name=f"{short} (first {layers} of {total} layers)")
+    return twin.eval()
 
 
 class EarlyExit(DraftModel):

@@ -99,7 +99,8 @@ def test_an_early_exit_draft_is_the_logit_lens_at_its_layer(lm) -> None:
         truncated(lm, 12.0)  # not taken for the kept cut at 12
     # one cut per model and layer count, shared by every visitor's draft: a fresh one would prove
     # its fast pass afresh on each visitor's first round
-    assert truncated(lm, 12) is short and EarlyExit(lm, 12).lm is short and truncated(lm, 11) is not short
+    assert truncated(lm, 12).model is short.model and EarlyExit(lm, 12).lm.model is short.model
+    assert truncated(lm, 11).model is not short.model
 
 
 def test_the_exit_layer_is_chosen_from_the_agreement_and_the_bytes_a_draft_reads() -> None:

@@ -193,6 +193,15 @@ def test_the_stop_cases_cover_the_hard_places_in_a_real_text(lm) -> None:
     assert positions["several at once: the earliest in the text wins, not the first listed"].sequence != several[0]
 
 
+def test_no_stop_case_asks_about_a_character_still_incomplete() -> None:
+    """A text that ends inside a character (U+FFFD) is held back from matching, a rule the
+    exercise does not teach: the cases leave it out."""
+    texts = ["The", "The cat", "The cat sat", "The cat sat on", "The cat sat on the", "The cat sat on the \ufffd"]
+    kinds = dict(stop_lists(texts))
+    assert kinds and not any("\ufffd" in stop for stops in kinds.values() for stop in stops)
+    assert not any(what.startswith("a stop sequence begun at the end") for what in kinds)
+
+
 @pytest.mark.parametrize(("name", "hint"), [
     ("returns_the_end", "you returned where the stop sequence ends"),
     ("first_listed", "the stop sequence that begins earliest in the text"),

@@ -209,8 +209,8 @@ def reads_section(lm: LoadedModel, step: DecodeIntensity, sizes: Sizes) -> None:
     cols[2].metric("the whole step", f"{step.achieved_bytes_per_s / 1e9:.1f} GB/s",
                    delta=f"{100 * reads.achieved_fraction:.0f}% of the plain read", delta_color="off",
                    delta_arrow="off", help=f"bytes read ÷ the step's {step.step_ms:.1f} ms")
-    st.dataframe(kv.step_parts(reads, step), hide_index=True)
-    st.markdown(reads_text(reads, step, lm.device.type))
+    st.dataframe(kv.step_parts(reads), hide_index=True)
+    st.markdown(reads_text(reads, lm.device.type))
     st.caption(f"This server's lone decode steps take **{reads.path}**: {reads.reason}.")
     with st.expander("Every fast path this server has checked, and why it is used or not"):
         st.caption("Each fast path gives transformers' own numbers bit for bit, and is used only after a probe on "

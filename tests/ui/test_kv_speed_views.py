@@ -26,7 +26,7 @@ def test_a_cpu_step_reading_near_its_memory_speed_is_called_memory_bound() -> No
     assert memory_bound(CPU, cpu_step)
     text = bound_text(CPU, cpu_step)
     assert "bound by **memory bandwidth**" in text and "does not, here" not in text
-    assert "shared out among the CPU's threads" in reads_text(reads(cpu_step), cpu_step, "cpu")
+    assert "shared out among the CPU's threads" in reads_text(reads(cpu_step), "cpu")
     assert "mostly **reading the weights**" in batch_one_text(memory_bound(CPU, cpu_step))
 
 
@@ -36,7 +36,7 @@ def test_a_gpu_step_far_slower_than_its_bytes_is_not_called_memory_bound_and_say
     text = bound_text(GPU, gpu_step)
     assert "bound by **memory bandwidth**" not in text and "**It does not, here**" in text
     assert "would take 0.13 ms, and the step takes **19.4 ms**, 1% of that speed" in text
-    assert "launched as a kernel of its own on the GPU" in reads_text(reads(gpu_step), gpu_step, "cuda")
+    assert "launched as a kernel of its own on the GPU" in reads_text(reads(gpu_step), "cuda")
     words = batch_one_text(memory_bound(GPU, gpu_step))
     assert "**the work around the reads**" in words and "bound by memory bandwidth" not in words
 
@@ -48,7 +48,7 @@ def test_a_step_above_the_devices_balance_point_is_compute_bound() -> None:
 
 def test_parts_timed_apart_that_outrun_the_whole_step_are_not_shown_as_a_split() -> None:
     whole = step(40.0)
-    assert "**7.0 ms** of everything else" in reads_text(reads(whole), whole, "cpu")
+    assert "**7.0 ms** of everything else" in reads_text(reads(whole), "cpu")
     busy = step(31.0)  # the products' 30 ms and attention's 3 ms are more than the step's best run
-    text = reads_text(reads(busy), busy, "cpu")
+    text = reads_text(reads(busy), "cpu")
     assert "of everything else" not in text and "the machine may be busy, press Measure again" in text

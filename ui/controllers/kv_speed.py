@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from engine import LoadedModel, Proof, proof_decisions
-from engine.speed import KNOWN_CONFIGS, MORE, QUICK, DecodeIntensity, DecodeReads, KVConfig, Sizes, loaded_kv_config
+from engine.speed import KNOWN_CONFIGS, MORE, QUICK, DecodeReads, KVConfig, Sizes, loaded_kv_config
 from ui.server.measurement_board import Measured, MeasurementBoard
 from ui.session.keys import KV
 from ui.session.memo import remember
@@ -128,8 +128,10 @@ def kv_sizes(rows: list[KVRow], positions: int) -> list[tuple[str, int]]:
     return [(f"{r.name} ({r.shape.dtype})", r.per_position * positions) for r in rows]
 
 
-def step_parts(reads: DecodeReads, step: DecodeIntensity) -> pd.DataFrame:
-    """Where a decode step's time goes, each part measured: the products, attention, the rest."""
+def step_parts(reads: DecodeReads) -> pd.DataFrame:
+    """Where a decode step's time goes, each part measured: the products, attention, the rest
+    (shares of `reads.step`, the step they were set against)."""
+    step = reads.step
     return pd.DataFrame({
         "part of the step": ["the products (every weight, one row)", "attention over the cache, every layer",
                              "everything else: norms, rotary, activation, residuals, the calls between"],

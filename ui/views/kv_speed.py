@@ -87,8 +87,10 @@ def bound_text(device: DeviceSpeed, step: DecodeIntensity) -> str:
             "around the reads: starting each of its many small operations and waiting for each to finish (below).")
 
 
-def reads_text(reads: DecodeReads, step: DecodeIntensity, device_type: str) -> str:
-    """How the step reads, against a plain read, in the device's own terms."""
+def reads_text(reads: DecodeReads, device_type: str) -> str:
+    """How the step reads, against a plain read, in the device's own terms (the step its parts were
+    set against: `reads.step`)."""
+    step = reads.step
     each = ("each launched as a kernel of its own on the GPU and finished before the next can begin"
             if device_type == "cuda" else
             "each started, shared out among the CPU's threads and finished before the next can begin")
